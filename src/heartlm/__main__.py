@@ -1,0 +1,5 @@
+"""`python -m heartlm` runs the command-line interface."""
+
+from heartlm.cli import main
+
+raise SystemExit(main())

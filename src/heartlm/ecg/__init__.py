@@ -1,0 +1,1 @@
+"""ECG conventions shared by every stage: AAMI classes, rhythm codes, database splits."""

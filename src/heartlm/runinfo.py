@@ -1,0 +1,79 @@
+"""`run.json`: what produced an output folder (command, config, versions, counts, timings)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+from heartlm.outdir import atomic_write_text
+
+_PACKAGES = ("heartlm", "numpy", "scipy", "wfdb", "torch", "safetensors")
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        return value.item()
+    return value
+
+
+def write_run_json(
+    folder: str | Path,
+    stage: str,
+    config: Any,
+    counts: dict[str, Any] | None = None,
+    timings: dict[str, float] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write `folder/run.json` atomically and return what was written."""
+    info = {
+        "stage": stage,
+        "command": sys.argv,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": _jsonable(config),
+        "counts": _jsonable(counts or {}),
+        "timings_s": _jsonable(timings or {}),
+        "versions": versions(),
+        "host": platform.node(),
+        **_jsonable(extra or {}),
+    }
+    atomic_write_text(Path(folder) / "run.json", json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def read_run_json(folder: str | Path, stage: str | None = None) -> dict[str, Any]:
+    """Read `folder/run.json`, checking that it came from `stage` when given."""
+    path = Path(folder) / "run.json"
+    if not path.is_file():
+        raise HeartlmError("no run.json: not a heartlm output folder", folder)
+    try:
+        info = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise HeartlmError(f"run.json is not valid JSON ({exc.msg})", path) from None
+    if stage is not None and info.get("stage") != stage:
+        raise HeartlmError(f"is a '{info.get('stage')}' folder, expected '{stage}'", folder)
+    return info

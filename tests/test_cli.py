@@ -1,0 +1,31 @@
+"""The command line: every stage is reachable, errors are one line with a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from heartlm.cli import COMMANDS, main
+
+
+def test_every_command_module_imports_and_has_the_interface():
+    import importlib
+
+    for name, (module_name, _) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        assert callable(module.add_arguments) and callable(module.run), name
+
+
+def test_user_error_is_one_line_and_nonzero(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    code = main(["tokenize", str(missing), "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert len(err) == 1 and str(missing) in err[0] and "Traceback" not in err[0]
+
+
+def test_console_entry_point_runs():
+    out = subprocess.run(
+        [sys.executable, "-m", "heartlm", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "ingest" in out.stdout

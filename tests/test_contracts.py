@@ -1,0 +1,60 @@
+"""Save-then-load tests for the two on-disk contracts: the beat store and token shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heartlm import shards
+from heartlm.errors import HeartlmError
+from heartlm.store import TABLE_DTYPE, BeatStore, RecordEntry, StoreWriter
+
+
+def _table(n: int) -> np.ndarray:
+    t = np.zeros(n, TABLE_DTYPE)
+    t["sample"] = np.arange(n) * 300
+    t["aami"] = np.arange(n) % 5
+    return t
+
+
+def test_store_round_trip(tmp_path):
+    w = StoreWriter(tmp_path, fs=360, pre_samples=90, post_samples=126)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(3, 216)), rng.normal(size=(5, 216))
+    w.append(RecordEntry("100", "mitdb", "x/100", 360, "MLII", 1000), a, _table(3))
+    w.append(RecordEntry("101", "mitdb", "x/101", 360, "MLII", 1000), b, _table(5))
+    w.close()
+    s = BeatStore(tmp_path)
+    assert len(s) == 8 and s.window_samples == 216
+    np.testing.assert_allclose(s.beats[s.record_slice(1)], b.astype(np.float32))
+    assert list(s.table["record"]) == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert s.records[1].start == 3
+
+
+def test_store_rejects_truncated_beats(tmp_path):
+    w = StoreWriter(tmp_path, fs=360, pre_samples=2, post_samples=2)
+    w.append(RecordEntry("r", "db", "r", 360, "I", 10), np.ones((4, 4)), _table(4))
+    w.close()
+    with open(tmp_path / "beats.f32", "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(HeartlmError, match="truncated"):
+        BeatStore(tmp_path)
+
+
+def test_shard_round_trip_and_rejections(tmp_path):
+    x = np.arange(1000, dtype=np.uint16)
+    p = tmp_path / "morph.bin"
+    shards.write_shard(p, x)
+    np.testing.assert_array_equal(shards.read_shard(p, np.uint16), x)
+    with pytest.raises(HeartlmError, match="expected int8"):
+        shards.read_shard(p, np.int8)
+    raw = p.read_bytes()
+    (tmp_path / "cut.bin").write_bytes(raw[:-2])
+    with pytest.raises(HeartlmError, match="truncated"):
+        shards.read_shard(tmp_path / "cut.bin")
+    (tmp_path / "bad.bin").write_bytes(b"NOTSHARD" + raw[8:])
+    with pytest.raises(HeartlmError, match="magic"):
+        shards.read_shard(tmp_path / "bad.bin")
+    (tmp_path / "short.bin").write_bytes(raw[:10])
+    with pytest.raises(HeartlmError, match="header"):
+        shards.read_shard(tmp_path / "short.bin")
