@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from heartlm.errors import HeartlmError
 from heartlm.log import setup_logging
@@ -52,6 +53,8 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # wfdb 4.3 calls pandas in ways pandas now deprecates: noise for our users.
+    warnings.filterwarnings("ignore", message="The inplace keyword")
     try:
         parser, module = build_parser(argv)
         args = parser.parse_args(argv)

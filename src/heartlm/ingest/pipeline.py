@@ -1,0 +1,211 @@
+"""Many records to one beat store: worker processes, ordered results, the writer in the parent."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
+from heartlm.ecg.wfdbio import find_records
+from heartlm.errors import HeartlmError
+from heartlm.ingest.config import IngestConfig
+from heartlm.ingest.record import RecordResult, ingest_record
+from heartlm.log import logger, progress
+from heartlm.outdir import staged_dir
+from heartlm.runinfo import write_run_json
+from heartlm.store import StoreWriter
+
+RECORDS_AHEAD_PER_WORKER = 2  # records in flight per worker: bounds memory, keeps workers busy
+
+
+@dataclass
+class _Failure:
+    path: Path
+    message: str
+
+
+def ingest(
+    sources: list[Path], out: Path, config: IngestConfig, overwrite: bool = False
+) -> dict[str, Any]:
+    """Ingest WFDB records (files or folders) into a beat store at `out`; returns run.json."""
+    t_start = time.perf_counter()
+    records, skipped = _list_records(sources, config)
+    if not records:
+        raise HeartlmError("no WFDB records to ingest", sources[0] if sources else None)
+    workers = config.resolved_workers(len(records))
+    totals = _Totals()
+    with (
+        staged_dir(out, overwrite) as stage,
+        closing(_run_all(records, config, workers)) as results,
+    ):
+        writer = StoreWriter(stage, config.fs, config.pre_samples, config.post_samples)
+        for result in progress(results, total=len(records), desc="ingest", unit="rec"):
+            if isinstance(result, _Failure):
+                _skip_or_raise(result, config, skipped)
+                continue
+            if result.unknown_symbols:
+                _skip_or_raise(_unknown_symbols(result), config, skipped)
+                continue
+            writer.append(result.entry, result.beats, result.table)
+            totals.add(result)
+        if writer.n_beats == 0:
+            raise HeartlmError("no beats found in any record", sources[0])
+        writer.close()
+        elapsed = time.perf_counter() - t_start
+        info = write_run_json(
+            stage,
+            "ingest",
+            config.to_dict(),
+            counts=totals.counts(writer, skipped),
+            timings={"total": elapsed, **totals.seconds},
+            extra={
+                "sources": [str(s) for s in sources],
+                "workers": workers,
+                "beats_per_s": writer.n_beats / elapsed,
+                "skipped": [{"record": str(f.path), "problem": f.message} for f in skipped],
+            },
+        )
+    logger.info(
+        f"{out}: {writer.n_beats} beats from {len(writer.records)} records "
+        f"in {elapsed:.1f} s ({writer.n_beats / elapsed:,.0f} beats/s, {workers} workers)"
+    )
+    return info
+
+
+def _list_records(sources: list[Path], config: IngestConfig) -> tuple[list[Path], list[_Failure]]:
+    """Record paths from the sources; annotation files without a header are bad records."""
+    skipped: list[_Failure] = []
+    records: list[Path] = []
+    for source in sources:
+        source = Path(source)
+        if source.is_dir():
+            for ext in config.annotation_exts:
+                for orphan in sorted(source.glob(f"*.{ext}")):
+                    if orphan.with_suffix(".hea").is_file():
+                        continue
+                    problem = _Failure(orphan, "annotation file without its record (no .hea)")
+                    _skip_or_raise(problem, config, skipped)
+        try:
+            records.extend(find_records([source]))
+        except HeartlmError as exc:
+            _skip_or_raise(_Failure(source, exc.message), config, skipped, exc.path)
+    return records, skipped
+
+
+def _unknown_symbols(result: RecordResult) -> _Failure:
+    """A symbol that is neither an AAMI beat nor a known non-beat is never guessed."""
+    found = ", ".join(f"{s!r} ({n}x)" for s, n in sorted(result.unknown_symbols.items()))
+    return _Failure(
+        Path(result.entry.extra["annotation_file"]),
+        f"unknown annotation symbol(s) {found}: not an AAMI beat class nor a known non-beat",
+    )
+
+
+def _skip_or_raise(
+    failure: _Failure, config: IngestConfig, skipped: list[_Failure], where: str | None = None
+) -> None:
+    if not config.skip_bad:
+        raise HeartlmError(failure.message, where or failure.path)
+    logger.warning(f"skipping {where or failure.path}: {failure.message}")
+    skipped.append(failure)
+
+
+def _safe_ingest(path: Path, config: IngestConfig) -> RecordResult | _Failure:
+    """Worker entry point: every problem comes back as a value naming the record's file."""
+    try:
+        return ingest_record(path, config)
+    except HeartlmError as exc:
+        return _Failure(Path(exc.path or path), exc.message)
+    except Exception as exc:  # a library failing on odd input must still name the record
+        return _Failure(Path(f"{path}.hea"), f"cannot ingest ({type(exc).__name__}: {exc})")
+
+
+def _run_all(
+    records: list[Path], config: IngestConfig, workers: int
+) -> Iterator[RecordResult | _Failure]:
+    if workers == 1:
+        yield from (_safe_ingest(p, config) for p in records)
+        return
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        yield from _ordered(pool.submit, _safe_ingest, records, config, workers)
+    finally:  # also when the caller stops early on a bad record: drop what is queued
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ordered(
+    submit: Callable[..., Future],
+    fn: Callable,
+    items: list[Path],
+    config: IngestConfig,
+    workers: int,
+) -> Iterator[Any]:
+    """Results in input order, with at most a few records in flight at a time."""
+    pending: deque[Future] = deque()
+    todo = iter(items)
+    for item in todo:
+        pending.append(submit(fn, item, config))
+        if len(pending) >= RECORDS_AHEAD_PER_WORKER * workers:
+            break
+    while pending:
+        result = pending.popleft().result()
+        item = next(todo, None)
+        if item is not None:
+            pending.append(submit(fn, item, config))
+        yield result
+
+
+class _Totals:
+    """Counts and worker timings summed over the records written so far."""
+
+    def __init__(self) -> None:
+        self.aami: Counter = Counter()
+        self.rhythm: Counter = Counter()
+        self.symbols: Counter = Counter()
+        self.unknown: Counter = Counter()
+        self.per_record: dict[str, int] = {}
+        self.reference = self.dropped = self.lead_fallbacks = 0
+        self.detected_records = 0
+        self.seconds: dict[str, float] = Counter()
+
+    def add(self, r: RecordResult) -> None:
+        self.aami.update(_names(r.table["aami"], AAMI_CLASSES, "unlabelled"))
+        self.rhythm.update(_names(r.table["rhythm"], RHYTHMS, "unknown"))
+        self.unknown.update(r.unknown_symbols)
+        self.per_record[f"{r.entry.db}/{r.entry.name}"] = len(r.table)
+        self.reference += r.n_reference
+        self.dropped += r.n_dropped
+        self.lead_fallbacks += r.lead_fallback
+        self.detected_records += r.entry.beat_source == "detect"
+        for key, value in r.seconds.items():
+            self.seconds[f"worker_{key}"] += value
+
+    def counts(self, writer: StoreWriter, skipped: list[_Failure]) -> dict[str, Any]:
+        return {
+            "records": len(writer.records),
+            "records_skipped": len(skipped),
+            "records_detected": self.detected_records,
+            "lead_fallbacks": self.lead_fallbacks,
+            "beats": writer.n_beats,
+            "beats_found": self.reference,
+            "dropped_beats": self.dropped,
+            "aami": dict(self.aami),
+            "rhythm": dict(self.rhythm),
+            "unknown_symbols": dict(self.unknown),
+            "per_record": self.per_record,
+        }
+
+
+def _names(codes: np.ndarray, names: tuple[str, ...], negative: str) -> Counter:
+    values, counts = np.unique(codes, return_counts=True)
+    return Counter(
+        {(names[v] if v >= 0 else negative): int(c) for v, c in zip(values, counts, strict=True)}
+    )

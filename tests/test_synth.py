@@ -1,0 +1,262 @@
+"""heartlm synth: WFDB output, determinism, labels that sit on the drawn beats, rhythm realism."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wfdb
+from scipy.signal import butter, sosfiltfilt
+
+from heartlm.cli import main
+from heartlm.ecg.labels import RHYTHMS, SYMBOL_TO_AAMI
+from heartlm.synth import corpus as corpus_module
+from heartlm.synth import synth_record, write_corpus
+from heartlm.synth.corpus import write_signal
+
+
+def _record_files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.suffix in (".hea", ".dat", ".atr")
+    }
+
+
+def test_same_seed_same_bytes_whatever_the_workers_and_other_seed_differs(tmp_path):
+    common = dict(records=3, minutes=0.5, fs=250, afib_fraction=0.5)
+    write_corpus(tmp_path / "a", seed=7, workers=1, **common)
+    write_corpus(tmp_path / "b", seed=7, workers=2, **common)
+    write_corpus(tmp_path / "c", seed=8, workers=1, **common)
+    a, b, c = (_record_files(tmp_path / x) for x in "abc")
+    assert len(a) == 9 and a == b
+    assert a.keys() == c.keys()
+    assert all(a[name] != c[name] for name in a if name.endswith((".dat", ".atr")))
+
+
+@pytest.mark.parametrize("fs", [128, 250, 360, 500, 1000])
+def test_records_read_back_with_wfdb(tmp_path, fs):
+    write_corpus(tmp_path / "c", records=2, minutes=0.5, fs=fs, seed=3, workers=1)
+    assert (tmp_path / "c" / "RECORDS").read_text().split() == ["s0000", "s0001"]
+    for i in range(2):
+        rec = wfdb.rdrecord(str(tmp_path / "c" / f"s000{i}"))
+        ann = wfdb.rdann(str(tmp_path / "c" / f"s000{i}"), "atr")
+        mem = synth_record(0.5, fs, (3, i))
+        assert rec.fs == fs and rec.sig_name == ["MLII", "V1"] and rec.units == ["mV", "mV"]
+        assert rec.p_signal.shape == (round(30 * fs), 2)
+        # The file holds the in-memory signal up to the 5 uV quantisation step.
+        assert np.abs(rec.p_signal - mem.signal).max() <= 0.5 / 200 + 1e-9
+        assert np.array_equal(ann.sample, mem.ann_sample)
+        assert ann.symbol == mem.ann_symbol
+        assert [a or "" for a in ann.aux_note] == mem.ann_aux
+
+
+def test_fast_signal_writer_matches_wfdb_wrsamp(tmp_path):
+    rec = synth_record(0.2, 360, 11)
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "wfdb").mkdir()
+    write_signal(tmp_path / "ours", "x", rec.signal, rec.fs, rec.sig_names, comments=["c"])
+    wfdb.wrsamp(
+        "x",
+        fs=rec.fs,
+        units=["mV", "mV"],
+        sig_name=rec.sig_names,
+        p_signal=np.round(rec.signal * 200) / 200,
+        fmt=["16", "16"],
+        adc_gain=[200.0, 200.0],
+        baseline=[0, 0],
+        comments=["c"],
+        write_dir=str(tmp_path / "wfdb"),
+    )
+    assert _record_files(tmp_path / "ours") == _record_files(tmp_path / "wfdb")
+
+
+def test_one_lead(tmp_path):
+    write_corpus(tmp_path / "c", records=1, minutes=0.2, fs=360, seed=0, leads=1, workers=1)
+    rec = wfdb.rdrecord(str(tmp_path / "c" / "s0000"))
+    assert rec.sig_name == ["MLII"] and rec.p_signal.shape[1] == 1
+
+
+def test_symbols_are_mitbih_beats_and_rhythms():
+    for kind in (dict(), dict(afib=True), dict(paced=True)):
+        rec = synth_record(1, 360, 5, **kind)
+        _, symbols = rec.beats()
+        assert len(symbols) > 40 and set(symbols) <= set(SYMBOL_TO_AAMI)
+        rhythms = [aux for sym, aux in zip(rec.ann_symbol, rec.ann_aux, strict=True) if sym == "+"]
+        assert rhythms and all(aux.startswith("(") and aux[1:] in RHYTHMS for aux in rhythms)
+        assert np.all(np.diff(rec.ann_sample) > 0)
+    assert "(AFIB" in synth_record(1, 360, 5, afib=True).ann_aux
+    assert set(synth_record(1, 360, 5, paced=True).beats()[1]) & {"/", "f"}
+
+
+def _peak_errors(rec) -> np.ndarray:
+    """Distance (samples) from each beat label to the band-passed lead 0's largest peak of the
+    label's own polarity within 30 ms: the R peak, or a wide beat's dominant lobe."""
+    fs = rec.fs
+    sos = butter(2, [0.5, min(40.0, 0.45 * fs)], btype="band", fs=fs, output="sos")
+    bp = sosfiltfilt(sos, rec.signal[:, 0])
+    sample, _ = rec.beats()
+    h = round(0.03 * fs)
+    idx = np.clip(sample[:, None] + np.arange(-h, h + 1)[None, :], 0, len(bp) - 1)
+    signed = bp[idx] * np.sign(bp[sample])[:, None]
+    return idx[np.arange(len(sample)), signed.argmax(axis=1)] - sample
+
+
+@pytest.mark.parametrize("fs", [128, 360, 1000])
+def test_labels_sit_on_the_drawn_peak(fs):
+    for kind in (dict(), dict(afib=True), dict(paced=True)):
+        clean = synth_record(1, fs, 2, noise=0.0, **kind)
+        assert np.abs(_peak_errors(clean)).max() <= max(1, round(0.002 * fs)), kind
+        # Noise moves the apparent top of a wide (V, paced, fusion) lobe by a few samples; a
+        # narrow QRS keeps its label within 4 ms, and no label strays as far as 35 ms.
+        noisy = synth_record(1, fs, 2, **kind)
+        errors = np.abs(_peak_errors(noisy))
+        narrow = np.isin(noisy.beats()[1], ["N", "A"])
+        assert narrow.sum() > (0 if "paced" in kind else 40), kind
+        assert errors[narrow].max(initial=0) <= max(1, round(0.004 * fs)), kind
+        assert errors.max() <= 0.035 * fs, kind
+
+
+def _rr_by_rhythm(rec) -> dict[str, np.ndarray]:
+    """RR intervals (s) between consecutive N beats, grouped by the rhythm they fall in."""
+    rhythm, out = "", {}
+    prev = None
+    for sample, sym, aux in zip(rec.ann_sample, rec.ann_symbol, rec.ann_aux, strict=True):
+        if sym == "+":
+            rhythm, prev = aux, None
+            continue
+        if sym == "N" and prev is not None and prev[1] == "N":
+            out.setdefault(rhythm, []).append((sample - prev[0]) / rec.fs)
+        prev = (sample, sym)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_afib_rr_is_irregularly_irregular():
+    rr = _rr_by_rhythm(synth_record(4, 250, 1, afib=True))
+    assert len(rr["(AFIB"]) > 50 and len(rr["(N"]) > 50
+
+    def irregularity(x):
+        return np.median(np.abs(np.diff(x))) / np.median(x)
+
+    assert irregularity(rr["(AFIB"]) > 4 * irregularity(rr["(N"])
+
+
+def _mean_p_wave(rec, rhythm: str) -> tuple[int, float]:
+    """Largest |mean lead-0 deflection| 300-60 ms before N beats that follow a long RR."""
+    fs, rows, current, prev = rec.fs, [], "", None
+    for sample, sym, aux in zip(rec.ann_sample, rec.ann_symbol, rec.ann_aux, strict=True):
+        if sym == "+":
+            current = aux
+            continue
+        if sym == "N" and current == rhythm and prev is not None and sample - prev > 0.75 * fs:
+            window = rec.signal[sample - round(0.3 * fs) : sample - round(0.06 * fs), 0]
+            rows.append(window - window[-1])
+        prev = sample
+    return len(rows), float(np.abs(np.mean(rows, axis=0)).max())
+
+
+def test_afib_beats_have_no_p_wave():
+    rec = synth_record(4, 250, 1, afib=True, noise=0.0)
+    n_sinus, sinus = _mean_p_wave(rec, "(N")
+    n_afib, afib = _mean_p_wave(rec, "(AFIB")
+    assert n_sinus >= 20 and n_afib >= 20
+    assert sinus > 0.07 and afib < 0.3 * sinus
+
+
+def _beats_with_neighbours(symbol_wanted: str, seeds=range(6)):
+    found = []
+    for seed in seeds:
+        sample, symbol = synth_record(3, 360, seed).beats()
+        t = sample / 360.0
+        for i in range(2, len(symbol) - 1):
+            if symbol[i] == symbol_wanted and all(symbol[j] == "N" for j in (i - 2, i - 1, i + 1)):
+                found.append((t[i - 1] - t[i - 2], t[i] - t[i - 1], t[i + 1] - t[i]))
+    return np.array(found)
+
+
+def test_pvcs_are_early_with_a_compensatory_pause():
+    ref, before, after = _beats_with_neighbours("V").T
+    assert len(ref) >= 10
+    assert np.all(before < 0.85 * ref) and np.all(after > before)
+    # Full compensatory pause: the two RRs around the PVC add up to two sinus cycles.
+    assert np.all(np.abs((before + after) / (2 * ref) - 1) < 0.15)
+    assert abs(np.median((before + after) / (2 * ref)) - 1) < 0.05
+
+
+def test_pacs_are_early_and_reset_the_sinus_node():
+    ref, before, after = _beats_with_neighbours("A").T
+    assert len(ref) >= 10
+    assert np.all(before < 0.9 * ref)
+    assert np.median((before + after) / (2 * ref)) < 0.95  # less than a compensatory pause
+
+
+def test_run_json_counts_match_the_annotation_files(tmp_path):
+    info = write_corpus(tmp_path / "c", records=20, minutes=0.5, fs=128, seed=4, workers=2)
+    assert json.loads((tmp_path / "c" / "run.json").read_text())["counts"] == info["counts"]
+    symbols, afib = Counter(), 0
+    for hea in sorted((tmp_path / "c").glob("*.hea")):
+        ann = wfdb.rdann(str(hea.with_suffix("")), "atr")
+        symbols.update(s for s in ann.symbol if s != "+")
+        afib += "(AFIB" in ann.aux_note
+    classes = Counter()
+    for sym, count in symbols.items():
+        classes[SYMBOL_TO_AAMI[sym]] += count
+    counts = info["counts"]
+    assert counts["symbols"] == dict(symbols)
+    assert counts["classes"] == {c: classes[c] for c in "NSVFQ"}
+    assert counts["beats"] == sum(symbols.values())
+    assert counts["afib_records"] == afib == 6  # 30 % of 20, spread exactly
+    assert counts["paced_records"] >= 1
+    assert counts["classes"]["N"] > 0.75 * counts["beats"]
+    assert 0 < counts["classes"]["V"] + counts["classes"]["S"] < 0.2 * counts["beats"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        (["--fs", "50"], "--fs"),
+        (["--fs", "2000"], "--fs"),
+        (["--records", "0"], "--records"),
+        (["--minutes", "0"], "--minutes"),
+        (["--minutes", "0.01"], "--minutes"),
+        (["--afib-fraction", "2"], "--afib-fraction"),
+        (["--workers", "0"], "--workers"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(tmp_path, capsys, flags, flag):
+    code = main(["synth", str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and flag in err[0] and "Traceback" not in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_is_refused_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    args = ["synth", str(out), "--records", "1", "--minutes", "0.1", "--workers", "1"]
+    assert main(args) == 2
+    assert str(out) in capsys.readouterr().err
+    assert (out / "keep.txt").read_text() == "precious"
+    assert main([*args, "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "RECORDS", "run.json", "s0000.atr", "s0000.dat", "s0000.hea"
+    ]  # fmt: skip
+
+
+def test_a_failed_run_leaves_nothing(tmp_path, monkeypatch):
+    real = corpus_module.write_record
+
+    def failing(folder, i, config):
+        if i == 2:
+            raise RuntimeError("disk full")
+        return real(folder, i, config)
+
+    monkeypatch.setattr(corpus_module, "write_record", failing)
+    with pytest.raises(RuntimeError):
+        write_corpus(tmp_path / "out", records=4, minutes=0.1, fs=128, seed=0, workers=1)
+    assert list(tmp_path.iterdir()) == []
