@@ -15,9 +15,21 @@ T = TypeVar("T")
 logger = logging.getLogger("heartlm")
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of writing (pytest swaps it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(verbosity: int = 0) -> None:
     level = logging.DEBUG if verbosity > 0 else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderrHandler()
     handler.setFormatter(logging.Formatter("heartlm: %(message)s"))
     logger.handlers[:] = [handler]
     logger.setLevel(level if is_main_process() else logging.WARNING)
