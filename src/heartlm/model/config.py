@@ -1,0 +1,72 @@
+"""Model configuration: one frozen dataclass and the named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+VOCAB_MULTIPLE = 128
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
+    "small": {"d_model": 256, "n_layers": 4, "n_heads": 4, "d_ff": 1024},
+    "base": {"d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
+    "large": {"d_model": 1024, "n_layers": 24, "n_heads": 16, "d_ff": 4096},
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    preset: str = "tiny"
+    vocab_size: int = 1032
+    """morphology vocabulary, special tokens included"""
+    rhythm_vocab_size: int = 16
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int = 256
+    max_len: int = 1024
+    """longest window in beats (CLS excluded)"""
+    causal: bool = False
+    cls_token: bool = False
+    n_beat_classes: int = 5
+    n_window_classes: int = 2
+    norm: str = "layernorm"
+    bias: bool = False
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"norm must be layernorm or rmsnorm, not {self.norm!r}")
+        if self.vocab_size < 6 or self.rhythm_vocab_size < 1:
+            raise ValueError("vocab_size and rhythm_vocab_size must be positive")
+
+    @property
+    def padded_vocab(self) -> int:
+        return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+    @property
+    def padded_rhythm_vocab(self) -> int:
+        return -(-self.rhythm_vocab_size // 8) * 8
+
+    @property
+    def positions(self) -> int:
+        return self.max_len + int(self.cls_token)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def model_config(preset: str, **overrides: Any) -> ModelConfig:
+    """The named preset with `overrides` (vocab sizes, max_len, causal, ...)."""
+    if preset not in PRESETS:
+        raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, not {preset!r}")
+    return ModelConfig(preset=preset, **{**PRESETS[preset], **overrides})

@@ -1,0 +1,151 @@
+"""The Heart Language Model: a pre-norm transformer over beat tokens, for one device."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from heartlm.model.config import ModelConfig
+
+HEADS = ("hidden", "mlm", "next", "beat", "window")
+
+
+def _norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model)
+    return nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.causal = cfg.causal
+        self.dropout = cfg.dropout
+        self.norm1 = _norm(cfg)
+        # One fused QKV matmul and one fused MLP-in matmul: fewer, larger GEMMs.
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.norm2 = _norm(cfg)
+        self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x_BTD: Tensor, mask_B11T: Tensor | None) -> Tensor:
+        B, T, D = x_BTD.shape
+        q, k, v = self.qkv(self.norm1(x_BTD)).view(B, T, 3, self.n_heads, -1).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if mask_B11T is None:
+            a = F.scaled_dot_product_attention(
+                q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+            )
+        else:
+            a = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask_B11T, dropout_p=self.dropout if self.training else 0.0
+            )
+        x_BTD = x_BTD + self.drop(self.proj(a.transpose(1, 2).reshape(B, T, D)))
+        return x_BTD + self.drop(self.fc_out(F.gelu(self.fc_in(self.norm2(x_BTD)))))
+
+
+class HeartLM(nn.Module):
+    """Morphology + rhythm + position embeddings, pre-norm blocks, and task heads.
+
+    `forward(..., head=...)` computes only the requested head, so the masked-token
+    vocabulary projection runs only at the positions that carry a loss.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.morph_emb = nn.Embedding(cfg.padded_vocab, cfg.d_model)
+        self.rhythm_emb = nn.Embedding(cfg.padded_rhythm_vocab, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.positions, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = _norm(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
+        self.beat_head = nn.Linear(cfg.d_model, cfg.n_beat_classes)
+        self.window_head = nn.Linear(cfg.d_model, cfg.n_window_classes)
+        self.apply(self._init)
+        for block in self.blocks:  # GPT-2 style scaling of the residual projections
+            for lin in (block.proj, block.fc_out):
+                nn.init.normal_(lin.weight, std=0.02 / (2 * cfg.n_layers) ** 0.5)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def head_parameters(self) -> dict[str, list[nn.Parameter]]:
+        return {
+            "mlm": list(self.lm_head.parameters()),
+            "beat": list(self.beat_head.parameters()),
+            "window": list(self.window_head.parameters()),
+        }
+
+    def use_heads(self, heads: tuple[str, ...]) -> None:
+        """Freeze the heads an objective does not use (DDP then needs no unused search)."""
+        wanted = {"mlm" if h == "next" else h for h in heads}
+        for name, params in self.head_parameters().items():
+            for p in params:
+                p.requires_grad_(name in wanted)
+
+    def encode(self, morph_BT: Tensor, rhythm_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
+        cfg = self.cfg
+        x = self.morph_emb(morph_BT) + self.rhythm_emb(rhythm_BT)
+        if cfg.cls_token:
+            cls = self.morph_emb.weight[2].expand(x.shape[0], 1, -1)
+            x = torch.cat([cls, x], dim=1)
+            if valid_BT is not None:
+                valid_BT = F.pad(valid_BT, (1, 0), value=True)
+        T = x.shape[1]
+        if cfg.positions < T:
+            raise ValueError(f"window of {T} positions exceeds max_len {cfg.positions}")
+        x = self.drop(x + self.pos_emb.weight[:T])
+        mask = None
+        if valid_BT is not None:
+            mask = valid_BT[:, None, None, :]
+            if cfg.causal:
+                mask = mask & torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x)
+
+    def forward(
+        self,
+        morph_BT: Tensor,
+        rhythm_BT: Tensor,
+        valid_BT: Tensor | None = None,
+        head: str = "hidden",
+        positions_BK: Tensor | None = None,
+    ) -> Tensor:
+        h = self.encode(morph_BT, rhythm_BT, valid_BT)
+        if head == "hidden":
+            return h
+        if self.cfg.cls_token:
+            cls_BD, h = h[:, 0], h[:, 1:]
+        if head == "mlm":
+            if positions_BK is not None:
+                h = torch.gather(h, 1, positions_BK[..., None].expand(-1, -1, h.shape[-1]))
+            return self.lm_head(h)
+        if head == "next":
+            return self.lm_head(h)
+        if head == "beat":
+            return self.beat_head(h)
+        if head == "window":
+            if self.cfg.cls_token:
+                return self.window_head(cls_BD)
+            if valid_BT is None:
+                return self.window_head(h.mean(1))
+            w = valid_BT[..., None].to(h.dtype)
+            return self.window_head((h * w).sum(1) / w.sum(1).clamp_min(1.0))
+        raise ValueError(f"unknown head {head!r}; one of {', '.join(HEADS)}")
+
+    def num_params(self, embeddings: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if not embeddings:
+            n -= sum(m.weight.numel() for m in (self.morph_emb, self.rhythm_emb, self.pos_emb))
+        return n

@@ -1,0 +1,309 @@
+"""`heartlm pretrain TOKENS --out RUN`: pretrain the Heart Language Model on token shards."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+from heartlm.log import logger
+
+RUN_MARKERS = ("run.json", "metrics.jsonl", "checkpoints", "model.safetensors")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from heartlm.model.config import PRESETS
+    from heartlm.train.launch import add_launch_arguments
+    from heartlm.train.optim import SCHEDULES
+
+    p.add_argument("tokens", metavar="TOKENS", help="token folder written by `heartlm tokenize`")
+    p.add_argument("--out", required=True, metavar="RUN", help="run folder to write")
+    g = p.add_argument_group("model and objective")
+    g.add_argument("--preset", default="small", choices=list(PRESETS))
+    g.add_argument("--objective", default="masked", choices=["masked", "next"])
+    g.add_argument("--window", type=int, default=128, help="beats per window")
+    g.add_argument("--stride", type=int, default=None, help="beats between windows (= window)")
+    g.add_argument("--mask-prob", type=float, default=0.15, help="share of beats masked")
+    g.add_argument(
+        "--mask-mode",
+        default="bert",
+        choices=["bert", "mask"],
+        help="bert: 80/10/10 MASK/random/kept; mask: all MASK",
+    )
+    g.add_argument("--label-smoothing", type=float, default=0.0)
+    g.add_argument(
+        "--skip-short",
+        action="store_true",
+        help="skip records shorter than --window instead of padding them",
+    )
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--batch", type=int, default=256, help="global batch in windows")
+    g.add_argument(
+        "--micro-batch",
+        type=int,
+        default=None,
+        help="windows per device per forward (accumulate to --batch)",
+    )
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None)
+    length.add_argument("--epochs", type=float, default=None)
+    g.add_argument("--lr", type=float, default=3e-4)
+    g.add_argument(
+        "--lr-scale-batch", action="store_true", help="scale --lr linearly with --batch / 256"
+    )
+    g.add_argument("--schedule", default="cosine", choices=list(SCHEDULES))
+    g.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
+    g.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor / --lr")
+    g.add_argument("--step-every", type=int, default=1000, help="step schedule: steps per decay")
+    g.add_argument("--step-gamma", type=float, default=0.5, help="step schedule: decay factor")
+    g.add_argument("--exp-gamma", type=float, default=0.999, help="exponential: decay per step")
+    g.add_argument("--weight-decay", type=float, default=0.1)
+    g.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("validation, logging, checkpoints")
+    g.add_argument("--val-fraction", type=float, default=0.1, help="share of records held out")
+    g.add_argument("--val-every", type=int, default=500, help="0 = only at the end")
+    g.add_argument("--val-batches", type=int, default=50)
+    g.add_argument("--log-every", type=int, default=10, help="steps between host syncs")
+    g.add_argument("--ckpt-every", type=int, default=1000, help="0 = only at the end")
+    g.add_argument("--keep", type=int, default=2, help="checkpoints to keep")
+    g.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    g.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    g.add_argument(
+        "--stop-at",
+        type=int,
+        default=None,
+        help="stop with a checkpoint after this step (time-limited allocations)",
+    )
+    g.add_argument("--wandb", action="store_true", help="also log to W&B (WANDB_MODE=offline ok)")
+    g.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="profile K steps after warm-up; writes RUN/breakdown.json",
+    )
+    g = p.add_argument_group("speed and parallelism")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument(
+        "--precision",
+        default="bf16",
+        choices=["bf16", "fp32"],
+        help="bf16 autocast on CUDA (CPU always runs fp32)",
+    )
+    g.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile (default: on for CUDA, off for CPU)",
+    )
+    g.add_argument("--compile-mode", default=None, help="e.g. max-autotune-no-cudagraphs")
+    g.add_argument(
+        "--sdpa", default="auto", choices=["auto", "flash", "cudnn", "efficient", "math"]
+    )
+    g.add_argument("--backend", default="ddp", choices=["ddp", "fsdp", "deepspeed"])
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a stuck rendezvous or collective fails",
+    )
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="0: windows cut on the device; N: DataLoader with N workers",
+    )
+    g.add_argument("--prefetch", type=int, default=2, help="DataLoader prefetch_factor")
+    add_launch_arguments(p)
+
+
+def _prepare_run_dir(out: Path, resume: bool, overwrite: bool, is_main: bool) -> None:
+    holds_run = out.is_dir() and any((out / m).exists() for m in RUN_MARKERS)
+    if out.exists() and not out.is_dir():
+        raise HeartlmError("exists and is not a folder", out)
+    if holds_run and not (resume or overwrite):
+        raise HeartlmError("already holds a run (use --resume to continue it or --overwrite)", out)
+    if out.is_dir() and any(out.iterdir()) and not holds_run and not overwrite:
+        raise HeartlmError("is not empty and holds no heartlm run (use --overwrite)", out)
+    if is_main:
+        if overwrite and not resume and out.is_dir():
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+
+
+def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """Load the tokens and validate every flag: (data, TrainConfig, objective, ModelConfig)."""
+    from heartlm.model import model_config
+    from heartlm.train.data import load_tokens
+    from heartlm.train.launch import is_elastic_restart
+    from heartlm.train.loop import TrainConfig
+    from heartlm.train.objectives import make_objective
+
+    if args.wandb:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise HeartlmError(
+                "--wandb: wandb is not installed: pip install 'heartlm[wandb]'"
+            ) from None
+    if args.steps is None and args.epochs is None:
+        args.steps = 1000
+    nproc = max(1, getattr(args, "nproc", 1))
+    if args.batch % nproc:
+        raise HeartlmError(f"--batch {args.batch} is not divisible by --nproc {nproc}")
+    data = load_tokens(args.tokens)
+    cfg = TrainConfig(
+        steps=args.steps,
+        epochs=args.epochs,
+        batch=args.batch,
+        micro_batch=args.micro_batch,
+        lr=args.lr,
+        lr_scale_batch=args.lr_scale_batch,
+        schedule=args.schedule,
+        warmup_steps=args.warmup,
+        min_lr_ratio=args.min_lr_ratio,
+        step_every=args.step_every,
+        step_gamma=args.step_gamma,
+        exp_gamma=args.exp_gamma,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+        val_every=args.val_every,
+        val_batches=args.val_batches,
+        log_every=args.log_every,
+        ckpt_every=args.ckpt_every,
+        keep_ckpts=args.keep,
+        seed=args.seed,
+        compile=args.compile,
+        compile_mode=args.compile_mode,
+        sdpa=args.sdpa,
+        precision=args.precision,
+        backend=args.backend,
+        workers=args.workers,
+        prefetch=args.prefetch,
+        profile_steps=args.profile_steps,
+        wandb=args.wandb,
+        resume=args.resume or is_elastic_restart(),
+        stop_at=args.stop_at,
+    )
+    try:
+        cfg.validate()
+        objective = make_objective(
+            args.objective,
+            data.vocab_size,
+            mask_prob=args.mask_prob,
+            mode=args.mask_mode,
+            label_smoothing=args.label_smoothing,
+            seed=args.seed,
+        )
+        mcfg = model_config(
+            args.preset,
+            vocab_size=data.vocab_size,
+            rhythm_vocab_size=data.rhythm_vocab_size,
+            max_len=args.window,
+            causal=args.objective == "next",
+        )
+    except ValueError as exc:
+        raise HeartlmError(str(exc)) from None
+    lengths = data.record_lengths()
+    if lengths.size and args.window > lengths.max():
+        raise HeartlmError(
+            f"--window {args.window} is longer than every record (longest: "
+            f"{data.records[int(lengths.argmax())]}, {int(lengths.max())} beats)",
+            args.tokens,
+        )
+    return data, cfg, objective, mcfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from heartlm.train.launch import maybe_relaunch
+
+    out = Path(args.out)
+    # Bad flags fail once here, before any relaunch, not once per process.
+    data, cfg, objective, mcfg = _resolve(args)
+    _prepare_run_dir(out, cfg.resume, args.overwrite, is_main=False)
+    code = maybe_relaunch(args)
+    if code is not None:
+        return code
+
+    import torch
+
+    from heartlm.model import HeartLM
+    from heartlm.runinfo import write_run_json
+    from heartlm.train.data import WindowSampler, split_records
+    from heartlm.train.distributed import barrier, init_distributed, shutdown
+    from heartlm.train.loop import train
+
+    t0 = time.perf_counter()
+    resume = cfg.resume
+    env = init_distributed(args.timeout, None if args.device == "auto" else args.device)
+    try:
+        _prepare_run_dir(out, resume, args.overwrite, env.is_main)
+        barrier(env)
+        train_d, val_d = split_records(data, args.val_fraction, args.seed)
+        pad = not args.skip_short
+        train_s = WindowSampler(train_d, args.window, args.stride, args.seed, env.device, pad)
+        val_s = None
+        if val_d.records:
+            try:
+                val_s = WindowSampler(val_d, args.window, args.stride, args.seed, env.device, pad)
+            except HeartlmError:
+                logger.warning(
+                    "no validation window fits --window %d; skipping validation", args.window
+                )
+        torch.manual_seed(args.seed)
+        model = HeartLM(mcfg)
+        info = {
+            "vocab_size": data.vocab_size,
+            "rhythm_vocab_size": data.rhythm_vocab_size,
+            "codebook_sha256": data.meta.get("codebook_sha256"),
+            "codebook_hash": data.meta.get("codebook_hash"),
+            "tokens": str(args.tokens),
+            "fs": data.meta.get("fs"),
+            "window_samples": data.meta.get("window_samples"),
+            "val_records": val_d.records,
+        }
+        counts = {
+            "train_records": len(train_d.records),
+            "val_records": len(val_d.records),
+            "train_windows": train_s.n_windows,
+            "parameters": model.num_params(),
+            "world_size": env.world_size,
+        }
+        if env.is_main:
+            write_run_json(
+                out,
+                "pretrain",
+                {"train": cfg, "model": mcfg},
+                counts,
+                extra={"tokens": str(args.tokens)},
+            )
+        logger.info(
+            "%s preset, %.1f M parameters, %d training windows of %d beats, %d process(es)",
+            args.preset,
+            model.num_params() / 1e6,
+            train_s.n_windows,
+            args.window,
+            env.world_size,
+        )
+        result = train(cfg, model, objective, train_s, val_s, out, env, info)
+        if env.is_main:
+            write_run_json(
+                out,
+                "pretrain",
+                {"train": cfg, "model": mcfg},
+                counts,
+                timings={"total": time.perf_counter() - t0, "train": result.elapsed_s},
+                extra={"tokens": str(args.tokens), "result": result},
+            )
+        logger.info(
+            "step %d: loss %.4f%s",
+            result.step,
+            result.loss,
+            "" if result.val_loss is None else f", val_loss {result.val_loss:.4f}",
+        )
+    finally:
+        shutdown(env)
+    return 0

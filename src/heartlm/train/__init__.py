@@ -1,0 +1,1 @@
+"""The training engine that pretrain and finetune compose: data, objectives, loop, checkpoints."""

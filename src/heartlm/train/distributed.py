@@ -1,0 +1,161 @@
+"""Process group setup from torchrun's environment, and wrapping the model for DDP or FSDP2.
+
+Order of wrapping (as torchtitan): compile, then DDP / `fully_shard` (per block, then root).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from heartlm.errors import HeartlmError
+from heartlm.log import logger
+
+BACKENDS = ("ddp", "fsdp", "deepspeed")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str = ""  # the process-group backend, "" when not distributed
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise HeartlmError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> DistEnv:
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*).
+
+    `device`: "cuda", "cpu" or None (CUDA when available). A rendezvous or collective that
+    cannot complete within `timeout_s` fails with an error instead of hanging.
+    """
+    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise HeartlmError("--device cuda: no CUDA device is available")
+    if use_cuda:
+        n_dev = torch.cuda.device_count()
+        if local_rank >= n_dev:
+            raise HeartlmError(
+                f"{_env_int('LOCAL_WORLD_SIZE', world)} processes on this node but only "
+                f"{n_dev} GPUs: use --nproc {n_dev} or fewer"
+            )
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    if world <= 1:
+        return DistEnv(0, 1, 0, dev, "")
+    backend = "nccl" if use_cuda else "gloo"
+    try:
+        dist.init_process_group(
+            backend,
+            timeout=dt.timedelta(seconds=timeout_s),
+            device_id=dev if use_cuda else None,
+        )
+    except Exception as exc:  # rendezvous failures come as several error types
+        raise HeartlmError(
+            f"could not join the process group (rank {rank} of {world}, "
+            f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}) "
+            f"within --timeout {timeout_s:g} s: {exc}"
+        ) from None
+    return DistEnv(rank, world, local_rank, dev, backend)
+
+
+def shutdown(env: DistEnv) -> None:
+    if env.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()
+
+
+def all_reduce_sum(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    if env.distributed:
+        dist.all_reduce(t)
+    return t
+
+
+def wrap_model(
+    model: nn.Module,
+    env: DistEnv,
+    backend: str = "ddp",
+    compile: bool = False,
+    compile_mode: str | None = None,
+    bf16: bool = False,
+    static_graph: bool = False,
+) -> nn.Module:
+    """Compile, then wrap for data parallelism. Returns the module to call and train.
+
+    `static_graph` (DDP): pass True only when every step runs the same graph without
+    `no_sync` accumulation.
+    """
+    if backend not in BACKENDS:
+        raise HeartlmError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "deepspeed":
+        from heartlm.train.zero import require_deepspeed
+
+        require_deepspeed()
+        # A DeepSpeed engine owns the optimizer, accumulation and clipping (heartlm.train.zero);
+        # this loop drives torch optimizers, so it refuses rather than train differently.
+        raise HeartlmError(
+            "--backend deepspeed: the training loop does not drive a DeepSpeed engine yet; "
+            "use --backend ddp or fsdp"
+        )
+    if backend == "fsdp" and env.distributed:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if bf16
+            else MixedPrecisionPolicy()
+        )
+        if compile:
+            for block in model.blocks:  # type: ignore[attr-defined]
+                block.compile(mode=compile_mode)
+        for block in model.blocks:  # type: ignore[attr-defined]
+            fully_shard(block, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        return model
+    if compile:
+        model.compile(mode=compile_mode)
+    if backend == "ddp" and env.distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [env.device.index] if env.device.type == "cuda" else None
+        model = DDP(
+            model,
+            device_ids=ids,
+            gradient_as_bucket_view=True,
+            find_unused_parameters=False,
+            static_graph=static_graph,
+        )
+    elif backend == "fsdp":
+        logger.debug("--backend fsdp with one process: training the plain module")
+    return model

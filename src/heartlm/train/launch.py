@@ -1,0 +1,249 @@
+"""Start heartlm under torchrun (`--nproc N`), and the one test hook that kills a rank mid-run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+
+from heartlm.errors import HeartlmError
+from heartlm.log import logger
+
+# Flags that belong to the launcher: the relaunched workers must not see them.
+LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--rdzv-timeout")
+DEFAULT_RDZV_TIMEOUT_S = 300
+FAULT_STEP_ENV = "HEARTLM_FAULT_AT_STEP"
+FAULT_RANK_ENV = "HEARTLM_FAULT_RANK"
+_RDZV_TIMEOUT_MARK = "RendezvousTimeoutError"
+_WORKERS_FAILED_MARK = "ChildFailedError"
+# Since torch 2.5 the c10d rendezvous shares one TCPStore with the workers across restarts,
+# and a restarted group can read the dead group's addresses from it and fail to connect
+# (pytorch/pytorch#135712, #167288): give each restart a fresh store instead.
+LAUNCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that make a training command start torchrun itself."""
+    group = parser.add_argument_group("launch")
+    group.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="start N processes on this node under torchrun (one per GPU; CPU: gloo)",
+    )
+    group.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="R",
+        help="with --nproc: restart the whole group up to R times after a lost rank; "
+        "training resumes from the last checkpoint",
+    )
+    group.add_argument(
+        "--rdzv-timeout",
+        type=int,
+        default=DEFAULT_RDZV_TIMEOUT_S,
+        metavar="S",
+        help="seconds to wait for all processes to join before giving up",
+    )
+
+
+def maybe_relaunch(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int | None:
+    """Relaunch under torchrun when `--nproc > 1` and we are not a torchrun worker yet.
+
+    Returns torchrun's exit code, or None when this process should train itself.
+    """
+    nproc = getattr(args, "nproc", 1)
+    if nproc < 1:
+        raise HeartlmError(f"--nproc must be at least 1, got {nproc}")
+    if getattr(args, "max_restarts", 0) < 0:
+        raise HeartlmError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    if nproc == 1 or "LOCAL_RANK" in os.environ:
+        return None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return relaunch_under_torchrun(
+        nproc,
+        argv,
+        max_restarts=getattr(args, "max_restarts", 0),
+        rdzv_timeout_s=getattr(args, "rdzv_timeout", DEFAULT_RDZV_TIMEOUT_S),
+    )
+
+
+def strip_flags(argv: Sequence[str], flags: Sequence[str] = LAUNCH_FLAGS) -> list[str]:
+    """`argv` without the given valued flags (both `--flag V` and `--flag=V`)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in flags:
+            skip = True
+            continue
+        if any(arg.startswith(f + "=") for f in flags):
+            continue
+        out.append(arg)
+    return out
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_nproc(nproc: int) -> None:
+    """Refuse more processes per node than GPUs on a CUDA machine (they would share a GPU)."""
+    import torch
+
+    if torch.cuda.is_available() and nproc > torch.cuda.device_count():
+        raise HeartlmError(
+            f"--nproc {nproc}: more processes than the {torch.cuda.device_count()} "
+            "GPU(s) on this machine"
+        )
+
+
+def torchrun_command(
+    nproc: int,
+    argv: Sequence[str],
+    max_restarts: int = 0,
+    nnodes: str = "1",
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    rdzv_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S,
+) -> list[str]:
+    """The `python -m torch.distributed.run ... -m heartlm ARGV` command line.
+
+    One node without an endpoint: a c10d store on a free localhost port. Several nodes:
+    c10d rendezvous at `rdzv_endpoint` (the agent on that host serves the store), with
+    `join_timeout` so a group that never forms fails instead of hanging.
+    """
+    if rdzv_endpoint is None:
+        if nnodes != "1":
+            raise HeartlmError(f"--nnodes {nnodes} needs a rendezvous endpoint (host:port)")
+        rdzv_endpoint = f"127.0.0.1:{free_port()}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={rdzv_endpoint}",
+        f"--rdzv-id={rdzv_id or uuid.uuid4().hex[:12]}",
+        f"--rdzv-conf=join_timeout={rdzv_timeout_s}",
+        "--monitor-interval=0.5",
+        "-m",
+        "heartlm",
+    ]
+    return cmd + strip_flags(argv)
+
+
+def relaunch_under_torchrun(
+    nproc: int,
+    argv: list[str],
+    max_restarts: int = 0,
+    nnodes: str = "1",
+    rdzv_endpoint: str | None = None,
+    rdzv_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S,
+    rdzv_id: str | None = None,
+) -> int:
+    """Run `heartlm ARGV` as `nproc` torchrun workers; stream their output; return the exit code.
+
+    Raises HeartlmError when the rendezvous does not form within `rdzv_timeout_s`.
+    """
+    check_nproc(nproc)
+    if rdzv_endpoint is None and nnodes == "1":
+        rdzv_endpoint = f"127.0.0.1:{free_port()}"
+    cmd = torchrun_command(
+        nproc, argv, max_restarts, nnodes, rdzv_endpoint, rdzv_id, rdzv_timeout_s
+    )
+    logger.info("launching %d processes x %s node(s) under torchrun", nproc, nnodes)
+    logger.debug("%s", " ".join(cmd))
+    env = {**os.environ, **LAUNCH_ENV}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    start = time.monotonic()
+    # stderr is relayed line by line so a rendezvous timeout can be recognised in it.
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1)
+    seen_timeout = threading.Event()
+    relay = threading.Thread(target=_relay, args=(proc.stderr, seen_timeout), daemon=True)
+    relay.start()
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        # The terminal already sent SIGINT to torchrun too; give it time to stop its workers.
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+    relay.join(timeout=5)
+    if code != 0 and seen_timeout.is_set():
+        raise HeartlmError(
+            f"rendezvous did not form within {rdzv_timeout_s} s "
+            f"({nnodes} node(s) expected at {rdzv_endpoint}, "
+            f"waited {time.monotonic() - start:.0f} s): are all nodes started and "
+            "is the endpoint reachable?"
+        )
+    return code
+
+
+def _relay(stream, seen_timeout: threading.Event) -> None:
+    """Copy torchrun's stderr to ours, holding back torchrun's own tracebacks: a rendezvous
+    timeout becomes one clear line (the caller's), failed workers keep torchrun's summary."""
+    held: list[str] = []
+    for line in stream:
+        if line.startswith("Traceback (most recent call last)"):
+            held = [line]
+            continue
+        if held:
+            held.append(line)
+            if line[:1].isspace():
+                continue
+            if _RDZV_TIMEOUT_MARK in line:
+                seen_timeout.set()
+            elif _WORKERS_FAILED_MARK not in line:
+                sys.stderr.writelines(held)
+            else:  # torchrun's own stack; the failure summary it prints next is kept
+                sys.stderr.write(line)
+            held = []
+        else:
+            sys.stderr.write(line)
+        sys.stderr.flush()
+    sys.stderr.writelines(held)
+
+
+def restart_count() -> int:
+    """How many times torchrun has restarted this worker group (0 on the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def is_elastic_restart() -> bool:
+    """True in a worker that torchrun started again after a failure: resume, don't start over."""
+    return restart_count() > 0
+
+
+def maybe_inject_fault(step: int, rank: int) -> None:
+    """Test hook: SIGKILL this process after optimizer step `step` if the environment asks.
+
+    `HEARTLM_FAULT_AT_STEP=k` and `HEARTLM_FAULT_RANK=r` (default 0) kill rank r after
+    step k, on the first attempt only, so the restarted group can finish.
+    """
+    at = os.environ.get(FAULT_STEP_ENV)
+    if not at or restart_count() > 0:
+        return
+    if not re.fullmatch(r"\d+", at):
+        raise HeartlmError(f"{FAULT_STEP_ENV}={at!r} is not a step number")
+    if step == int(at) and rank == int(os.environ.get(FAULT_RANK_ENV, "0")):
+        logger.warning("injected fault: killing rank %d after step %d", rank, step)
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,109 @@
+"""One logging interface for training: metrics.jsonl, TensorBoard, optional W&B (rank 0)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+
+REQUIRED_FIELDS = (
+    "step",
+    "loss",
+    "lr",
+    "tokens_per_s",
+    "mfu",
+    "data_wait_pct",
+    "max_mem_gib",
+    "grad_norm",
+    "step_time_s",
+    "elapsed_s",
+)
+
+
+class MetricsLogger:
+    """Appends one JSON object per optimizer step; mirrors scalars to TensorBoard / W&B.
+
+    On ranks other than 0 every method does nothing, so the loop has no rank checks.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        wandb: bool = False,
+        config: dict | None = None,
+        resume_step: int = 0,
+    ) -> None:
+        self.enabled = enabled
+        self.tb = self.wandb = None
+        self.file = None
+        if not enabled:
+            return
+        path = run_dir / "metrics.jsonl"
+        if resume_step and path.is_file():
+            _truncate_after(path, resume_step)
+        self.file = open(path, "a")  # noqa: SIM115 - kept open for the whole run
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step or None)
+        if wandb:
+            try:
+                import wandb as wb
+            except ImportError:
+                raise HeartlmError(
+                    "--wandb: wandb is not installed: pip install 'heartlm[wandb]'"
+                ) from None
+            os.environ.setdefault("WANDB_DIR", str(run_dir))
+            self.wandb = wb.init(
+                project=os.environ.get("WANDB_PROJECT", "heartlm"),
+                config=config,
+                dir=str(run_dir),
+                resume="allow",
+                id=os.environ.get("WANDB_RUN_ID"),
+            )
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.file.write(json.dumps(record) + "\n")
+        step = record["step"]
+        for key, value in record.items():
+            if key != "step" and isinstance(value, int | float):
+                self.tb.add_scalar(
+                    f"train/{key}" if not key.startswith("val_") else f"val/{key[4:]}", value, step
+                )
+        if self.wandb is not None:
+            self.wandb.log(record, step=step)
+
+    def flush(self) -> None:
+        if self.enabled:
+            self.file.flush()
+            self.tb.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self.file.close()
+        self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Drop lines past `step` (written after the checkpoint we resume from)."""
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    path.write_text("".join(f"{line}\n" for line in kept))
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,160 @@
+"""Training objectives: `objective(model, batch) -> (mean loss, dict of device sums)`.
+
+An objective returns the mean loss to backpropagate and *sums* ("loss_sum", "count",
+optionally "correct") so that evaluation aggregates exactly over batches and ranks.
+Randomness (which beats are masked) is a hash of (seed, window key, beat index), so it
+does not depend on the number of ranks, on micro-batching or on resuming.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from heartlm.shards import MASK, NUM_SPECIAL
+from heartlm.train.data import Batch
+
+IGNORE = -100
+
+
+class Objective(Protocol):
+    name: str
+    heads: tuple[str, ...]
+
+    def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+    def predicted_per_window(self, window: int) -> int:
+        """How many positions per window run through the vocabulary head (for FLOPs)."""
+        ...
+
+
+def hash_uniform(seed: int, key_B: Tensor, n: int, salt: int = 0) -> Tensor:
+    """Uniform [0, 1) floats of shape (B, n), a pure function of (seed, key, column, salt)."""
+    m32 = 0xFFFFFFFF
+    x = (key_B[:, None] * 0x9E3779B1 + torch.arange(n, device=key_B.device) * 0x85EBCA77) & m32
+    x = (x ^ ((seed * 0xC2B2AE3D + salt * 0x27D4EB2F + 0x165667B1) & m32)) & m32
+    for mult in (0x7FEB352D, 0x846CA68B):  # a 32-bit integer hash finaliser
+        x = ((x ^ (x >> 16)) * mult) & m32
+    x = x ^ (x >> 16)
+    return (x >> 8).float() / float(1 << 24)
+
+
+def vocab_loss(
+    logits: Tensor, labels: Tensor, vocab_size: int, label_smoothing: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Cross-entropy over the real vocabulary (padded logits masked), as mean and sums."""
+    logits = logits.float()
+    if logits.shape[-1] > vocab_size:
+        logits = logits.masked_fill(
+            torch.arange(logits.shape[-1], device=logits.device) >= vocab_size, float("-inf")
+        )
+    flat, target = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    loss_sum = F.cross_entropy(
+        flat, target, ignore_index=IGNORE, reduction="sum", label_smoothing=label_smoothing
+    )
+    keep = target != IGNORE
+    count = keep.sum()
+    correct = ((flat.argmax(-1) == target) & keep).sum()
+    loss = loss_sum / count.clamp_min(1)
+    return loss, {"loss_sum": loss_sum.detach(), "count": count, "correct": correct}
+
+
+def _real_beats(batch: Batch) -> Tensor:
+    real = batch.morph >= NUM_SPECIAL
+    return real if batch.valid is None else real & batch.valid
+
+
+@dataclass
+class MaskedBeats:
+    """Masked-beat modelling: round(mask_prob * W) beats per window are predicted.
+
+    mode "bert": of the chosen beats 80 % become MASK, 10 % a random token, 10 % stay;
+    mode "mask": all become MASK. Only real beats (not padding or special tokens) are
+    chosen while a window has enough of them; picks beyond that carry no label.
+    """
+
+    vocab_size: int
+    mask_prob: float = 0.15
+    mode: str = "bert"
+    label_smoothing: float = 0.0
+    seed: int = 0
+    gather_head: bool = True
+    """run the vocabulary head only at the chosen beats (False: everywhere, then pick)"""
+    name: str = "masked"
+    heads: tuple[str, ...] = ("mlm",)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ValueError(f"--mask-prob must be in (0, 1), not {self.mask_prob}")
+        if self.mode not in ("bert", "mask"):
+            raise ValueError(f"--mask-mode must be bert or mask, not {self.mode!r}")
+
+    def n_masked(self, window: int) -> int:
+        return max(1, round(self.mask_prob * window))
+
+    def predicted_per_window(self, window: int) -> int:
+        return self.n_masked(window) if self.gather_head else window
+
+    def mask(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """(masked input, chosen positions (B, K), labels (B, K) with IGNORE)."""
+        _B, W = batch.morph.shape
+        k = self.n_masked(W)
+        real = _real_beats(batch)
+        score = hash_uniform(self.seed, batch.key, W, salt=1) + (~real).float() * 2.0
+        positions = score.topk(k, dim=1, largest=False).indices  # (B, K)
+        picked_real = torch.gather(real, 1, positions)
+        labels = torch.gather(batch.morph, 1, positions).long()
+        labels = torch.where(picked_real, labels, IGNORE)
+        u = hash_uniform(self.seed, batch.key, k, salt=2)
+        if self.mode == "bert":
+            rand_tok = NUM_SPECIAL + (
+                hash_uniform(self.seed, batch.key, k, salt=3) * (self.vocab_size - NUM_SPECIAL)
+            ).long().clamp_max(self.vocab_size - NUM_SPECIAL - 1)
+            new = torch.where(u < 0.8, MASK, torch.where(u < 0.9, rand_tok, labels))
+        else:
+            new = torch.full_like(labels, MASK)
+        new = torch.where(picked_real, new, torch.gather(batch.morph, 1, positions).long())
+        morph = batch.morph.scatter(1, positions, new.to(batch.morph.dtype))
+        return morph, positions, labels
+
+    def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        morph, positions, labels = self.mask(batch)
+        if self.gather_head:
+            logits = model(morph, batch.rhythm, batch.valid, head="mlm", positions_BK=positions)
+        else:
+            logits = model(morph, batch.rhythm, batch.valid, head="next")
+            logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
+        return vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+
+
+@dataclass
+class NextBeat:
+    """Next-beat prediction with a causal model: beat t+1 from beats <= t."""
+
+    vocab_size: int
+    label_smoothing: float = 0.0
+    name: str = "next"
+    heads: tuple[str, ...] = ("next",)
+
+    def predicted_per_window(self, window: int) -> int:
+        return window
+
+    def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        logits = model(batch.morph, batch.rhythm, batch.valid, head="next")
+        real = _real_beats(batch)
+        labels = torch.where(real, batch.morph.long(), IGNORE)
+        labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
+        return vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+
+
+def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
+    if name == "masked":
+        return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
+    if name == "next":
+        kwargs.pop("mask_prob", None), kwargs.pop("mode", None), kwargs.pop("seed", None)
+        return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
+    raise ValueError(f"--objective must be masked or next, not {name!r}")

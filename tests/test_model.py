@@ -1,0 +1,154 @@
+"""The Heart Language Model: presets, attention masks, heads, export/reload, checkpoint checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from heartlm.errors import HeartlmError
+from heartlm.model import HeartLM, load_pretrained, model_config
+from heartlm.model.load import export_model
+from heartlm.train import checkpoint as ckpt
+from heartlm.train.distributed import DistEnv
+from heartlm.train.flops import flops_per_token
+from heartlm.train.optim import build_adamw
+
+
+def _tiny(**kw: object) -> HeartLM:
+    torch.manual_seed(0)
+    return HeartLM(model_config("tiny", vocab_size=45, rhythm_vocab_size=9, max_len=16, **kw))
+
+
+def _inputs(B: int = 2, T: int = 16, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, 45, (B, T), generator=g), torch.randint(5, 9, (B, T), generator=g)
+
+
+def test_base_preset_is_about_86m_parameters_with_a_padded_vocabulary():
+    cfg = model_config("base", vocab_size=1032, rhythm_vocab_size=16, max_len=1024)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads) == (768, 12, 12)
+    assert cfg.padded_vocab == 1152 and cfg.padded_vocab % 128 == 0
+    with torch.device("meta"):
+        model = HeartLM(cfg)
+    assert 84e6 < model.num_params(embeddings=False) < 88e6
+    with pytest.raises(ValueError, match="--preset"):
+        model_config("huge")
+
+
+def test_flops_count_the_block_matmuls_attention_and_the_gathered_head():
+    cfg = model_config("tiny", vocab_size=45, max_len=16)
+    with torch.device("meta"):
+        model = HeartLM(cfg)
+    matmul = sum(p.numel() for n, p in model.blocks.named_parameters() if p.ndim == 2)
+    d, L, V = cfg.d_model, cfg.n_layers, cfg.padded_vocab
+    expected = 6 * matmul + 12 * L * 16 * d + 6 * d * V * 2 / 16
+    assert flops_per_token(cfg, window=16, predicted_per_window=2) == pytest.approx(expected)
+
+
+def test_causal_model_does_not_see_the_future_and_masked_model_does():
+    morph, rhythm = _inputs()
+    changed = morph.clone()
+    changed[:, 10:] = 7
+    for causal in (True, False):
+        model = _tiny(causal=causal).eval()
+        a, b = model(morph, rhythm), model(changed, rhythm)
+        assert torch.allclose(a[:, :10], b[:, :10], atol=1e-5) == causal
+        assert not torch.allclose(a[:, 10:], b[:, 10:])
+
+
+def test_padded_beats_do_not_change_the_real_ones():
+    model = _tiny().eval()
+    morph, rhythm = _inputs()
+    valid = torch.arange(16) < torch.tensor([[12], [16]])
+    other = morph.clone()
+    other[0, 12:] = 9
+    a = model(morph, rhythm, valid)
+    b = model(other, rhythm, valid)
+    assert torch.allclose(a[0, :12], b[0, :12], atol=1e-5)
+    w1 = model(morph, rhythm, valid, head="window")
+    w2 = model(other, rhythm, valid, head="window")
+    assert w1.shape == (2, 2) and torch.allclose(w1, w2, atol=1e-5)
+
+
+def test_heads_have_the_documented_shapes():
+    model = _tiny(cls_token=True)
+    morph, rhythm = _inputs()
+    assert model(morph, rhythm).shape == (2, 17, 64)  # CLS prepended
+    pos = torch.tensor([[0, 3], [5, 15]])
+    mlm = model(morph, rhythm, head="mlm", positions_BK=pos)
+    full = model(morph, rhythm, head="next")
+    assert mlm.shape == (2, 2, 128)
+    assert torch.allclose(mlm[1, 1], full[1, 15], atol=1e-5)
+    assert model(morph, rhythm, head="beat").shape == (2, 16, 5)
+    assert model(morph, rhythm, head="window").shape == (2, 2)
+
+
+def test_use_heads_freezes_the_other_heads():
+    model = _tiny()
+    model.use_heads(("mlm",))
+    assert model.lm_head.weight.requires_grad
+    assert not model.beat_head.weight.requires_grad
+    assert not model.window_head.bias.requires_grad
+    assert model.blocks[0].qkv.weight.requires_grad
+
+
+def test_exported_weights_reload_to_identical_outputs(tmp_path: Path):
+    model = _tiny().eval()
+    export_model(tmp_path, model.state_dict(), model.cfg, {"window": 16, "objective": "masked"})
+    again, config = load_pretrained(tmp_path, preset="tiny", vocab_size=45)
+    again.eval()
+    morph, rhythm = _inputs()
+    assert torch.equal(model(morph, rhythm, head="next"), again(morph, rhythm, head="next"))
+    assert config["window"] == 16 and config["model"]["preset"] == "tiny"
+    # Fine-tuning may change a head's size; the encoder still loads.
+    ft, _ = load_pretrained(tmp_path, n_window_classes=3)
+    assert ft.window_head.out_features == 3
+    assert torch.equal(ft.blocks[1].fc_in.weight, model.blocks[1].fc_in.weight)
+
+
+def test_load_pretrained_refuses_another_preset_or_vocabulary(tmp_path: Path):
+    model = _tiny()
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    with pytest.raises(HeartlmError, match="preset 'tiny', not 'base'"):
+        load_pretrained(tmp_path, preset="base")
+    with pytest.raises(HeartlmError, match="vocabulary is 45 tokens, the tokens have 50"):
+        load_pretrained(tmp_path, vocab_size=50)
+    (tmp_path / "config.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(HeartlmError, match="not a heartlm model config"):
+        load_pretrained(tmp_path)
+
+
+def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: Path):
+    model = _tiny()
+    opt = build_adamw(model, 1e-3, 0.1, (0.9, 0.95), fused=False)
+    morph, rhythm = _inputs()
+    model(morph, rhythm, head="next").sum().backward()
+    opt.step()
+    meta = {"model": model.cfg.to_dict(), "window": 16, "objective": "masked"}
+    path = ckpt.save_checkpoint(tmp_path, 7, model, opt, meta, DistEnv(), keep=1)
+    assert ckpt.latest_checkpoint(tmp_path) == path
+
+    fresh = _tiny()
+    torch.nn.init.zeros_(fresh.lm_head.weight)
+    opt2 = build_adamw(fresh, 1e-3, 0.1, (0.9, 0.95), fused=False)
+    loaded = ckpt.load_checkpoint(path, fresh, opt2)
+    assert loaded["step"] == 7
+    assert torch.equal(fresh.lm_head.weight, model.lm_head.weight)
+    assert torch.equal(
+        opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"]
+    )
+
+    small = model_config("small", vocab_size=45, rhythm_vocab_size=9, max_len=16)
+    with pytest.raises(HeartlmError, match="preset 'tiny', this run uses 'small'"):
+        ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": small.to_dict()}, path)
+    other_vocab = model_config("tiny", vocab_size=60, rhythm_vocab_size=9, max_len=16)
+    with pytest.raises(HeartlmError, match="vocabulary is 45 tokens, the tokens have 60"):
+        ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": other_vocab.to_dict()}, path)
+    with pytest.raises(HeartlmError, match="window 16, this run asks for 32"):
+        ckpt.check_compatible(ckpt.read_meta(path), {**meta, "window": 32}, path)
+    # Keeping one checkpoint removes the older one.
+    ckpt.save_checkpoint(tmp_path, 9, model, opt, meta, DistEnv(), keep=1)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]

@@ -1,0 +1,426 @@
+"""The training engine on CPU: windows, sharding, masking, schedules, learning, resume, CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from heartlm.cli import main
+from heartlm.errors import HeartlmError
+from heartlm.model import HeartLM, model_config
+from heartlm.shards import MASK, NUM_SPECIAL, PAD, STREAMS, write_shard
+from heartlm.train.data import TokenData, WindowSampler, dataloader_batches, load_tokens
+from heartlm.train.distributed import DistEnv
+from heartlm.train.loop import TrainConfig, resolve_batch, train
+from heartlm.train.metrics import REQUIRED_FIELDS, read_metrics
+from heartlm.train.objectives import IGNORE, MaskedBeats, NextBeat
+from heartlm.train.optim import Schedule
+
+N_CODES = 24
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and CI shares its two cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_data(lengths: list[int], seed: int = 0, record_tokens: bool = False) -> TokenData:
+    """Records whose tokens follow an arithmetic pattern (learnable from neighbours);
+    with `record_tokens`, every beat of record r is token NUM_SPECIAL + r instead."""
+    rng = np.random.default_rng(seed)
+    morph = []
+    for r, n in enumerate(lengths):
+        if record_tokens:
+            morph.append(np.full(n, NUM_SPECIAL + r))
+        else:
+            step, base = int(rng.integers(1, 4)), int(rng.integers(0, N_CODES))
+            morph.append(NUM_SPECIAL + (base + step * np.arange(n)) % N_CODES)
+    morph = np.concatenate(morph).astype(np.int32)
+    n = morph.size
+    vocab = NUM_SPECIAL + max(N_CODES, len(lengths) if record_tokens else 0)
+    return TokenData(
+        morph=morph,
+        rhythm=(NUM_SPECIAL + np.arange(n) % 3).astype(np.int32),
+        aami=np.zeros(n, np.int8),
+        rhythm_label=np.ones(n, np.int8),
+        boundaries=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        records=[f"r{i}" for i in range(len(lengths))],
+        vocab_size=vocab,
+        rhythm_vocab_size=NUM_SPECIAL + 3,
+    )
+
+
+def write_tokens(folder: Path, data: TokenData) -> Path:
+    folder.mkdir(parents=True)
+    b = data.boundaries
+    for name in ("morph", "rhythm"):
+        write_shard(folder / STREAMS[name], getattr(data, name).astype(np.uint16))
+    write_shard(folder / STREAMS["aami"], data.aami)
+    write_shard(folder / STREAMS["rhythm_label"], data.rhythm_label)
+    write_shard(folder / STREAMS["boundaries"], b)
+    records = [
+        {"name": name, "db": "synth", "start": int(b[i]), "n_beats": int(b[i + 1] - b[i])}
+        for i, name in enumerate(data.records)
+    ]
+    meta = {
+        "format": "heartlm.tokens",
+        "version": 1,
+        "vocab_size": data.vocab_size,
+        "rhythm_vocab_size": data.rhythm_vocab_size,
+        "n_beats": int(b[-1]),
+        "records": records,
+        "fs": 360,
+        "window_samples": 256,
+    }
+    (folder / "tokens.json").write_text(json.dumps(meta))
+    return folder
+
+
+def tiny(data: TokenData, window: int, **kw: object) -> HeartLM:
+    torch.manual_seed(0)
+    return HeartLM(
+        model_config(
+            "tiny",
+            vocab_size=data.vocab_size,
+            rhythm_vocab_size=data.rhythm_vocab_size,
+            max_len=window,
+            **kw,
+        )
+    )
+
+
+def test_windows_stay_in_one_record_and_cover_each_window_once_per_epoch_on_two_ranks():
+    data = make_data([50, 7, 33, 64, 20], record_tokens=True)
+    s = WindowSampler(data, window=16, stride=8, seed=3, pad_short=True)
+    micro, accum, world = 3, 2, 2
+    seen = []
+    for step in range(s.steps_per_epoch(micro * accum * world) + 1):
+        for rank in range(world):
+            for m in range(accum):
+                b = s.batch(step, m, micro, accum, rank, world)
+                valid = b.valid if b.valid is not None else torch.ones_like(b.morph, dtype=bool)
+                for row, ok, key in zip(b.morph, valid, b.key.tolist(), strict=True):
+                    tokens = row[ok].unique()
+                    assert tokens.numel() == 1, "a window crossed a record boundary"
+                    assert (row[~ok] == PAD).all()
+                    seen.append((key, int(tokens)))
+    keys = sorted(k for k, _ in seen)
+    assert keys == list(range(len(keys))), "ranks overlap or leave gaps in the stream"
+    first_epoch = [(k, t) for k, t in seen if k < s.n_windows]
+    # A record of n >= 16 beats yields 1 + (n - 16) // 8 windows; shorter ones one padded.
+    per_record = [1 + (n - 16) // 8 if n >= 16 else 1 for n in (50, 7, 33, 64, 20)]
+    counts = np.bincount([t - NUM_SPECIAL for _, t in first_epoch], minlength=5)
+    assert counts.tolist() == per_record
+
+
+def test_eval_batches_give_every_window_once_across_ranks():
+    data = make_data([40, 40, 25], record_tokens=True)
+    s = WindowSampler(data, window=10, seed=0)
+    keys = []
+    for rank in range(2):
+        for b in s.eval_batches(batch_size=3, rank=rank, world=2):
+            assert b.morph.shape == (3, 10)
+            real = (b.morph >= NUM_SPECIAL).any(1)
+            keys += (b.key[real] - (1 << 40)).tolist()
+    assert sorted(keys) == list(range(s.n_windows))
+
+
+def test_window_longer_than_every_record_is_refused():
+    data = make_data([30, 45])
+    with pytest.raises(HeartlmError, match=r"--window 64.*longest: r1, 45 beats"):
+        WindowSampler(data, window=64, pad_short=False)
+
+
+def test_dataloader_path_gives_the_same_batches_as_the_device_path():
+    data = make_data([40, 9, 30])
+    s = WindowSampler(data, window=12, stride=5, seed=1)
+    loader = dataloader_batches(s, 2, 4, 2, 1, 2, workers=0, prefetch=2, device=torch.device("cpu"))
+    for step in (2, 3):
+        for m in range(2):
+            a, b = s.batch(step, m, 4, 2, 1, 2), next(loader)
+            for field in ("morph", "rhythm", "aami", "rhythm_label", "valid", "key"):
+                assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_masked_positions_and_labels_line_up():
+    data = make_data([100, 12])
+    s = WindowSampler(data, window=40, seed=0)
+    obj = MaskedBeats(vocab_size=data.vocab_size, mask_prob=0.15, mode="bert", seed=7)
+    masked_tokens, n_picked = 0, 0
+    for step in range(4):
+        b = s.batch(step, 0, 3, 1, 0, 1)
+        morph, pos, labels = obj.mask(b)
+        assert pos.shape == (3, 6)  # round(0.15 * 40)
+        real = b.valid & (b.morph >= NUM_SPECIAL)
+        picked = torch.zeros_like(real).scatter(1, pos, True)
+        for i in range(3):
+            k = min(6, int(real[i].sum()))
+            assert int((picked[i] & real[i]).sum()) == k, "padding picked while beats remain"
+        ok = labels != IGNORE
+        assert torch.equal(labels[ok], torch.gather(b.morph, 1, pos).long()[ok])
+        assert torch.equal(morph[~picked], b.morph[~picked]), "unmasked beats changed"
+        masked_tokens += int((torch.gather(morph, 1, pos)[ok] == MASK).sum())
+        n_picked += int(ok.sum())
+    assert 0.6 < masked_tokens / n_picked < 0.95  # about 80 % become MASK
+    b = s.batch(0, 0, 3, 1, 0, 1)
+    again = obj.mask(b)
+    assert torch.equal(again[0], obj.mask(b)[0]), "masking must be a function of the keys"
+
+
+def test_next_beat_labels_are_the_following_beat():
+    data = make_data([30])
+    model = tiny(data, 8, causal=True)
+    b = WindowSampler(data, window=8).batch(0, 0, 2, 1, 0, 1)
+    seen = {}
+
+    def spy(morph, rhythm, valid, head):
+        seen["head"] = head
+        return model(morph, rhythm, valid, head=head)
+
+    with torch.no_grad():
+        loss, stats = NextBeat(data.vocab_size)(spy, b)
+    assert seen["head"] == "next" and int(stats["count"]) == 2 * 7
+    assert math.isfinite(loss.item())
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("step", [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 0.5, 0.5]),
+        ("exponential", [0.25, 0.5, 0.75, 1.0, 1.0, 0.9, 0.81, 0.729]),
+        ("constant", [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0]),
+    ],
+)
+def test_lr_schedules_warm_up_then_decay(kind: str, expected: list[float]):
+    sched = Schedule(
+        1.0, total_steps=8, warmup_steps=4, kind=kind, step_every=2, step_gamma=0.5, exp_gamma=0.9
+    )
+    assert [sched(s) for s in range(8)] == pytest.approx(expected)
+
+
+def test_cosine_schedule_ends_at_the_floor():
+    sched = Schedule(2.0, total_steps=104, warmup_steps=4, kind="cosine", min_lr_ratio=0.1)
+    assert sched(3) == pytest.approx(2.0)
+    assert sched(54) == pytest.approx(0.2 + 1.8 * 0.5)
+    assert sched(104) == pytest.approx(0.2)
+    assert all(sched(s) >= sched(s + 1) for s in range(4, 104))
+
+
+def test_batch_resolution_and_bad_micro_batch():
+    assert resolve_batch(256, None, 4) == (64, 1)
+    assert resolve_batch(256, 16, 4) == (16, 4)
+    with pytest.raises(HeartlmError, match="--micro-batch 24"):
+        resolve_batch(256, 24, 4)
+
+
+def _run(
+    tmp: Path, data: TokenData, steps: int, batch: int = 8, device: str = "cpu", **kw: object
+) -> list[dict]:
+    window = 16
+    cfg = TrainConfig(
+        steps=steps,
+        batch=batch,
+        lr=3e-3,
+        warmup_steps=10,
+        log_every=10,
+        weight_decay=0.0,
+        val_every=0,
+        ckpt_every=kw.pop("ckpt_every", 0),
+        **kw,
+    )
+    obj = MaskedBeats(vocab_size=data.vocab_size, seed=0)
+    sampler = WindowSampler(data, window, 4, seed=0, device=device)
+    train(cfg, tiny(data, window), obj, sampler, None, tmp, DistEnv(device=torch.device(device)))
+    return read_metrics(tmp)
+
+
+def test_tiny_model_learns_a_synthetic_corpus(tmp_path: Path):
+    data = make_data([120, 90, 200, 150, 80])
+    rows = _run(tmp_path, data, 150, batch=16)
+    assert set(REQUIRED_FIELDS) <= rows[0].keys()
+    first = np.mean([r["loss"] for r in rows[:5]])
+    last = np.mean([r["loss"] for r in rows[-10:]])
+    assert first > 2.5 and last < 0.5 * first
+    assert (tmp_path / "model.safetensors").is_file()
+
+
+def test_accumulation_matches_the_full_batch(tmp_path: Path):
+    data = make_data([120, 90, 200])
+    full = [r["loss"] for r in _run(tmp_path / "a", data, 10)]
+    accum = [r["loss"] for r in _run(tmp_path / "b", data, 10, micro_batch=2)]
+    assert accum == pytest.approx(full, rel=1e-4)
+
+
+def test_resume_logs_the_same_losses_as_an_uninterrupted_run(tmp_path: Path):
+    data = make_data([120, 90, 200, 150])
+    whole = _run(tmp_path / "whole", data, 200)
+    _run(tmp_path / "split", data, 200, ckpt_every=50, stop_at=100)
+    assert not (tmp_path / "split" / "model.safetensors").exists()
+    resumed = _run(tmp_path / "split", data, 200, ckpt_every=50, resume=True)
+    assert [r["step"] for r in resumed] == list(range(1, 201))
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    assert [r["grad_norm"] for r in resumed] == [r["grad_norm"] for r in whole]
+
+
+def test_pretrain_cli_runs_refuses_a_used_folder_and_a_changed_vocab(tmp_path: Path, capsys):
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70]))
+    run = tmp_path / "run"
+    args = [
+        "pretrain",
+        str(tokens),
+        "--out",
+        str(run),
+        "--preset",
+        "tiny",
+        "--window",
+        "16",
+        "--batch",
+        "4",
+        "--steps",
+        "6",
+        "--log-every",
+        "3",
+        "--ckpt-every",
+        "3",
+        "--val-every",
+        "3",
+        "--warmup",
+        "2",
+    ]
+    assert main(args) == 0
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert "val_loss" in rows[2] and "val_loss" in rows[5]
+    assert json.loads((run / "config.json").read_text())["vocab_size"] == 29
+    assert main(args) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    bigger = make_data([60, 50, 40, 70])
+    bigger.vocab_size = 40
+    args[1] = str(write_tokens(tmp_path / "tok2", bigger))
+    assert main([*args, "--resume", "--steps", "9"]) == 2
+    assert "checkpoint vocabulary is 29 tokens, the tokens have 40" in capsys.readouterr().err
+    out3 = str(tmp_path / "r3")
+    short = ["pretrain", str(tokens), "--out", out3, "--preset", "tiny", "--window", "200"]
+    assert main(short) == 2
+    assert "--window 200 is longer than every record" in capsys.readouterr().err
+    assert not (tmp_path / "r3" / "metrics.jsonl").exists()
+    loaded = load_tokens(tokens)
+    assert (loaded.vocab_size, loaded.n_beats) == (29, 220)
+    assert loaded.records == ["r0", "r1", "r2", "r3"]
+
+
+def test_profile_steps_write_a_time_breakdown(tmp_path: Path):
+    _run(tmp_path, make_data([120, 90]), 6, profile_steps=2)
+    got = json.loads((tmp_path / "breakdown.json").read_text())
+    parts = ("compute_s", "comm_s", "data_wait_s", "other_s")
+    assert all(got[k] >= 0 for k in parts) and got["step_s"] > 0
+    assert got["compute_s"] > 0 and got["comm_s"] == 0  # one process: no collectives
+    assert got["compute_s"] <= got["step_s"] * 1.01
+
+
+@pytest.mark.gpu
+def test_cuda_step_has_no_host_sync_and_reports_mfu(tmp_path: Path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    data = make_data([300, 200, 400, 250])
+    device = torch.device("cuda")
+    sampler = WindowSampler(data, 64, 16, seed=0, device=device)
+    model = tiny(data, 64).to(device)
+    model.use_heads(("mlm",))
+    model.compile()
+    obj = MaskedBeats(data.vocab_size)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, fused=True)
+    sampler.permutation(0)  # the once-per-epoch permutation copy is not part of a step
+    for step in range(4):  # compile and warm up outside the check
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _ = obj(model, sampler.batch(step, 0, 8, 1, 0, 1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(4, 8):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss, _ = obj(model, sampler.batch(step, 0, 8, 1, 0, 1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    rows = _run(tmp_path, data, 30, batch=16, device="cuda")
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    assert rows[-1]["max_mem_gib"] > 0
+    if "H100" in torch.cuda.get_device_name() or "H200" in torch.cuda.get_device_name():
+        assert rows[-1]["mfu"] > 0
+
+
+def test_wandb_flag_without_wandb_installed_fails_clearly(tmp_path: Path, capsys):
+    try:
+        import wandb  # noqa: F401
+
+        pytest.skip("wandb is installed")
+    except ImportError:
+        pass
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50]))
+    args = ["pretrain", str(tokens), "--out", str(tmp_path / "run"), "--preset", "tiny"]
+    assert main([*args, "--window", "16", "--steps", "2", "--wandb"]) == 2
+    assert "pip install 'heartlm[wandb]'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_keep_best_exports_the_best_validation_and_patience_stops(tmp_path: Path):
+    from heartlm.model import load_pretrained
+
+    data = make_data([120, 90, 200, 150, 80, 60])
+    train_d, val_d = data.subset([0, 1, 2, 3]), data.subset([4, 5])
+    cfg = TrainConfig(
+        steps=60,
+        batch=8,
+        lr=3e-2,
+        warmup_steps=1,
+        schedule="constant",
+        log_every=2,
+        val_every=2,
+        keep_best=True,
+        patience=3,
+        ckpt_every=0,
+    )
+    result = train(
+        cfg,
+        tiny(data, 16),
+        MaskedBeats(data.vocab_size),
+        WindowSampler(train_d, 16, 4),
+        WindowSampler(val_d, 16, 16),
+        tmp_path,
+        DistEnv(),
+    )
+    vals = [(r["step"], r["val_loss"]) for r in read_metrics(tmp_path) if "val_loss" in r]
+    best_step, best_loss = min(vals, key=lambda v: v[1])
+    assert (result.best_step, result.best_val_loss) == (best_step, best_loss)
+    assert result.stopped_early  # a constant, high lr overfits the training records
+    assert vals[-1][0] == best_step + 3 * 2 and result.step == vals[-1][0]
+    model, _ = load_pretrained(tmp_path)
+    from heartlm.train.loop import evaluate
+
+    again = evaluate(
+        model.eval(),
+        MaskedBeats(data.vocab_size),
+        WindowSampler(val_d, 16, 16),
+        8,
+        DistEnv(),
+        50,
+        contextlib.nullcontext,
+    )
+    assert again["val_loss"] == pytest.approx(best_loss, rel=1e-5)
