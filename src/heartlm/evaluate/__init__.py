@@ -1,0 +1,1 @@
+"""`heartlm evaluate`: EC57 beat-class scores and AFIB window scores of a fine-tuned run."""

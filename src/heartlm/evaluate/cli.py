@@ -1,0 +1,122 @@
+"""`heartlm evaluate FT DATA`: score a fine-tuned run on a token folder or raw WFDB records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.errors import HeartlmError
+from heartlm.log import logger
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, metavar="FT", help="fine-tuned run folder")
+    parser.add_argument(
+        "data", type=Path, metavar="DATA", help="token folder, or a folder of WFDB records"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object to stdout")
+    parser.add_argument("--out", type=Path, help="also write metrics.json, figures and run.json")
+    parser.add_argument(
+        "--all-records",
+        action="store_true",
+        help="MIT-BIH: score every record (default: DS2 only, the inter-patient test half)",
+    )
+    parser.add_argument(
+        "--records", nargs="+", metavar="NAME", help="score only these records (NAME or DB/NAME)"
+    )
+    parser.add_argument("--batch", type=int, default=64, help="windows per forward pass")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available) or cpu")
+    parser.add_argument("--lead", help="WFDB DATA: lead to use instead of the run's")
+    parser.add_argument(
+        "--annotations", metavar="EXT", help="WFDB DATA: reference annotation extension"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+
+
+def run(args: argparse.Namespace) -> int:
+    from heartlm.evaluate.scoring import evaluate
+
+    if args.batch < 1:
+        raise HeartlmError("--batch must be positive")
+    if args.out is not None:
+        from heartlm.outdir import check_writable
+
+        check_writable(args.out, args.overwrite)
+    t0 = time.perf_counter()
+    result = evaluate(
+        args.run,
+        args.data,
+        all_records=args.all_records,
+        records=args.records,
+        batch=args.batch,
+        device=args.device,
+        ingest_overrides={"lead": args.lead, "annotations": args.annotations},
+    )
+    elapsed = time.perf_counter() - t0
+    if args.out is not None:
+        _write_out(args, result, elapsed)
+    if args.json:
+        print(json.dumps(result["report"], indent=2))
+    else:
+        print(format_report(result["report"]))
+    return 0
+
+
+def _write_out(args: argparse.Namespace, result: dict[str, Any], elapsed: float) -> None:
+    from heartlm.evaluate import plots
+    from heartlm.outdir import atomic_write_text, staged_dir
+    from heartlm.runinfo import write_run_json
+
+    report = result["report"]
+    with staged_dir(args.out, args.overwrite) as stage:
+        atomic_write_text(stage / "metrics.json", json.dumps(report, indent=2) + "\n")
+        title = f"{args.run.name} on {args.data.name} ({report['scope']})"
+        if report["task"] == "beats":
+            plots.confusion_png(
+                np.array(report["confusion"]), AAMI_CLASSES, stage / "confusion.png", title
+            )
+        else:
+            plots.roc_png(result["labels"], result["scores"], stage / "roc.png", title)
+        write_run_json(
+            stage,
+            "evaluate",
+            {"run": args.run, "data": args.data, "all_records": args.all_records,
+             "records": args.records, "batch": args.batch},
+            counts={k: v for k, v in report.items() if k.startswith("n_")},
+            timings={"total": elapsed},
+        )  # fmt: skip
+    logger.info(f"{args.out}: metrics.json and figures written")
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable table printed when --json is not given."""
+    lines = [f"task {report['task']} on {report['data']} ({report['scope']})"]
+    if report["task"] == "beats":
+        lines.append(f"{report['n_beats']} scored beats, accuracy {report['accuracy']:.4f}")
+        lines.append(f"{'class':<6}{'support':>9}{'Se':>8}{'+P':>8}{'F1':>8}")
+        for name, s in report["per_class"].items():
+            lines.append(
+                f"{name:<6}{s['support']:>9}{s['se']:>8.4f}{s['ppv']:>8.4f}{s['f1']:>8.4f}"
+            )
+        lines.append("confusion matrix (rows reference, columns predicted)")
+        lines.append("      " + "".join(f"{n:>8}" for n in AAMI_CLASSES))
+        for name, row in zip(AAMI_CLASSES, report["confusion"], strict=True):
+            lines.append(f"{name:<6}" + "".join(f"{v:>8}" for v in row))
+    else:
+        a = report["afib"]
+        auroc = "n/a (one class)" if a["auroc"] is None else f"{a['auroc']:.4f}"
+        lines.append(
+            f"{report['n_windows']} windows of {report['window']} beats, "
+            f"{report['n_afib_windows']} AFIB ({report['rule']})"
+        )
+        lines.append(
+            f"AFIB F1 {a['f1']:.4f}  Se {a['se']:.4f}  +P {a['ppv']:.4f}  AUROC {auroc}  "
+            f"accuracy {report['accuracy']:.4f}"
+        )
+    return "\n".join(lines)

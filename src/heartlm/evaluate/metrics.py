@@ -1,0 +1,95 @@
+"""Scores for beat classes (EC57 confusion matrix, Se, +P, F1) and AFIB windows (F1, AUROC).
+
+Division by zero has one defined answer everywhere: a ratio with an empty denominator
+is 0.0 (as scikit-learn's `zero_division=0`), so a class with no reference beats or no
+predictions scores 0.0 and its `support` says why. AUROC needs both classes and is
+None (JSON null) otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import rankdata
+
+from heartlm.ecg.labels import AAMI_CLASSES
+
+
+def confusion_matrix(reference: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.ndarray:
+    """(n_classes, n_classes) counts: row = reference class, column = predicted class."""
+    reference = np.asarray(reference, dtype=np.int64)
+    predicted = np.asarray(predicted, dtype=np.int64)
+    if reference.shape != predicted.shape:
+        raise ValueError(f"shapes differ: {reference.shape} vs {predicted.shape}")
+    for name, codes in (("reference", reference), ("predicted", predicted)):
+        if codes.size and (codes.min() < 0 or codes.max() >= n_classes):
+            raise ValueError(f"{name} codes must lie in [0, {n_classes})")
+    flat = np.bincount(reference * n_classes + predicted, minlength=n_classes * n_classes)
+    return flat.reshape(n_classes, n_classes)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den > 0 else 0.0
+
+
+def class_scores(cm: np.ndarray, names: tuple[str, ...] = AAMI_CLASSES) -> dict[str, dict]:
+    """Per-class Se = TP/(TP+FN), +P = TP/(TP+FP), F1 = 2TP/(2TP+FP+FN), and support."""
+    cm = np.asarray(cm)
+    tp = np.diag(cm)
+    fn = cm.sum(axis=1) - tp
+    fp = cm.sum(axis=0) - tp
+    return {
+        name: {
+            "se": _ratio(tp[i], tp[i] + fn[i]),
+            "ppv": _ratio(tp[i], tp[i] + fp[i]),
+            "f1": _ratio(2 * tp[i], 2 * tp[i] + fp[i] + fn[i]),
+            "support": int(tp[i] + fn[i]),
+        }
+        for i, name in enumerate(names)
+    }
+
+
+def accuracy(cm: np.ndarray) -> float:
+    cm = np.asarray(cm)
+    return _ratio(np.trace(cm), cm.sum())
+
+
+def auroc(labels: np.ndarray, scores: np.ndarray) -> float | None:
+    """Area under the ROC curve (Mann-Whitney U, ties count one half); None with one class."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = rankdata(scores)
+    u = ranks[labels].sum() - n_pos * (n_pos + 1) / 2
+    return float(u / (n_pos * n_neg))
+
+
+def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict:
+    """F1, Se, +P at `threshold` and AUROC of a positive-class score (AFIB windows)."""
+    labels = np.asarray(labels).astype(bool)
+    predicted = np.asarray(scores) >= threshold
+    tp = int((labels & predicted).sum())
+    fp = int((~labels & predicted).sum())
+    fn = int((labels & ~predicted).sum())
+    return {
+        "f1": _ratio(2 * tp, 2 * tp + fp + fn),
+        "se": _ratio(tp, tp + fn),
+        "ppv": _ratio(tp, tp + fp),
+        "auroc": auroc(labels, scores),
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": int((~labels & ~predicted).sum()),
+    }
+
+
+def beat_report(reference: np.ndarray, predicted: np.ndarray) -> dict:
+    """The beats task's JSON body: accuracy, per-class scores, confusion matrix, beat count."""
+    cm = confusion_matrix(reference, predicted, len(AAMI_CLASSES))
+    return {
+        "accuracy": accuracy(cm),
+        "per_class": class_scores(cm),
+        "confusion": cm.tolist(),
+        "n_beats": int(cm.sum()),
+    }

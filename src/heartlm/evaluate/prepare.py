@@ -1,0 +1,53 @@
+"""Evaluation data: a token folder as is, or raw WFDB records ingested and tokenized the way
+the fine-tuned run's own training data was (same codebook, beat window and sampling rate;
+records at any other rate are resampled by ingest)."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+from heartlm.log import logger
+
+
+def is_token_folder(path: Path) -> bool:
+    return (path / "tokens.json").is_file()
+
+
+@contextlib.contextmanager
+def token_folder(
+    data: Path, run: Path, lineage: dict[str, Any], overrides: dict[str, Any]
+) -> Iterator[Path]:
+    """Yield a token folder for `data`; WFDB records are tokenized in a temporary folder."""
+    if is_token_folder(data):
+        yield data
+        return
+    if not data.exists():
+        raise HeartlmError("no such token folder or WFDB folder", data)
+    from heartlm.ingest import IngestConfig, ingest
+    from heartlm.tokens import TokenizeConfig, tokenize
+
+    if not lineage.get("ingest"):
+        raise HeartlmError(
+            "this run does not know the ingest settings of its training data; "
+            "evaluate it on a token folder instead",
+            run,
+        )
+    settings = {**lineage["ingest"], **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        config = IngestConfig.from_dict(settings)
+    except (TypeError, ValueError) as exc:
+        raise HeartlmError(f"unusable ingest settings in lineage.json ({exc})", run) from None
+    with tempfile.TemporaryDirectory(prefix="heartlm-eval-") as tmp:
+        store, tokens = Path(tmp) / "store", Path(tmp) / "tokens"
+        logger.info(f"{data}: ingesting at {config.fs:g} Hz and tokenizing with {run}'s codebook")
+        ingest([data], store, config)
+        tok = TokenizeConfig(codebook=run / "codebook.safetensors")
+        if lineage.get("rr_window"):
+            tok.rr_window = int(lineage["rr_window"])
+        tokenize(store, tokens, tok)
+        yield tokens

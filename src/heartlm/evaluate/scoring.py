@@ -1,0 +1,130 @@
+"""Evaluate a fine-tuned run: choose the records, cut windows, predict, and score."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from heartlm.errors import HeartlmError
+from heartlm.evaluate import metrics
+from heartlm.evaluate.predict import afib_scores, beat_predictions
+from heartlm.evaluate.prepare import token_folder
+from heartlm.finetune.data import AFIB_RULE, IGNORE, Streams, cut_windows
+from heartlm.finetune.lineage import read_finetune_info, read_lineage
+from heartlm.finetune.splits import MITDB_DS2, RecordRef, is_mitdb
+
+
+def choose_records(
+    refs: list[RecordRef], all_records: bool, select: list[str] | None
+) -> tuple[list[RecordRef], str]:
+    """Records to score and a phrase that says which: MIT-BIH defaults to DS2 only."""
+    if select:
+        wanted = set(select)
+        chosen = [r for r in refs if r.name in wanted or r.key in wanted]
+        missing = wanted - {r.name for r in chosen} - {r.key for r in chosen}
+        if missing:
+            raise HeartlmError(f"--records names records the data does not hold: {sorted(missing)}")
+        return chosen, f"{len(chosen)} selected records"
+    has_mitdb = any(is_mitdb(r.db) for r in refs)
+    if all_records or not has_mitdb:
+        return refs, f"all {len(refs)} records"
+    chosen = [r for r in refs if not is_mitdb(r.db) or r.name in MITDB_DS2]
+    dropped = len(refs) - len(chosen)
+    return chosen, (
+        f"MIT-BIH DS2 only: {len(chosen)} records, {dropped} MIT-BIH records not scored "
+        "(--all-records scores them)"
+    )
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise HeartlmError(f"--device {name}: no CUDA device is available")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise HeartlmError(f"--device {name!r} is not a torch device") from None
+
+
+def _check_same_tokens(lineage: dict[str, Any], data: Any, where: Path) -> None:
+    """Refuse tokens made with another codebook than the run's."""
+    want, got = lineage.get("codebook_hash"), data.meta.get("codebook_hash")
+    if lineage.get("vocab_size") not in (None, data.vocab_size):
+        raise HeartlmError(
+            f"the run's vocabulary is {lineage['vocab_size']} tokens, these tokens have "
+            f"{data.vocab_size} (tokenized with another codebook)",
+            where,
+        )
+    if want and got and want != got:
+        raise HeartlmError(
+            f"tokenized with codebook {got}, the run was trained on codebook {want}; "
+            "tokenize the records with --codebook RUN/codebook.json or give WFDB records",
+            where,
+        )
+
+
+def evaluate(
+    run: Path,
+    data_path: Path,
+    all_records: bool = False,
+    records: list[str] | None = None,
+    batch: int = 64,
+    device: str = "auto",
+    ingest_overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}."""
+    from heartlm.model import load_pretrained
+    from heartlm.train.data import load_tokens
+
+    info = read_finetune_info(run)
+    lineage = read_lineage(run)
+    model, _ = load_pretrained(run)
+    dev = _device(device)
+    with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
+        data = load_tokens(folder)
+    _check_same_tokens(lineage, data, data_path)
+    refs = [
+        RecordRef(index=i, name=str(r.get("name", i)), db=str(r.get("db", "")),
+                  n_beats=int(r.get("n_beats", 0)))
+        for i, r in enumerate(data.meta.get("records", []))
+    ]  # fmt: skip
+    chosen, scope = choose_records(refs, all_records, records)
+    if not chosen:
+        hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
+        raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
+    task, window = info["task"], int(info["window"])
+    streams = Streams(data.morph, data.rhythm, data.aami, data.rhythm_label, data.boundaries)
+    stride = window // 2 if task == "beats" else window
+    windows = cut_windows(streams, [r.index for r in chosen], window, max(1, stride), task)
+    common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
+    if task == "beats":
+        beat, pred = beat_predictions(model, windows, batch, dev)
+        reference = np.asarray(data.aami)[beat].astype(np.int64)
+        labelled = reference >= 0
+        if not labelled.any():
+            raise HeartlmError("the scored records have no AAMI beat labels", data_path)
+        report = {**common, **metrics.beat_report(reference[labelled], pred[labelled])}
+        return {"report": report, "labels": reference[labelled], "scores": pred[labelled]}
+    scores = afib_scores(model, windows, batch, dev)
+    labelled = windows.window_label != IGNORE
+    if not labelled.any():
+        raise HeartlmError(
+            "the scored records have no rhythm labels (no AFIB/non-AFIB windows)", data_path
+        )
+    labels = windows.window_label[labelled]
+    binary = metrics.binary_scores(labels, scores[labelled])
+    report = {
+        **common,
+        "afib": {k: binary[k] for k in ("f1", "se", "ppv", "auroc")},
+        "accuracy": (binary["tp"] + binary["tn"]) / int(labelled.sum()),
+        "n_windows": int(labelled.sum()),
+        "n_afib_windows": int(labels.sum()),
+        "window": window,
+        "rule": AFIB_RULE,
+        "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
+    }
+    return {"report": report, "labels": labels, "scores": scores[labelled]}

@@ -1,0 +1,1 @@
+"""`heartlm finetune`: a pretrained encoder fine-tuned for AAMI beat classes or AFIB windows."""

@@ -1,0 +1,149 @@
+"""`heartlm finetune RUN --task beats|afib --data TOKENS --out FT`: the command-line face."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from heartlm.errors import HeartlmError
+
+DEFAULT_EPOCHS = 10.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from heartlm.train.launch import add_launch_arguments
+
+    p.add_argument("run", type=Path, metavar="RUN", help="pretrained run (from `heartlm pretrain`)")
+    p.add_argument(
+        "--task",
+        default="beats",
+        choices=["beats", "afib"],
+        help="beats: AAMI class per beat; afib: AFIB vs not per window",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        metavar="TOKENS",
+        help="labelled token folder (from `heartlm tokenize` with RUN's codebook)",
+    )
+    p.add_argument("--out", type=Path, required=True, metavar="FT", help="run folder to write")
+    p.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="RUN's architecture, random weights (the baseline)",
+    )
+    p.add_argument(
+        "--label-fraction",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="keep a seeded fraction F of the training labels (default 1)",
+    )
+    p.add_argument(
+        "--records",
+        nargs="+",
+        metavar="NAME",
+        help="training records, NAME or DB/NAME (default: MIT-BIH DS1 and every "
+        "labelled record of other databases)",
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.2,
+        help="share of training records held out for early stopping (default 0.2)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="beats per window (default 64 for beats, 32 for afib)",
+    )
+    p.add_argument("--stride", type=int, default=None, help="training stride (default window/2)")
+    g = p.add_argument_group("optimisation")
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, default=None)
+    length.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help=f"passes over the training windows (default {DEFAULT_EPOCHS:g})",
+    )
+    g.add_argument("--batch", type=int, default=64, help="global batch in windows")
+    g.add_argument("--micro-batch", type=int, default=None)
+    g.add_argument("--lr", type=float, default=3e-4)
+    g.add_argument("--warmup", type=int, default=50, help="linear warm-up steps")
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument(
+        "--val-every",
+        type=int,
+        default=0,
+        help="steps between validations (default: once per epoch)",
+    )
+    g.add_argument("--log-every", type=int, default=10)
+    g.add_argument(
+        "--max-class-weight",
+        type=float,
+        default=20.0,
+        help="clip of the balanced class weights (default 20)",
+    )
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    g.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile (default: on for CUDA, off for CPU)",
+    )
+    g.add_argument("--overwrite", action="store_true", help="replace an existing FT")
+    add_launch_arguments(p)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from heartlm.finetune.pipeline import FinetuneConfig, finetune, prepare_out
+    from heartlm.train.launch import maybe_relaunch
+    from heartlm.train.loop import TrainConfig
+
+    if args.steps is None and args.epochs is None:
+        args.epochs = DEFAULT_EPOCHS
+    try:
+        cfg = FinetuneConfig(
+            task=args.task,
+            window=args.window,
+            stride=args.stride,
+            label_fraction=args.label_fraction,
+            val_fraction=args.val_fraction,
+            records=args.records,
+            from_scratch=args.from_scratch,
+            max_class_weight=args.max_class_weight,
+            seed=args.seed,
+            device=None if args.device == "auto" else args.device,
+            overwrite=args.overwrite,
+        )
+        cfg.validate()
+        tcfg = TrainConfig(
+            steps=args.steps,
+            epochs=args.epochs,
+            batch=args.batch,
+            micro_batch=args.micro_batch,
+            lr=args.lr,
+            warmup_steps=args.warmup,
+            weight_decay=args.weight_decay,
+            val_every=args.val_every,
+            log_every=args.log_every,
+            seed=args.seed,
+            compile=args.compile,
+            precision=args.precision,
+        )
+        tcfg.validate()
+    except ValueError as exc:
+        raise HeartlmError(str(exc)) from None
+    if args.val_every < 0:
+        raise HeartlmError("--val-every must be >= 0")
+    prepare_out(args.out, args.overwrite)
+    code = maybe_relaunch(args)
+    if code is not None:
+        return code
+    finetune(args.run, args.data, args.out, cfg, tcfg)
+    return 0

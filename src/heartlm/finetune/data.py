@@ -1,0 +1,168 @@
+"""Labelled windows: W consecutive beats of one record, with per-beat or per-window labels.
+
+Rules, stated once here and in docs/finetune.md:
+
+- Windows are cut inside one record with a stride; the last window is aligned to the
+  record's end so every beat is covered; a record shorter than W becomes one window padded
+  with PAD to W (padding is masked out of attention and of every loss and score).
+- Beats task: every beat carries its AAMI code (-1 = no reference label, ignored by the
+  loss). When windows overlap, each beat is *scored* once, in the window whose centre is
+  nearest to it, so it has the most context on both sides.
+- AFIB task: a window is AFIB when at least half of its real (non-pad) beats lie in an
+  `(AFIB` rhythm episode (`AFIB_RULE`); atrial flutter `(AFL` is not AFIB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from heartlm.ecg.labels import RHYTHMS
+from heartlm.shards import PAD
+
+AFIB = RHYTHMS.index("AFIB")
+UNKNOWN_RHYTHM = RHYTHMS.index("unknown")
+AFIB_MIN_FRACTION = 0.5
+AFIB_RULE = "a window is AFIB when >= 50 % of its real beats lie in an (AFIB episode"
+IGNORE = -1
+
+
+@dataclass
+class Streams:
+    """The aligned per-beat streams of a token folder (views, not copies) and record offsets."""
+
+    morph: np.ndarray
+    rhythm: np.ndarray
+    aami: np.ndarray
+    rhythm_label: np.ndarray
+    boundaries: np.ndarray  # (n_records + 1,) int64
+
+
+@dataclass
+class Windows:
+    """A batch-ready set of windows; every array has n_windows rows."""
+
+    morph: np.ndarray  # (n, W) int64 tokens, PAD where padded
+    rhythm: np.ndarray  # (n, W) int64 tokens
+    pad: np.ndarray  # (n, W) bool, True = padding
+    beat_label: np.ndarray  # (n, W) int64 AAMI code, IGNORE where none
+    scored: np.ndarray  # (n, W) bool, True where this window scores the beat
+    window_label: np.ndarray  # (n,) int64: 1 AFIB, 0 not (AFIB task), IGNORE otherwise
+    record: np.ndarray  # (n,) int64 record index (stream order)
+    beat: np.ndarray  # (n, W) int64 global beat index, -1 where padded
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+
+def window_starts(n_beats: int, window: int, stride: int) -> np.ndarray:
+    """Starts of windows of `window` beats every `stride`, the last one ending at the record end."""
+    if n_beats <= window:
+        return np.zeros(1, dtype=np.int64)
+    starts = np.arange(0, n_beats - window + 1, stride, dtype=np.int64)
+    if starts[-1] != n_beats - window:
+        starts = np.append(starts, n_beats - window)
+    return starts
+
+
+def scored_positions(starts: np.ndarray, n_beats: int, window: int) -> np.ndarray:
+    """(len(starts), window) bool: True where beat start+j is scored by this window, i.e. the
+    window's centre is the nearest to that beat."""
+    positions = starts[:, None] + np.arange(window)[None, :]
+    centres = starts + (min(window, n_beats) - 1) / 2.0
+    # Ties go to the earlier window (argmin takes the first), so each beat is scored once.
+    owner = np.argmin(np.abs(np.arange(n_beats)[:, None] - centres[None, :]), axis=1)
+    valid = positions < n_beats
+    clipped = np.minimum(positions, n_beats - 1)
+    return valid & (owner[clipped] == np.arange(len(starts))[:, None])
+
+
+def afib_window_label(rhythm_codes: np.ndarray) -> int:
+    """1 when at least AFIB_MIN_FRACTION of the window's real beats are in AFIB, else 0;
+    IGNORE when no beat of the window has a known rhythm (nothing to learn or score)."""
+    codes = np.asarray(rhythm_codes)
+    if len(codes) == 0 or np.all((codes == UNKNOWN_RHYTHM) | (codes < 0)):
+        return IGNORE
+    return int(np.mean(codes == AFIB) >= AFIB_MIN_FRACTION)
+
+
+def cut_windows(
+    streams: Streams, records: Sequence[int], window: int, stride: int, task: str
+) -> Windows:
+    """All windows of the given records (indices into `streams.boundaries`)."""
+    if window < 1 or stride < 1:
+        raise ValueError("--window and the stride must be positive")
+    rows: list[np.ndarray] = []
+    owners: list[np.ndarray] = []
+    rec_ids: list[np.ndarray] = []
+    for r in records:
+        lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
+        n = hi - lo
+        if n == 0:
+            continue
+        starts = window_starts(n, window, stride)
+        idx = lo + starts[:, None] + np.arange(window)[None, :]
+        idx[idx >= hi] = -1
+        rows.append(idx)
+        owners.append(scored_positions(starts, n, window))
+        rec_ids.append(np.full(len(starts), r, dtype=np.int64))
+    if not rows:
+        return _empty(window)
+    beat = np.concatenate(rows)
+    pad = beat < 0
+    safe = np.where(pad, 0, beat)
+    morph = np.where(pad, PAD, np.asarray(streams.morph)[safe].astype(np.int64))
+    rhythm = np.where(pad, PAD, np.asarray(streams.rhythm)[safe].astype(np.int64))
+    aami = np.where(pad, IGNORE, np.asarray(streams.aami)[safe].astype(np.int64))
+    window_label = np.full(len(beat), IGNORE, dtype=np.int64)
+    if task == "afib":
+        codes = np.asarray(streams.rhythm_label)[safe]
+        window_label = np.array(
+            [afib_window_label(c[~p]) for c, p in zip(codes, pad, strict=True)], dtype=np.int64
+        )
+    return Windows(
+        morph=morph,
+        rhythm=rhythm,
+        pad=pad,
+        beat_label=aami if task == "beats" else np.full_like(aami, IGNORE),
+        scored=np.concatenate(owners),
+        window_label=window_label,
+        record=np.concatenate(rec_ids),
+        beat=beat,
+    )
+
+
+def _empty(window: int) -> Windows:
+    z2 = np.zeros((0, window), dtype=np.int64)
+    return Windows(z2, z2, z2.astype(bool), z2, z2.astype(bool), z2[:, 0], z2[:, 0], z2)
+
+
+def keep_label_fraction(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A copy of `labels` in which a seeded `fraction` of the labelled items keep their label.
+
+    The rest become IGNORE: they still feed the encoder as context but give no loss.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError("--label-fraction must be in (0, 1]")
+    labels = np.array(labels, dtype=np.int64, copy=True)
+    if fraction == 1.0:
+        return labels
+    labelled = np.flatnonzero(labels >= 0)
+    n_keep = max(1, round(fraction * len(labelled))) if len(labelled) else 0
+    rng = np.random.default_rng(seed)
+    drop = rng.permutation(labelled)[n_keep:]
+    labels[drop] = IGNORE
+    return labels
+
+
+def class_weights(labels: np.ndarray, n_classes: int, max_weight: float = 50.0) -> np.ndarray:
+    """Balanced class weights n / (K * count_c) from the training labels, clipped at `max_weight`
+    so a class with a handful of beats cannot dominate the loss. Classes absent from training
+    get weight 0 (they have no loss terms anyway)."""
+    counts = np.bincount(labels[labels >= 0], minlength=n_classes).astype(np.float64)
+    weights = np.zeros(n_classes)
+    present = counts > 0
+    weights[present] = counts[present].sum() / (present.sum() * counts[present])
+    return np.minimum(weights, max_weight)

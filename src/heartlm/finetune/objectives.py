@@ -1,0 +1,114 @@
+"""Fine-tuning objectives for the training engine: per-beat AAMI classes and per-window AFIB.
+
+Both follow `heartlm.train.objectives.Objective`: return the mean loss to backpropagate and
+device sums (`loss_sum`, `count`, `correct`) so validation aggregates exactly. Neither
+syncs with the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from heartlm.finetune.data import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
+from heartlm.train.objectives import hash_uniform
+
+# Salt of the label-dropping coin, so it is independent of any other use of hash_uniform.
+_KEEP_SALT = 6
+
+
+def _masked_ce(logits: Tensor, target: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Sum of class-weighted cross-entropy over targets >= 0, and the number of such targets."""
+    labelled = target >= 0
+    safe = target.clamp(min=0)
+    nll = F.cross_entropy(logits.float(), safe, reduction="none")
+    per_item = torch.where(labelled, nll * weight[safe], torch.zeros_like(nll))
+    return per_item.sum(), labelled.sum()
+
+
+def afib_targets(rhythm_label_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
+    """(B,) window labels by the AFIB rule of `heartlm.finetune.data` (1, 0, or IGNORE)."""
+    real = rhythm_label_BT >= 0
+    if valid_BT is not None:
+        real = real & valid_BT
+    known = real & (rhythm_label_BT != UNKNOWN_RHYTHM)
+    n_real = real.sum(dim=1)
+    n_afib = (real & (rhythm_label_BT == AFIB)).sum(dim=1)
+    label = (n_afib >= AFIB_MIN_FRACTION * n_real).long()
+    return torch.where(known.any(dim=1), label, torch.full_like(label, IGNORE))
+
+
+def keep_window(key_B: Tensor, fraction: float, seed: int) -> Tensor:
+    """Seeded coin per window stream position (the same on any number of ranks): True for
+    about `fraction` of windows."""
+    return hash_uniform(seed, key_B.long(), 1, salt=_KEEP_SALT)[:, 0] < fraction
+
+
+class BeatClasses:
+    """Per-beat AAMI class with a per-token head; class-weighted cross-entropy.
+
+    Weights come from the training labels (`heartlm.finetune.data.class_weights`); unlabelled
+    or padded beats (AAMI -1) give no loss but are still context for the encoder.
+    """
+
+    name = "beats"
+    heads = ("beat",)
+
+    def __init__(self, class_weights: Sequence[float]) -> None:
+        self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
+
+    def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
+        logits_BTC = model(batch.morph, batch.rhythm, valid_BT=batch.valid, head="beat")
+        target_BT = batch.aami
+        if batch.valid is not None:
+            target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
+        weight = self.weight.to(logits_BTC.device)
+        logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
+        target = target_BT.reshape(-1)
+        loss_sum, count = _masked_ce(logits, target, weight)
+        correct = ((logits.argmax(-1) == target) & (target >= 0)).sum()
+        return loss_sum / count.clamp(min=1), {
+            "loss_sum": loss_sum,
+            "count": count,
+            "correct": correct,
+        }
+
+    def predicted_per_window(self, window: int) -> int:
+        return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs
+
+
+class AfibWindows:
+    """Per-window AFIB vs not from the window head; class-weighted cross-entropy.
+
+    `label_fraction` < 1 keeps the label of a seeded fraction of windows (by stream position).
+    """
+
+    name = "afib"
+    heads = ("window",)
+
+    def __init__(
+        self, class_weights: Sequence[float], label_fraction: float = 1.0, seed: int = 0
+    ) -> None:
+        self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
+        self.label_fraction = label_fraction
+        self.seed = seed
+
+    def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
+        logits_BC = model(batch.morph, batch.rhythm, valid_BT=batch.valid, head="window")
+        target_B = afib_targets(batch.rhythm_label, batch.valid)
+        if self.label_fraction < 1.0:
+            keep = keep_window(batch.key, self.label_fraction, self.seed)
+            target_B = torch.where(keep, target_B, torch.full_like(target_B, IGNORE))
+        loss_sum, count = _masked_ce(logits_BC, target_B, self.weight.to(logits_BC.device))
+        correct = ((logits_BC.argmax(-1) == target_B) & (target_B >= 0)).sum()
+        return loss_sum / count.clamp(min=1), {
+            "loss_sum": loss_sum,
+            "count": count,
+            "correct": correct,
+        }
+
+    def predicted_per_window(self, window: int) -> int:
+        return 0

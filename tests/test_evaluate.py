@@ -1,0 +1,127 @@
+"""Evaluation: metrics against hand-computed confusion matrices, AUROC, report formats."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from heartlm.errors import HeartlmError
+from heartlm.evaluate import metrics
+
+
+def test_confusion_matrix_counts_reference_rows_predicted_columns():
+    ref = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    pred = np.array([0, 0, 1, 1, 0, 2, 2, 2, 0])
+    cm = metrics.confusion_matrix(ref, pred, 3)
+    np.testing.assert_array_equal(cm, [[2, 1, 0], [1, 1, 0], [1, 0, 3]])
+
+
+def test_class_scores_match_hand_computation():
+    # Rows = reference N, S, V, F, Q; columns = predicted. F has no reference beats but one
+    # prediction; Q has neither reference beats nor predictions.
+    cm = np.array(
+        [
+            [90, 5, 3, 2, 0],
+            [4, 6, 0, 0, 0],
+            [1, 0, 9, 0, 0],
+            [0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0],
+        ]
+    )
+    s = metrics.class_scores(cm)
+    assert s["N"]["se"] == pytest.approx(90 / 100)
+    assert s["N"]["ppv"] == pytest.approx(90 / 95)
+    assert s["N"]["f1"] == pytest.approx(2 * 90 / (2 * 90 + 5 + 10))
+    assert s["S"]["se"] == pytest.approx(6 / 10)
+    assert s["S"]["ppv"] == pytest.approx(6 / 11)
+    assert s["V"]["se"] == pytest.approx(9 / 10) and s["V"]["ppv"] == pytest.approx(9 / 12)
+    assert s["V"]["support"] == 10 and s["N"]["support"] == 100
+    # Zero support and a false prediction: every ratio is defined as 0, never NaN.
+    assert s["F"] == {"se": 0.0, "ppv": 0.0, "f1": 0.0, "support": 0}
+    assert s["Q"] == {"se": 0.0, "ppv": 0.0, "f1": 0.0, "support": 0}
+    assert metrics.accuracy(cm) == pytest.approx(105 / 120)
+
+
+def test_empty_matrix_has_defined_scores():
+    cm = metrics.confusion_matrix(np.array([], int), np.array([], int), 5)
+    assert metrics.accuracy(cm) == 0.0
+    assert all(v["f1"] == 0.0 for v in metrics.class_scores(cm).values())
+
+
+def test_confusion_matrix_rejects_codes_out_of_range():
+    with pytest.raises(ValueError, match="reference"):
+        metrics.confusion_matrix(np.array([0, 5]), np.array([0, 1]), 5)
+
+
+def test_auroc_hand_computed_with_ties():
+    # Positives score 0.9, 0.4, 0.6; negatives 0.1, 0.4, 0.8. Of 9 pairs the positive wins
+    # (0.9 > all three), (0.6 > 0.1, 0.4), (0.4 > 0.1), ties once (0.4 = 0.4): 6.5 / 9.
+    labels = np.array([1, 1, 1, 0, 0, 0])
+    scores = np.array([0.9, 0.4, 0.6, 0.1, 0.4, 0.8])
+    assert metrics.auroc(labels, scores) == pytest.approx(6.5 / 9)
+    assert metrics.auroc(labels, -scores) == pytest.approx(1 - 6.5 / 9)
+    assert metrics.auroc(np.ones(3), np.array([0.1, 0.2, 0.3])) is None
+
+
+def test_binary_scores_at_threshold():
+    labels = np.array([1, 1, 1, 0, 0, 0, 0])
+    scores = np.array([0.9, 0.7, 0.2, 0.6, 0.1, 0.3, 0.0])
+    b = metrics.binary_scores(labels, scores)
+    # TP 2 (0.9, 0.7), FN 1 (0.2), FP 1 (0.6), TN 3.
+    assert (b["tp"], b["fp"], b["fn"], b["tn"]) == (2, 1, 1, 3)
+    assert b["se"] == pytest.approx(2 / 3) and b["ppv"] == pytest.approx(2 / 3)
+    assert b["f1"] == pytest.approx(4 / 6)
+    # Pairs won: 0.9 and 0.7 beat all four negatives, 0.2 beats 0.1 and 0.0: 10 of 12.
+    assert b["auroc"] == pytest.approx(10 / 12)
+
+
+def test_beat_report_is_json_ready():
+    rep = metrics.beat_report(np.array([0, 1, 2, 3, 4, 0]), np.array([0, 1, 2, 3, 4, 1]))
+    back = json.loads(json.dumps(rep))
+    assert set(back["per_class"]) == {"N", "S", "V", "F", "Q"}
+    assert back["n_beats"] == 6 and back["accuracy"] == pytest.approx(5 / 6)
+    assert back["confusion"][0] == [1, 1, 0, 0, 0]
+
+
+def _refs(pairs):
+    from heartlm.finetune.splits import RecordRef
+
+    return [RecordRef(i, name, db, 10) for i, (db, name) in enumerate(pairs)]
+
+
+def test_mitdb_is_scored_on_ds2_only_by_default():
+    from heartlm.evaluate.scoring import choose_records
+
+    refs = _refs([("mitdb", "100"), ("mitdb", "101"), ("mitdb", "102"), ("ludb", "1")])
+    chosen, scope = choose_records(refs, all_records=False, select=None)
+    assert [r.key for r in chosen] == ["mitdb/100", "ludb/1"]
+    assert "DS2 only" in scope and "--all-records" in scope
+    assert len(choose_records(refs, all_records=True, select=None)[0]) == 4
+    chosen, _ = choose_records(refs, all_records=False, select=["101", "ludb/1"])
+    assert [r.key for r in chosen] == ["mitdb/101", "ludb/1"]
+    only_ludb = _refs([("ludb", "1"), ("ludb", "2")])
+    assert choose_records(only_ludb, False, None)[1] == "all 2 records"
+    with pytest.raises(HeartlmError, match="does not hold"):
+        choose_records(refs, False, ["999"])
+
+
+def test_text_report_and_figures(tmp_path):
+    from heartlm.evaluate import plots
+    from heartlm.evaluate.cli import format_report
+
+    rep = metrics.beat_report(np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2]))
+    text = format_report({**rep, "task": "beats", "data": "d", "scope": "all 1 records"})
+    # title, counts, 6-line class table, 7-line confusion matrix with its two header lines
+    assert "accuracy 0.7500" in text and len(text.splitlines()) == 2 + 6 + 7
+    plots.confusion_png(
+        np.array(rep["confusion"]), ("N", "S", "V", "F", "Q"), tmp_path / "c.png", "t"
+    )
+    plots.roc_png(np.array([0, 1, 1]), np.array([0.2, 0.9, 0.4]), tmp_path / "r.png", "t")
+    for name in ("c.png", "r.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    afib = {"task": "afib", "data": "d", "scope": "s", "n_windows": 3, "n_afib_windows": 1,
+            "window": 8, "rule": "r", "accuracy": 1.0,
+            "afib": {"f1": 1.0, "se": 1.0, "ppv": 1.0, "auroc": None}}  # fmt: skip
+    assert "AUROC n/a (one class)" in format_report(afib)

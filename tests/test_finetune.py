@@ -1,0 +1,353 @@
+"""Fine-tuning: split constants, the DS2 guard, window labelling rules, objectives, end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from heartlm.ecg.labels import RHYTHMS
+from heartlm.errors import HeartlmError
+from heartlm.finetune import data, splits
+from heartlm.finetune.objectives import afib_targets, keep_window
+from heartlm.finetune.splits import RecordRef
+
+AFIB, NSR = RHYTHMS.index("AFIB"), RHYTHMS.index("N")
+
+
+def _mitdb(names, db="mitdb", positive=()):
+    return [
+        RecordRef(index=i, name=n, db=db, n_beats=100, positive=n in positive)
+        for i, n in enumerate(names)
+    ]
+
+
+def test_split_constants_are_the_inter_patient_split():
+    ds1, ds2, paced = set(splits.MITDB_DS1), set(splits.MITDB_DS2), set(splits.MITDB_PACED)
+    assert len(ds1) == len(splits.MITDB_DS1) == 22 and len(ds2) == 22
+    assert not ds1 & ds2 and not paced & (ds1 | ds2)
+    assert len(ds1 | ds2 | paced) == 48
+    assert set(splits.MITDB_AFIB) & ds1 == {"201", "203"}
+
+
+def test_ds2_guard_raises_for_training_and_validation():
+    with pytest.raises(HeartlmError, match="DS2 records 100, 232 would be used for training"):
+        splits.check_not_test_records(_mitdb(["101", "232", "100"]), "training")
+    # A record called 100 in another database is not DS2.
+    splits.check_not_test_records(_mitdb(["100"], db="synth"), "training")
+    long_name = _mitdb(["100"], db="mit-bih-arrhythmia-database-1.0.0")
+    with pytest.raises(HeartlmError, match="DS2"):
+        splits.check_not_test_records(long_name, "validation")
+
+
+def test_default_beat_split_is_ds1_only_and_val_from_ds1():
+    all48 = _mitdb(sorted(splits.MITDB_DS1 + splits.MITDB_DS2 + splits.MITDB_PACED))
+    split = splits.split_records(all48, "beats", val_fraction=0.2, seed=3)
+    train = {r.name for r in split.train}
+    val = {r.name for r in split.val}
+    assert train | val == set(splits.MITDB_DS1) and not train & val
+    assert len(val) == round(0.2 * 22)
+    other = splits.split_records(all48, "beats", val_fraction=0.2, seed=4)
+    assert {r.name for r in other.val} != val or len(val) == 22  # the seed matters
+
+
+def test_selecting_a_ds2_record_for_training_raises():
+    all48 = _mitdb(sorted(splits.MITDB_DS1 + splits.MITDB_DS2))
+    with pytest.raises(HeartlmError, match="DS2 records 100 would be used for training"):
+        splits.split_records(all48, "beats", 0.2, 0, select=["101", "106", "mitdb/100"])
+    with pytest.raises(HeartlmError, match="does not hold: 999"):
+        splits.split_records(all48, "beats", 0.2, 0, select=["999"])
+
+
+def test_afib_split_is_stratified_and_never_uses_ds2():
+    recs = _mitdb(["201", "203", "202", "101", "106", "108", "109"], positive=splits.MITDB_AFIB)
+    ludb = [
+        RecordRef(index=10 + i, name=str(i), db="ludb", n_beats=10, positive=i < 4)
+        for i in range(10)
+    ]
+    split = splits.split_records(recs + ludb, "afib", val_fraction=0.25, seed=0)
+    names = {r.key for r in split.train + split.val}
+    assert "mitdb/202" not in names
+    assert any(r.positive for r in split.val) and any(r.positive for r in split.train)
+
+
+def test_empty_and_unsplittable_pools_are_errors():
+    unlabelled = [RecordRef(0, "a", "x", 10, has_labels=False)]
+    with pytest.raises(HeartlmError, match="empty training split"):
+        splits.split_records(unlabelled, "afib", 0.2, 0)
+    with pytest.raises(HeartlmError, match="cannot be split"):
+        splits.split_records([RecordRef(0, "a", "x", 10)], "beats", 0.2, 0)
+    only = splits.split_records([RecordRef(0, "a", "x", 10)], "beats", 0.0, 0)
+    assert len(only.train) == 1 and not only.val
+
+
+def test_afib_window_rule_half_or_more():
+    assert data.afib_window_label(np.array([AFIB, AFIB, NSR, NSR])) == 1  # exactly 50 %
+    assert data.afib_window_label(np.array([AFIB, NSR, NSR, NSR])) == 0
+    assert data.afib_window_label(np.array([0, 0, 0])) == data.IGNORE  # no rhythm known
+    afl = RHYTHMS.index("AFL")
+    assert data.afib_window_label(np.array([afl, afl, afl, AFIB])) == 0  # flutter is not AFIB
+
+
+def test_afib_targets_on_device_follow_the_same_rule():
+    rng = np.random.default_rng(0)
+    codes = rng.choice([0, NSR, AFIB, RHYTHMS.index("AFL")], size=(64, 8), p=[0.1, 0.4, 0.4, 0.1])
+    valid = rng.random((64, 8)) > 0.2
+    valid[:, 0] = True
+    got = afib_targets(torch.from_numpy(codes), torch.from_numpy(valid)).numpy()
+    want = [data.afib_window_label(c[v]) for c, v in zip(codes, valid, strict=True)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_windows_cover_every_beat_once_and_pad_short_records():
+    n = [10, 3, 0, 7]
+    boundaries = np.concatenate([[0], np.cumsum(n)])
+    total = boundaries[-1]
+    streams = data.Streams(
+        morph=np.arange(total, dtype=np.uint16) + 5,
+        rhythm=np.full(total, 6, np.uint16),
+        aami=(np.arange(total) % 5).astype(np.int8),
+        rhythm_label=np.full(total, AFIB, np.int8),
+        boundaries=boundaries,
+    )
+    w = data.cut_windows(streams, [0, 1, 2, 3], window=4, stride=2, task="beats")
+    scored = w.beat[w.scored]
+    assert sorted(scored.tolist()) == list(range(total))  # each beat scored exactly once
+    short = w.record == 1
+    assert short.sum() == 1 and w.pad[short].sum() == 1  # 3 beats padded to 4
+    assert (w.morph[w.pad] == 0).all() and (w.beat_label[w.pad] == data.IGNORE).all()
+    np.testing.assert_array_equal(w.beat_label[~w.pad], streams.aami[w.beat[~w.pad]])
+    # Record 0 (10 beats, W=4, stride 2): starts 0, 2, 4, 6 (last ends at the record's end).
+    np.testing.assert_array_equal(w.beat[w.record == 0][:, 0], [0, 2, 4, 6])
+    a = data.cut_windows(streams, [1], window=4, stride=4, task="afib")
+    assert a.window_label.tolist() == [1] and (a.beat_label == data.IGNORE).all()
+
+
+def test_label_fraction_keeps_a_seeded_fraction():
+    labels = np.where(np.arange(1000) % 10 == 0, -1, np.arange(1000) % 5)
+    kept = data.keep_label_fraction(labels, 0.1, seed=1)
+    assert (kept >= 0).sum() == 90  # 10 % of the 900 labelled beats
+    assert ((kept >= 0) <= (labels >= 0)).all()
+    np.testing.assert_array_equal(kept, data.keep_label_fraction(labels, 0.1, seed=1))
+    assert not np.array_equal(kept, data.keep_label_fraction(labels, 0.1, seed=2))
+    with pytest.raises(ValueError, match="--label-fraction"):
+        data.keep_label_fraction(labels, 0.0, seed=1)
+    keys = torch.arange(10_000)
+    assert keep_window(keys, 0.1, seed=0).float().mean().item() == pytest.approx(0.1, abs=0.02)
+
+
+def test_class_weights_balance_and_clip():
+    labels = np.array([0] * 90 + [1] * 9 + [2] * 1 + [-1] * 5)
+    w = data.class_weights(labels, 5, max_weight=10.0)
+    np.testing.assert_allclose(w[:2], [100 / (3 * 90), 100 / (3 * 9)])
+    assert w[2] == 10.0 and w[3] == 0.0 and w[4] == 0.0
+
+
+# --- end to end on a tiny synthetic corpus: synth -> ingest -> tokenize -> pretrain -> finetune
+
+
+def _cli(*argv: str) -> int:
+    from heartlm.cli import main
+
+    return main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A pretrained tiny run on 6 one-minute synthetic records (half with AFIB episodes)."""
+    from heartlm.ingest import IngestConfig, ingest
+    from heartlm.synth import write_corpus
+    from heartlm.tokens import TokenizeConfig, tokenize
+
+    root = tmp_path_factory.mktemp("ft")
+    write_corpus(root / "syn", records=6, minutes=1.0, fs=360, seed=0, afib_fraction=0.5, workers=1)
+    ingest([root / "syn"], root / "store", IngestConfig(workers=1))
+    tokenize(root / "store", root / "tok", TokenizeConfig(vocab=32, device="cpu"))
+    args = ["pretrain", root / "tok", "--out", root / "pre", "--preset", "tiny", "--window", "16"]
+    args += ["--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu"]
+    assert _cli(*args) == 0
+    return root
+
+
+def _finetune(corpus, out, *extra):
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16"]
+    args += ["--batch", "8", "--steps", "4", "--val-every", "2", "--warmup", "1"]
+    return _cli(*args, "--device", "cpu", *extra)
+
+
+def _evaluate_json(capsys, ft, data, *extra) -> dict:
+
+    capsys.readouterr()
+    assert _cli("evaluate", ft, data, "--json", *extra) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def beats_run(corpus):
+    assert _finetune(corpus, corpus / "ft_beats") == 0
+    return corpus / "ft_beats"
+
+
+def test_finetune_beats_writes_a_self_contained_run(beats_run, corpus):
+
+    layout = ("model.safetensors", "config.json", "metrics.jsonl", "run.json")
+    layout += ("codebook.safetensors", "codebook.json", "lineage.json", "finetune.json")
+    for name in layout:
+        assert (beats_run / name).is_file(), name
+    assert not (beats_run / "checkpoints").exists()
+    info = json.loads((beats_run / "finetune.json").read_text())
+    assert info["task"] == "beats" and info["window"] == 16
+    assert not set(info["train_records"]) & set(info["val_records"])
+    assert len(info["train_records"]) + len(info["val_records"]) == 6
+    assert info["best"]["step"] in (2, 4)
+    lineage = json.loads((beats_run / "lineage.json").read_text())
+    assert lineage["ingest"]["fs"] == 250.0 and lineage["codebook_hash"]
+    assert not list(corpus.glob(".ft_beats*"))  # no staging folder left behind
+
+
+def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
+    rep = _evaluate_json(capsys, beats_run, corpus / "tok")
+    assert {"accuracy", "per_class", "confusion", "task", "n_beats"} <= set(rep)
+    assert rep["task"] == "beats" and set(rep["per_class"]) == {"N", "S", "V", "F", "Q"}
+    for scores in rep["per_class"].values():
+        assert {"se", "ppv", "f1", "support"} == set(scores)
+        assert all(0.0 <= scores[k] <= 1.0 for k in ("se", "ppv", "f1"))
+    cm = np.array(rep["confusion"])
+    assert cm.shape == (5, 5) and cm.sum() == rep["n_beats"] > 0
+    assert [s["support"] for s in rep["per_class"].values()] == cm.sum(axis=1).tolist()
+    assert 0.0 <= rep["accuracy"] <= 1.0
+
+
+def test_evaluate_on_raw_wfdb_at_another_rate(beats_run, corpus, capsys):
+
+    from heartlm.synth import write_corpus
+
+    # Training records were 360 Hz (store at 250 Hz); these are 500 Hz and never seen.
+    write_corpus(corpus / "syn500", records=2, minutes=0.5, fs=500, seed=7, workers=1)
+    rep = _evaluate_json(capsys, beats_run, corpus / "syn500")
+    synth_info = json.loads((corpus / "syn500" / "run.json").read_text())
+    labelled = sum(synth_info["counts"]["classes"].values())
+    # Every labelled beat is scored once (annotations give the beats; edges may drop a few).
+    assert labelled - 4 <= rep["n_beats"] <= labelled
+    assert rep["n_records"] == 2
+    # The same records as a token folder give the same answer as the raw WFDB path.
+    tok = _evaluate_json(capsys, beats_run, corpus / "tok")
+    raw = _evaluate_json(capsys, beats_run, corpus / "syn")
+    assert raw["confusion"] == tok["confusion"]
+
+
+def test_evaluate_out_writes_metrics_and_png(beats_run, corpus, tmp_path):
+
+    out = tmp_path / "ev"
+    assert _cli("evaluate", beats_run, corpus / "tok", "--out", out) == 0
+    assert (out / "confusion.png").stat().st_size > 1000
+    assert json.loads((out / "metrics.json").read_text())["task"] == "beats"
+    assert _cli("evaluate", beats_run, corpus / "tok", "--out", out) == 2  # no silent overwrite
+
+
+def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
+
+    ft = tmp_path / "ft_afib"
+    assert _finetune(corpus, ft, "--task", "afib", "--from-scratch", "--label-fraction", "0.5") == 0
+    info = json.loads((ft / "finetune.json").read_text())
+    assert info["task"] == "afib" and info["from_scratch"] and info["pretrained"] is None
+    assert info["afib_rule"] == data.AFIB_RULE
+    rep = _evaluate_json(capsys, ft, corpus / "tok")
+    assert set(rep["afib"]) == {"f1", "se", "ppv", "auroc"}
+    assert rep["n_windows"] > 0 and 0 < rep["n_afib_windows"] < rep["n_windows"]
+    assert all(v is None or 0.0 <= v <= 1.0 for v in rep["afib"].values())
+
+
+def _copy_tokens(corpus, dest, edit_meta=None):
+
+    shutil.copytree(corpus / "tok", dest)
+    if edit_meta is not None:
+        meta = json.loads((dest / "tokens.json").read_text())
+        edit_meta(meta)
+        (dest / "tokens.json").write_text(json.dumps(meta))
+    return dest
+
+
+def test_mitdb_ds2_never_trains_and_is_the_default_test_set(corpus, tmp_path, capsys):
+
+    names = ["100", "101", "106", "108", "109", "112"]  # 100 is DS2, the rest DS1
+
+    def as_mitdb(meta):
+        for rec, name in zip(meta["records"], names, strict=True):
+            rec["name"], rec["db"] = name, "mitdb"
+
+    tok = _copy_tokens(corpus, tmp_path / "mitdb_tok", as_mitdb)
+    args = ["finetune", corpus / "pre", "--data", tok, "--window", "16", "--batch", "8"]
+    args += ["--steps", "2", "--device", "cpu"]
+    assert _cli(*args, "--out", tmp_path / "bad", "--records", "100", "101", "106") == 2
+    assert "DS2 records 100 would be used for training" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    assert _cli(*args, "--out", tmp_path / "ok") == 0
+    info = json.loads((tmp_path / "ok" / "finetune.json").read_text())
+    assert "mitdb/100" not in info["train_records"] + info["val_records"]
+    assert len(info["train_records"]) + len(info["val_records"]) == 5
+    rep = _evaluate_json(capsys, tmp_path / "ok", tok)
+    assert rep["n_records"] == 1 and "DS2 only" in rep["scope"]
+    assert _evaluate_json(capsys, tmp_path / "ok", tok, "--all-records")["n_records"] == 6
+
+    def ds1_only(meta):
+        as_mitdb(meta)
+        meta["records"][0]["name"] = "115"
+
+    ds1 = _copy_tokens(corpus, tmp_path / "ds1_tok", ds1_only)
+    capsys.readouterr()
+    assert _cli("evaluate", tmp_path / "ok", ds1) == 2
+    assert "empty test split" in capsys.readouterr().err
+
+
+def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys):
+    from heartlm import shards
+    from heartlm.tokens import TokenizeConfig, tokenize
+
+    def error_of(*argv) -> str:
+        capsys.readouterr()
+        assert _cli(*argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("heartlm: error:"), err
+        return err
+
+    # Tokens of another vocabulary / another codebook of the same size.
+    tokenize(corpus / "store", tmp_path / "tok48", TokenizeConfig(vocab=48, device="cpu"))
+    tokenize(corpus / "store", tmp_path / "tok32", TokenizeConfig(vocab=32, seed=9, device="cpu"))
+    base = ["finetune", corpus / "pre", "--window", "16", "--steps", "2", "--device", "cpu"]
+    assert "vocabulary" in error_of(*base, "--data", tmp_path / "tok48", "--out", tmp_path / "a")
+    assert "codebook" in error_of(*base, "--data", tmp_path / "tok32", "--out", tmp_path / "b")
+    assert "codebook" in error_of("evaluate", beats_run, tmp_path / "tok32")
+    # AFIB on records without rhythm annotations names the folder.
+    norhythm = _copy_tokens(corpus, tmp_path / "norhythm")
+    n = len(shards.read_shard(norhythm / "rhythm_label.bin"))
+    shards.write_shard(norhythm / "rhythm_label.bin", np.zeros(n, np.int8))
+    err = error_of(*base, "--task", "afib", "--data", norhythm, "--out", tmp_path / "c")
+    assert "norhythm" in err and "no rhythm labels" in err
+    # An empty or unsplittable training split.
+    one = ["--data", corpus / "tok", "--records", "s0000", "--out", tmp_path / "d"]
+    assert "cannot be split" in error_of(*base, *one)
+    # A pretrained (not fine-tuned) run, and a flag out of range.
+    assert "not a fine-tuned" in error_of("evaluate", corpus / "pre", corpus / "tok")
+    assert "--label-fraction" in error_of(*base, "--data", corpus / "tok", "--out", tmp_path / "e",
+                                          "--label-fraction", "0")  # fmt: skip
+    assert not any((tmp_path / x).exists() for x in "abcde")
+
+
+@pytest.mark.distributed
+def test_finetune_on_two_processes(corpus, tmp_path):
+
+    # A subprocess: --nproc re-executes the command line (sys.argv) under torchrun.
+    ft = tmp_path / "ft2"
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", ft, "--window", "16"]
+    args += ["--batch", "8", "--steps", "4", "--val-every", "2", "--device", "cpu", "--nproc", "2"]
+    done = subprocess.run([sys.executable, "-m", "heartlm", *map(str, args)], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    info = json.loads((ft / "finetune.json").read_text())
+    assert info["best"]["step"] in (2, 4) and (ft / "model.safetensors").is_file()
+    assert not (tmp_path / ".ft2.partial").exists()
