@@ -1,0 +1,1 @@
+"""Figures and report.md from a scaling-study folder."""

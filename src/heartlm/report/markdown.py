@@ -1,0 +1,160 @@
+"""DIR/report.md: tables copied verbatim from results.csv, the environment, the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from heartlm.report.study import Study
+
+MAIN = ["task", "window", "scaling", "gpus", "cpus", "time_s", "speedup", "efficiency",
+        "overhead_s", "tokens_per_s", "mfu", "status"]  # fmt: skip
+BREAKDOWN = ["task", "window", "scaling", "gpus", "cpus", "step_s", "compute_s", "comm_s",
+             "data_wait_s", "other_s", "data_wait_pct"]  # fmt: skip
+REPEATS = ["task", "window", "scaling", "gpus", "cpus", "repeats_ok", "repeats", "time_s",
+           "time_min_s", "time_max_s", "wall_s", "energy_per_pass_j", "energy_per_token_j",
+           "binding"]  # fmt: skip
+ENV_KEYS = ["host", "gpu_model", "gpu_count", "driver", "cuda", "nccl", "torch", "cpu_model",
+            "cpu_count", "cpus_usable", "os"]  # fmt: skip
+
+
+def table(rows: list[dict[str, str]], columns: list[str]) -> str:
+    """A markdown table of the given results.csv columns, strings unchanged."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append("| " + " | ".join(str(r.get(c, "")).replace("|", "/") for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _workload(study: Study) -> str:
+    w = study.grid.get("workload", {})
+    if not w:
+        return "(grid.json missing: workload unknown)"
+    return (
+        f"Every cell processes the same number of windows: `steps` x `batch` at 1 GPU "
+        f"(steps {w.get('steps')}, preset `{w.get('preset')}`, seed {w.get('seed')}). "
+        "Weak scaling keeps the per-GPU batch and runs steps / N steps; strong scaling keeps "
+        "the global batch (split over N GPUs) and runs all steps. "
+        f"{w.get('warmup')} warm-up steps run first and are not timed. "
+        "`time_s` (T) is the sum of the engine's step times (metrics.jsonl `step_time_s`) "
+        "over the timed steps, median over repeats; `wall_s` is the whole launch "
+        "(startup, compilation, export). S = T1/TN, E = S/N, O = TN - T1/N, with T1 the "
+        "1-GPU cell of the same task, window, CPUs, scaling, backend and data path. "
+        "Breakdown columns are seconds per step from the engine's breakdown.json."
+    )
+
+
+def _goals(study: Study) -> str:
+    """The study's two goals: 1 CPU per GPU within 3 % of the most CPUs; data wait <= 1 %."""
+    ref = study.reference_cpus()
+    lines = [f"| task | window | scaling | gpus | time_s at 1 CPU | time_s at {ref} CPUs | "
+             "1 CPU slower by | within 3 % |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    done = [r for r in study.rows if r["time_s"]]
+    for r in done:
+        if r["cpus"] != ref:
+            continue
+        one = next((o for o in done if o["cpus"] == "1" and all(
+            o[k] == r[k] for k in ("task", "window", "scaling", "gpus", "backend", "data_path")
+        )), None)  # fmt: skip
+        if one is None or ref == "1":
+            continue
+        slower = float(one["time_s"]) / float(r["time_s"]) - 1
+        lines.append(f"| {r['task']} | {r['window']} | {r['scaling']} | {r['gpus']} | "
+                     f"{one['time_s']} | {r['time_s']} | {100 * slower:.2f} % | "
+                     f"{'yes' if slower <= 0.03 else 'no'} |")  # fmt: skip
+    waits = [float(r["data_wait_pct"]) for r in done if r["data_wait_pct"]]
+    wait = (f"Largest data wait: {max(waits):.3g} % of step time (goal <= 1 %)."
+            if waits else "No cell reported its data wait.")  # fmt: skip
+    cpu = "\n".join(lines) if len(lines) > 2 else "No cell pair with 1 CPU and more CPUs."
+    return f"{cpu}\n\n{wait}"
+
+
+def _environment(study: Study) -> str:
+    env = study.environment
+    if not env:
+        return "(environment.json missing)"
+    lines = ["| key | value |", "|---|---|"]
+    lines += [f"| {k} | {env.get(k)} |" for k in ENV_KEYS if k in env]
+    versions = env.get("versions", {})
+    if versions:
+        lines.append(f"| versions | {', '.join(f'{k} {v}' for k, v in versions.items())} |")
+    text = "\n".join(lines)
+    if env.get("topology"):
+        text += f"\n\n`nvidia-smi topo -m`:\n\n```\n{env['topology']}\n```"
+    return text
+
+
+def _model(curves: dict[str, dict], assumptions: dict[str, str]) -> str:
+    if not curves:
+        return "No configuration has a successful 1-GPU cell and its weight size: no model."
+    out = ["**This section is a MODEL, not a measurement** (see `heartlm.report.commmodel`).", ""]
+    out += [f"- {k}: {v}" for k, v in assumptions.items()]
+    out += ["", "| configuration | fitted intra-node GB/s | latency us | fit points | "
+            "nodes | GPUs | predicted time_s | predicted speedup | predicted efficiency |",
+            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label, c in curves.items():
+        fit = c["fit"]
+        bw = "hidden" if fit.bandwidth == float("inf") else f"{fit.bandwidth / 1e9:.4g}"
+        for m, n, t, s in zip(c["model_nodes"], c["model_gpus"], c["model_time"],
+                              c["model_speedup"], strict=True):  # fmt: skip
+            out.append(f"| {label} | {bw} | {fit.latency_s * 1e6:.3g} | {fit.points} | {m} | "
+                       f"{n} | {t:.4g} | {s:.4g} | {s / n:.3g} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def write_report(
+    study: Study, figures: list[Path], curves: dict[str, dict], assumptions: dict[str, str]
+) -> str:
+    rows = study.rows
+    failed = [r for r in rows if r["status"] not in ("ok",)]
+    pngs = [p for p in figures if p.suffix == ".png"]
+    parts = [
+        "# heartlm scaling study",
+        "",
+        f"Study folder `{study.folder.name}`; every number in the tables below is copied "
+        "from `results.csv` unchanged.",
+        "",
+        "## Workload",
+        "",
+        _workload(study),
+        "",
+        "## Results",
+        "",
+        table(rows, MAIN),
+        "",
+        "## Goals (derived from the tables above)",
+        "",
+        _goals(study),
+        "",
+        "## Step time breakdown",
+        "",
+        table(rows, BREAKDOWN),
+        "",
+        "## Repeats, wall time, energy and CPU binding",
+        "",
+        table(rows, REPEATS),
+        "",
+        "## Cells that did not finish",
+        "",
+        table(failed, ["task", "window", "scaling", "gpus", "cpus", "status", "error"])
+        if failed
+        else "None.",
+        "",
+        "## Figures",
+        "",
+        *[f"![{p.stem}](figures/{p.name})" for p in pngs],
+        "",
+        "## Multi-node prediction",
+        "",
+        _model(curves, assumptions),
+        "",
+        "## Environment",
+        "",
+        _environment(study),
+        "",
+        "## Grid",
+        "",
+        f"```json\n{json.dumps(study.grid.get('config', {}), indent=1)}\n```",
+        "",
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,100 @@
+"""A scaling-study folder as the report sees it: results.csv rows, grouped into configurations."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+from heartlm.scale.results import COLUMNS, read_results
+
+CONFIG_KEYS = ("task", "window", "scaling", "backend", "data_path")
+
+
+def num(row: dict[str, str], key: str) -> float | None:
+    value = row.get(key, "")
+    return float(value) if value not in ("", None) else None
+
+
+@dataclass
+class Study:
+    folder: Path
+    rows: list[dict[str, str]]
+    environment: dict[str, Any]
+    grid: dict[str, Any]
+
+    def configs(self) -> list[tuple[str, ...]]:
+        """Distinct (task, window, scaling, backend, data_path) in results.csv order."""
+        return list(dict.fromkeys(tuple(r[k] for k in CONFIG_KEYS) for r in self.rows))
+
+    def label(self, config: tuple[str, ...]) -> str:
+        """Short name of a configuration; backend and data path only where they vary."""
+        task, window, scaling, backend, data_path = config
+        parts = [task, f"w{window}", scaling]
+        if len({r["backend"] for r in self.rows}) > 1:
+            parts.append(backend)
+        if len({r["data_path"] for r in self.rows}) > 1:
+            parts.append(data_path)
+        return " ".join(parts)
+
+    def ok(self, config: tuple[str, ...], cpus: str | None = None) -> list[dict[str, str]]:
+        rows = [
+            r
+            for r in self.rows
+            if tuple(r[k] for k in CONFIG_KEYS) == config
+            and r["time_s"]
+            and (cpus is None or r["cpus"] == cpus)
+        ]
+        return sorted(rows, key=lambda r: (int(r["cpus"]), int(r["gpus"])))
+
+    def reference_cpus(self) -> str | None:
+        """The CPU count the GPU-scaling figures use: the largest one with results."""
+        cpus = {r["cpus"] for r in self.rows if r["time_s"]}
+        return max(cpus, key=int) if cpus else None
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def load_study(folder: Path) -> Study:
+    path = folder / "results.csv"
+    if not path.is_file():
+        raise HeartlmError("no results.csv: not a heartlm scale folder", folder)
+    try:
+        rows = read_results(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HeartlmError(f"cannot read ({exc})", path) from None
+    missing = [
+        c
+        for c in ("task", "window", "gpus", "cpus", "scaling", "time_s")
+        if rows and c not in rows[0]
+    ]
+    if missing:
+        raise HeartlmError(f"missing columns {', '.join(missing)}", path)
+    text_columns = {
+        "task",
+        "scaling",
+        "backend",
+        "data_path",
+        "preset",
+        "binding",
+        "status",
+        "error",
+    }
+    for line, r in enumerate(rows, start=2):
+        for c in COLUMNS:
+            r.setdefault(c, "")
+            if c not in text_columns and r[c]:
+                try:
+                    float(r[c])
+                except ValueError:
+                    raise HeartlmError(
+                        f"line {line}: {c} is not a number: {r[c]!r}", path
+                    ) from None
+    return Study(folder, rows, _json(folder / "environment.json"), _json(folder / "grid.json"))

@@ -1,0 +1,1 @@
+"""The scaling study: a grid of torchrun launches, each cell timed, measured and recorded."""

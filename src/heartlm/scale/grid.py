@@ -1,0 +1,319 @@
+"""The grid: its config, its cells, and running them with resume (state lives in DIR)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heartlm.errors import HeartlmError
+from heartlm.log import logger, progress
+from heartlm.outdir import atomic_write_text
+from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, torchrun_argv
+
+TASKS = ("pretrain", "finetune")
+SCALING = ("weak", "strong")
+DATA_PATHS = ("gpu", "workers")
+BACKENDS = ("ddp", "fsdp", "deepspeed")
+
+
+@dataclass
+class ScaleConfig:
+    """The grid axes and the fixed workload of every cell."""
+
+    gpus: list[int] = field(default_factory=lambda: [1, 2, 4])
+    """GPU counts (processes on a machine without GPUs)"""
+    cpus: list[int] = field(default_factory=lambda: [1, 2, 4, 16])
+    """CPU cores per GPU (per process)"""
+    windows: list[int] = field(default_factory=lambda: [128, 1024])
+    """window sizes in beats"""
+    tasks: list[str] = field(default_factory=lambda: ["pretrain", "finetune"])
+    scaling: list[str] = field(default_factory=lambda: ["weak", "strong"])
+    backends: list[str] = field(default_factory=lambda: ["ddp"])
+    data_paths: list[str] = field(default_factory=lambda: ["gpu"])
+    preset: str = "base"
+    repeats: int = 1
+    steps: int | None = None
+    """timed steps of a 1-GPU cell; default 5 x lcm(gpus)"""
+    warmup: int = 5
+    """untimed steps first (compilation, allocator warm-up)"""
+    batch: int | None = None
+    """windows per GPU per step at 1 GPU; default tokens_per_step // window"""
+    tokens_per_step: int = 32768
+    timeout_s: float = 600.0
+    seed: int = 0
+    profile_steps: int = 5
+    """untimed steps profiled by the engine for breakdown.json (0: no breakdown)"""
+    engine_args: list[str] = field(default_factory=list)
+    """extra flags passed to every pretrain/finetune launch"""
+    finetune_task: str = "beats"
+
+    def __post_init__(self) -> None:
+        for name, values in (
+            ("--gpus", self.gpus),
+            ("--cpus", self.cpus),
+            ("--window", self.windows),
+        ):
+            if not values or any(v < 1 for v in values):
+                raise ValueError(f"{name}: give positive integers, got {values}")
+        for name, values, allowed in (
+            ("--task", self.tasks, TASKS),
+            ("--scaling", self.scaling, SCALING),
+            ("--data-path", self.data_paths, DATA_PATHS),
+            ("--backend", self.backends, BACKENDS),
+        ):
+            bad = [v for v in values if v not in allowed]
+            if bad or not values:
+                raise ValueError(f"{name}: {bad or 'nothing'} not in {', '.join(allowed)}")
+        if self.repeats < 1:
+            raise ValueError("--repeats must be at least 1")
+        if self.warmup < 0 or self.profile_steps < 0:
+            raise ValueError("--warmup and --profile-steps must be 0 or more")
+        if self.timeout_s <= 0:
+            raise ValueError("--timeout must be positive")
+        if self.steps is None:
+            self.steps = 5 * math.lcm(*self.gpus)
+        if "weak" in self.scaling and any(self.steps % n for n in self.gpus):
+            raise ValueError(
+                f"--steps {self.steps} must divide by every --gpus count (weak scaling)"
+            )
+        strong = self.batch is not None and "strong" in self.scaling
+        if strong and any(self.batch % n for n in self.gpus):
+            raise ValueError(f"--batch {self.batch} must divide by every --gpus count (strong)")
+
+    def batch_for(self, window: int) -> int:
+        if self.batch is not None:
+            return self.batch
+        per_gpu = max(1, self.tokens_per_step // window)
+        # strong scaling splits the batch over N GPUs, so round it to a multiple of all N
+        step = math.lcm(*self.gpus) if "strong" in self.scaling else 1
+        return max(step, per_gpu // step * step)
+
+    def workload(self, window: int, task: str = "pretrain") -> Workload:
+        """finetune has no --profile-steps, so its cells have no breakdown."""
+        return Workload(
+            batch=self.batch_for(window),
+            steps=self.steps,
+            warmup=self.warmup,
+            profile=self.profile_steps if task == "pretrain" else 0,
+        )
+
+    def workload_key(self) -> dict[str, Any]:
+        """What must not change between an interrupted grid and its resume."""
+        keep = ("preset", "steps", "warmup", "batch", "tokens_per_step", "seed", "profile_steps")
+        info = {k: getattr(self, k) for k in keep}
+        return {**info, "engine_args": list(self.engine_args), "finetune_task": self.finetune_task}
+
+    def cells(self) -> list[Cell]:
+        """Every cell, the most CPUs per GPU first: a grid cut short by --max-time has the
+        GPU-scaling cells (drawn at the largest CPU count) before the CPU sweep."""
+        axes = itertools.product(
+            sorted(set(self.cpus), reverse=True), self.tasks, self.windows, self.scaling,
+            self.backends, self.data_paths, sorted(set(self.gpus)),
+        )  # fmt: skip
+        return [
+            Cell(task=t, window=w, gpus=g, cpus=c, scaling=s, backend=b, data_path=d)
+            for c, t, w, s, b, d, g in axes
+        ]
+
+    def twin(self, cell: Cell) -> Cell | None:
+        """On one GPU, strong and weak scaling are the same run: the strong 1-GPU cell
+        reuses the weak one's result when the grid has both."""
+        if cell.gpus == 1 and cell.scaling == "strong" and "weak" in self.scaling:
+            return dataclasses.replace(cell, scaling="weak")
+        return None
+
+
+def engine_command(
+    cell: Cell, cfg: ScaleConfig, data: Path, run_dir: Path, init_run: Path | None
+) -> list[str]:
+    """The heartlm command line every rank of the cell runs.
+
+    Checkpoints and validation happen only after the last step, outside the timed ones.
+    """
+    work = cfg.workload(cell.window, cell.task)
+    total = work.total_steps(cell)
+    common = [
+        "--out", str(run_dir),
+        "--window", str(cell.window),
+        "--batch", str(work.global_batch(cell)),
+        "--steps", str(total),
+        "--log-every", str(work.log_every(cell)),
+        "--seed", str(cfg.seed),
+    ]  # fmt: skip
+    if cell.task == "finetune":
+        head = ["finetune", str(init_run), "--task", cfg.finetune_task, "--data", str(data)]
+        return [*head, *common, "--val-every", str(total), *cfg.engine_args]
+    cmd = [
+        "pretrain", str(data), *common,
+        "--preset", cfg.preset,
+        "--backend", cell.backend,
+        "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
+        "--ckpt-every", "0", "--keep", "1", "--val-every", "0", "--val-batches", "1",
+    ]  # fmt: skip
+    if work.profile:
+        cmd += ["--profile-steps", str(work.profile)]
+    return cmd + list(cfg.engine_args)
+
+
+def unsupported(cell: Cell) -> str | None:
+    """Why a cell cannot run as asked (recorded as skipped), or None."""
+    if cell.task == "finetune" and (cell.backend != "ddp" or cell.data_path != "gpu"):
+        return "heartlm finetune has no --backend/--workers flags yet (ddp, gpu data path only)"
+    return None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices a cell may use, in CUDA_VISIBLE_DEVICES order."""
+    from heartlm.scale.environment import gpu_count
+
+    n = gpu_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed:
+        ids = [int(x) for x in listed.split(",") if x.strip().isdigit()]
+        return ids[:n] if len(ids) >= n else list(range(n))
+    return list(range(n))
+
+
+Runner = Callable[[Launch, Cell, Workload], dict[str, Any]]
+
+
+@dataclass
+class Grid:
+    """A grid bound to its folder; `run()` does every repeat that has no result yet."""
+
+    cfg: ScaleConfig
+    out: Path
+    data: Path
+    init_run: Path | None = None
+    runner: Runner = run_launch
+    retry_failed: bool = False
+
+    def rep_dir(self, cell: Cell, rep: int) -> Path:
+        return self.out / "cells" / cell.id / f"r{rep}"
+
+    def load_result(self, cell: Cell, rep: int) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.rep_dir(cell, rep) / "result.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def results(self) -> dict[Cell, list[dict[str, Any]]]:
+        found = {}
+        for cell in self.cfg.cells():
+            source = self.cfg.twin(cell) or cell
+            reps = [self.load_result(source, r) for r in range(self.cfg.repeats)]
+            found[cell] = [r for r in reps if r is not None]
+        return found
+
+    def pending(self) -> list[tuple[Cell, int]]:
+        todo = []
+        for cell in self.cfg.cells():
+            if self.cfg.twin(cell):
+                continue
+            for rep in range(self.cfg.repeats):
+                done = self.load_result(cell, rep)
+                if done is None or (self.retry_failed and done["status"] != "ok"):
+                    todo.append((cell, rep))
+        return todo
+
+    def launch(self, cell: Cell, rep: int, gpu_ids: list[int]) -> Launch:
+        folder = self.rep_dir(cell, rep)
+        run_dir = folder / "run"
+        command = engine_command(cell, self.cfg, self.data, run_dir, self.init_run)
+        spec, binding = core_groups(cell.gpus, cell.cpus, sorted(os.sched_getaffinity(0)))
+        env = {"OMP_NUM_THREADS": str(cell.cpus), "HEARTLM_PROGRESS": "0"}
+        if gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids[: cell.gpus]))
+        return Launch(
+            argv=torchrun_argv(cell.gpus, spec, command),
+            env=env,
+            run_dir=run_dir,
+            log=folder / "log.txt",
+            timeout_s=self.cfg.timeout_s,
+            gpu_indices=gpu_ids[: cell.gpus],
+            binding=binding,
+        )
+
+    def run_one(self, cell: Cell, rep: int, gpu_ids: list[int]) -> dict[str, Any]:
+        folder = self.rep_dir(cell, rep)
+        shutil.rmtree(folder, ignore_errors=True)  # a repeat cut off earlier starts afresh
+        folder.mkdir(parents=True)
+        launch = self.launch(cell, rep, gpu_ids)
+        why = unsupported(cell)
+        if gpu_ids and cell.gpus > len(gpu_ids):
+            why = f"needs {cell.gpus} GPUs, this machine has {len(gpu_ids)}"
+        if why:
+            result = {"cell": cell.id, "status": "skipped", "error": why, "command": launch.argv}
+        else:
+            try:
+                result = self.runner(launch, cell, self.cfg.workload(cell.window, cell.task))
+            except Exception as exc:  # one broken cell must not end the study
+                result = {"cell": cell.id, "status": "failed", "error": f"{exc!r}"}
+        result["repeat"] = rep
+        atomic_write_text(folder / "result.json", json.dumps(result, indent=2) + "\n")
+        return result
+
+    def run(
+        self, on_result: Callable[[], None] | None = None, max_time_s: float | None = None
+    ) -> dict[str, int]:
+        """Run what is pending; with `max_time_s`, start no cell after that many seconds
+        (the rest stays pending for the next, resuming, call)."""
+        start = time.monotonic()
+        todo = self.pending()
+        gpu_ids = visible_gpus()
+        logger.info(
+            "scale: %d of %d cell repeats to run (%s)",
+            len(todo),
+            sum(not self.cfg.twin(c) for c in self.cfg.cells()) * self.cfg.repeats,
+            f"{len(gpu_ids)} GPUs" if gpu_ids else "CPU processes, gloo",
+        )
+        counts: dict[str, int] = {}
+        for cell, rep in progress(todo, total=len(todo), desc="scale", unit="cell"):
+            if max_time_s is not None and time.monotonic() - start > max_time_s:
+                logger.warning("scale: --max-time reached; rerun the command to resume")
+                counts["pending"] = counts.get("pending", 0) + 1
+                continue
+            result = self.run_one(cell, rep, gpu_ids)
+            counts[result["status"]] = counts.get(result["status"], 0) + 1
+            msg = (
+                f"{result.get('time_s', 0):.3f} s" if result["status"] == "ok" else result["error"]
+            )
+            logger.info("scale: %s r%d %s: %s", cell.id, rep, result["status"], msg)
+            if on_result is not None:
+                on_result()
+        return counts
+
+
+def grid_state(out: Path, cfg: ScaleConfig, overwrite: bool) -> None:
+    """Claim `out` for this grid, or resume the grid already there.
+
+    A folder holding a grid with the same workload resumes; anything else is refused
+    unless `overwrite`, which empties it first.
+    """
+    state = out / "grid.json"
+    if out.exists() and not out.is_dir():
+        raise HeartlmError("exists and is not a folder", out)
+    if out.is_dir() and any(out.iterdir()):
+        same = False
+        if state.is_file():
+            try:
+                same = json.loads(state.read_text()).get("workload") == cfg.workload_key()
+            except json.JSONDecodeError:
+                same = False
+        if not same and not overwrite:
+            why = "holds a grid with another workload" if state.is_file() else "already holds files"
+            raise HeartlmError(f"{why} (use --overwrite to replace it)", out)
+        if not same:
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"workload": cfg.workload_key(), "config": dataclasses.asdict(cfg)}
+    atomic_write_text(state, json.dumps(info, indent=2) + "\n")

@@ -1,0 +1,275 @@
+"""heartlm scale: the seed paper's metrics, the grid, resume, failing cells, a real gloo grid."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from heartlm.cli import build_parser, main
+from heartlm.errors import HeartlmError
+from heartlm.scale import metrics
+from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch
+from heartlm.scale.energy import EnergySampler
+from heartlm.scale.grid import Grid, ScaleConfig, engine_command, grid_state
+from heartlm.scale.results import add_scaling, cell_row, read_results
+
+
+def test_metrics_match_hand_computed_values():
+    # T1 = 120 s on 1 GPU, T4 = 40 s on 4: S = 3, E = 0.75, O = 40 - 30 = 10 s
+    assert metrics.speedup(120.0, 40.0) == pytest.approx(3.0)
+    assert metrics.efficiency(120.0, 40.0, 4) == pytest.approx(0.75)
+    assert metrics.overhead(120.0, 40.0, 4) == pytest.approx(10.0)
+    # ideal scaling: E = 1 and no overhead
+    assert metrics.efficiency(100.0, 50.0, 2) == pytest.approx(1.0)
+    assert metrics.overhead(100.0, 50.0, 2) == pytest.approx(0.0)
+    assert metrics.summarise([3.0, 1.0, 2.0, 10.0, 4.0]) == (3.0, 1.0, 10.0)
+
+
+def _records(step_times: list[float], log_every: int) -> list[dict]:
+    """metrics.jsonl as the engine writes it: windows of `log_every` steps share elapsed_s."""
+    out, elapsed = [], 0.0
+    for start in range(0, len(step_times), log_every):
+        window = step_times[start : start + log_every]
+        elapsed += sum(window)
+        mean = sum(window) / len(window)
+        for i in range(len(window)):
+            out.append({"step": start + i + 1, "step_time_s": mean, "elapsed_s": elapsed})
+    return out
+
+
+def test_workload_time_leaves_out_warmup_and_profiled_windows():
+    # 5 slow warm-up steps, 5 profiled steps, then 10 timed steps of 0.1 s and 0.3 s
+    times = [2.0] * 5 + [0.5] * 5 + [0.1] * 5 + [0.3] * 5
+    t, n = metrics.workload_time(_records(times, 5), warmup=5, timed_steps=10, skip=range(6, 11))
+    assert n == 10
+    assert t == pytest.approx(5 * 0.1 + 5 * 0.3)
+    # windows that mix warm-up and timed steps are dropped whole; the rest is scaled up
+    t, n = metrics.workload_time(_records(times, 4), warmup=5, timed_steps=10, skip=range(6, 11))
+    assert n == 8 and t == pytest.approx((3 * 0.1 + 5 * 0.3) * 10 / 8)  # steps 13-20 kept
+    with pytest.raises(ValueError, match="expected 10"):
+        metrics.workload_time(_records([0.1] * 30, 1), warmup=5, timed_steps=10)
+
+
+def test_weak_and_strong_cells_do_the_same_work():
+    work = Workload(batch=8, steps=20, warmup=5, profile=5)
+    for n in (1, 2, 4):
+        weak = Cell("pretrain", 128, n, 1, "weak", "ddp", "gpu")
+        strong = Cell("pretrain", 128, n, 1, "strong", "ddp", "gpu")
+        assert work.tokens(weak) == work.tokens(strong) == 8 * 20 * 128
+        assert work.global_batch(weak) == 8 * n and work.timed_steps(weak) == 20 // n
+        assert work.global_batch(strong) == 8 and work.timed_steps(strong) == 20
+        assert work.log_every(weak) == 5  # metrics windows end where warm-up ends
+
+
+def test_config_validation_names_the_flag():
+    with pytest.raises(ValueError, match="--steps"):
+        ScaleConfig(gpus=[1, 2, 4], steps=6)
+    with pytest.raises(ValueError, match="--task"):
+        ScaleConfig(tasks=["pretrain", "train"])
+    with pytest.raises(ValueError, match="--batch"):
+        ScaleConfig(gpus=[1, 4], batch=6, scaling=["strong"])
+    cfg = ScaleConfig(gpus=[1, 2, 4], windows=[128, 1024])
+    assert cfg.steps == 20
+    assert cfg.batch_for(128) == 256 and cfg.batch_for(1024) == 32
+
+
+def test_core_groups_are_disjoint_when_the_machine_has_enough():
+    spec, how = core_groups(2, 2, [0, 1, 2, 3, 4])
+    assert (spec, how) == ("0,1/2,3", "disjoint")
+    spec, how = core_groups(4, 2, [0, 1, 2])
+    assert spec == "" and how.startswith("shared")
+
+
+def test_engine_commands_parse_with_the_real_clis(tmp_path):
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[2], windows=[64], scaling=["weak"], steps=10)
+    for task, data_path in (("pretrain", "workers"), ("finetune", "gpu")):
+        cell = Cell(task, 64, 2, 2, "weak", "ddp", data_path)
+        argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
+        parser, module = build_parser(argv)
+        args = parser.parse_args(argv)
+        assert module is not None
+        # warm-up 5, then 5 profiled (pretrain only), then 10 / 2 timed steps
+        assert args.steps == (15 if task == "pretrain" else 10)
+        assert args.batch == 2 * cfg.batch_for(64)
+        assert args.window == 64
+        if task == "pretrain":
+            assert args.workers == 2 and args.profile_steps == 5 and args.ckpt_every == 0
+
+
+def _launch(tmp_path: Path, argv: list[str], timeout: float) -> Launch:
+    return Launch(argv, {}, tmp_path / "run", tmp_path / "log.txt", timeout, [], "disjoint")
+
+
+def test_a_failing_or_hanging_launch_is_recorded_not_raised(tmp_path):
+    cell = Cell("pretrain", 32, 1, 1, "weak", "ddp", "gpu")
+    work = Workload(batch=2, steps=2, warmup=0)
+    fail = [sys.executable, "-c", "import sys; print('heartlm: error: x.dat: bad'); sys.exit(2)"]
+    result = run_launch(_launch(tmp_path, fail, 30), cell, work)
+    assert result["status"] == "failed"
+    assert result["error"] == "exit 2: heartlm: error: x.dat: bad"
+
+    pid_file = tmp_path / "pid"
+    hang = [sys.executable, "-c", f"import os,time; open({str(pid_file)!r},'w').write("
+            "str(os.getpid())); time.sleep(60)"]  # fmt: skip
+    start = time.monotonic()
+    result = run_launch(_launch(tmp_path, hang, 1.5), cell, work)
+    assert result["status"] == "timeout" and "1.5 s" in result["error"]
+    assert time.monotonic() - start < 20
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the whole process group was ended
+
+
+class FakeRunner:
+    """Stands in for torchrun: times proportional to 1/N, one chosen cell failing."""
+
+    def __init__(self, fail: str | None = None, crash: str | None = None, stop_after=None):
+        self.calls: list[str] = []
+        self.fail, self.crash, self.stop_after = fail, crash, stop_after
+
+    def __call__(self, launch: Launch, cell: Cell, work: Workload) -> dict:
+        if self.stop_after is not None and len(self.calls) == self.stop_after:
+            raise KeyboardInterrupt
+        self.calls.append(cell.id)
+        if cell.id == self.crash:
+            raise OSError("torchrun not found")
+        if cell.id == self.fail:
+            return {"cell": cell.id, "status": "failed", "error": "exit 2: bad flag"}
+        t = 10.0 / cell.gpus + 0.5 * (cell.gpus - 1)
+        return {"cell": cell.id, "status": "ok", "error": "", "time_s": t, "wall_s": t + 3}
+
+
+def _grid(tmp_path: Path, runner: FakeRunner, repeats: int = 1) -> Grid:
+    cfg = ScaleConfig(gpus=[1, 2, 4], cpus=[1], windows=[32], tasks=["pretrain"],
+                      scaling=["weak", "strong"], steps=4, batch=4, repeats=repeats)  # fmt: skip
+    grid_state(tmp_path / "study", cfg, overwrite=False)
+    return Grid(cfg, tmp_path / "study", tmp_path / "tokens", runner=runner)
+
+
+def _rows(grid: Grid) -> list[dict]:
+    rows = [
+        cell_row(c, grid.cfg.workload(c.window, c.task), "tiny", reps)
+        for c, reps in grid.results().items()
+    ]
+    add_scaling(rows)
+    return rows
+
+
+def test_a_failing_cell_does_not_stop_the_grid(tmp_path):
+    runner = FakeRunner(fail="pretrain-w32-g2-c1-weak-ddp-gpu",
+                        crash="pretrain-w32-g4-c1-strong-ddp-gpu")  # fmt: skip
+    grid = _grid(tmp_path, runner)
+    counts = grid.run()
+    # 6 cells, 5 launches: the strong 1-GPU cell is the weak one's run
+    assert len(runner.calls) == 5 and counts == {"ok": 3, "failed": 2}
+    rows = {(r["gpus"], r["scaling"]): r for r in _rows(grid)}
+    assert rows[(2, "weak")]["status"] == "failed"
+    assert rows[(2, "weak")]["error"] == "exit 2: bad flag"
+    assert "torchrun not found" in rows[(4, "strong")]["error"]
+    # the cells after the failures ran and have the seed paper's metrics
+    assert rows[(4, "weak")]["speedup"] == pytest.approx(10.0 / (2.5 + 1.5))
+    assert rows[(2, "strong")]["overhead_s"] == pytest.approx(5.5 - 10.0 / 2)
+    assert rows[(1, "strong")]["time_s"] == rows[(1, "weak")]["time_s"] == 10.0
+
+
+def test_an_interrupted_grid_resumes_without_rerunning_finished_cells(tmp_path):
+    first = FakeRunner(stop_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        _grid(tmp_path, first, repeats=2).run()
+    assert len(first.calls) == 3
+    done = sorted((tmp_path / "study" / "cells").glob("*/r*/result.json"))
+    assert len(done) == 3
+    stamps = {p: p.stat().st_mtime_ns for p in done}
+
+    second = FakeRunner()
+    _grid(tmp_path, second, repeats=2).run()
+    assert len(second.calls) == 2 * 5 - 3
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    third = FakeRunner()
+    _grid(tmp_path, third, repeats=2).run()
+    assert third.calls == []
+
+
+def test_max_time_leaves_cells_pending_for_a_resume(tmp_path):
+    runner = FakeRunner()
+    grid = _grid(tmp_path, runner)
+    assert grid.run(max_time_s=-1.0) == {"pending": 5}
+    assert runner.calls == [] and len(grid.pending()) == 5
+    grid.run()
+    assert len(runner.calls) == 5 and grid.pending() == []
+
+
+def test_a_folder_with_another_grid_is_refused(tmp_path):
+    grid_state(tmp_path / "study", ScaleConfig(steps=20), overwrite=False)
+    with pytest.raises(HeartlmError, match="another workload"):
+        grid_state(tmp_path / "study", ScaleConfig(steps=40), overwrite=False)
+    grid_state(tmp_path / "study", ScaleConfig(gpus=[1, 2, 4, 5], steps=20 * 5 * 3),
+               overwrite=True)  # fmt: skip
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(HeartlmError, match="already holds files"):
+        grid_state(tmp_path / "other", ScaleConfig(), overwrite=False)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_bad_flags_and_data_are_one_line_errors_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["scale", "--data", str(tmp_path), "--out", str(out)]) == 2
+    assert main(["scale", "--task", "train", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("heartlm: error:") and "tokens.json" in err[0]
+    assert err[1].startswith("heartlm: error:") and "--task" in err[1]
+    assert not out.exists()
+
+
+def test_energy_is_mean_power_over_the_timed_steps():
+    sampler = EnergySampler([], lambda: 0)
+    assert sampler.source in ("none", "nvml", "nvidia-smi")
+    # (time s, joules so far, steps logged): 100 W while steps 10..20 were logged
+    sampler.samples = [(0.0, 0.0, 0), (1.0, 50.0, 10), (2.0, 150.0, 15), (3.0, 250.0, 20)]
+    assert sampler.mean_power(10, 20) == pytest.approx(100.0)
+    assert sampler.mean_power(10, 30) is None
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory) -> Path:
+    from heartlm.scale.corpus import make_tokens
+
+    return make_tokens(tmp_path_factory.mktemp("corpus"), records=4, minutes=2.0)
+
+
+@pytest.mark.distributed
+def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
+    out = tmp_path / "study"
+    argv = ["scale", "--gpus", "1,2", "--cpus", "1", "--window", "16", "--task", "pretrain",
+            "--scaling", "weak", "--preset", "tiny", "--steps", "4", "--warmup", "2",
+            "--profile-steps", "0", "--batch", "2", "--timeout", "120", "--data", str(tokens),
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = {r["gpus"]: r for r in read_results(out / "results.csv")}
+    assert set(rows) == {"1", "2"}
+    for r in rows.values():
+        assert r["status"] == "ok", r["error"]
+        assert r["tokens"] == str(2 * 4 * 16)
+    t1, t2 = float(rows["1"]["time_s"]), float(rows["2"]["time_s"])
+    assert float(rows["2"]["speedup"]) == pytest.approx(t1 / t2, rel=1e-5)
+    assert float(rows["2"]["efficiency"]) == pytest.approx(t1 / t2 / 2, rel=1e-5)
+    assert float(rows["2"]["overhead_s"]) == pytest.approx(t2 - t1 / 2, rel=1e-4, abs=1e-6)
+    assert rows["1"]["speedup"] == "1"
+    two_cores = len(os.sched_getaffinity(0)) >= 2
+    assert rows["2"]["binding"] == "disjoint" if two_cores else rows["2"]["binding"] != ""
+    # the 2-process cell really ran 2 ranks, each on its own core when there are two
+    g2 = out / "cells" / "pretrain-w16-g2-c1-weak-ddp-gpu" / "r0"
+    assert "2 process" in (g2 / "log.txt").read_text()
+    assert json.loads((g2 / "result.json").read_text())["status"] == "ok"
+    env = json.loads((out / "environment.json").read_text())
+    assert env["cpu_model"] and env["torch"]
+    # rerunning the finished grid launches nothing
+    before = (g2 / "result.json").stat().st_mtime_ns
+    assert main(argv) == 0
+    assert (g2 / "result.json").stat().st_mtime_ns == before
