@@ -1,0 +1,14 @@
+"""Our QRS detector and EC57-style scoring against reference beat annotations."""
+
+from heartlm.qrs.detector import DetectorConfig, detect_qrs
+from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, reference_beats
+
+__all__ = [
+    "EC57_TOLERANCE_S",
+    "DetectorConfig",
+    "Match",
+    "detect_qrs",
+    "gross",
+    "match_beats",
+    "reference_beats",
+]

@@ -1,0 +1,188 @@
+"""QRS detector and EC57 scoring: hand-made matching cases, real MIT-BIH records, rates, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wfdb
+from scipy import signal as sps
+
+from heartlm.cli import main
+from heartlm.ecg.wfdbio import read_annotations, read_record
+from heartlm.qrs import Match, detect_qrs, gross, match_beats, reference_beats
+from heartlm.synth import synth_record
+
+# --- match_beats -------------------------------------------------------------------------
+
+
+def test_match_is_one_to_one():
+    m = match_beats(np.array([1000]), np.array([990, 1010]), fs=1000)
+    assert (m.tp, m.fp, m.fn) == (1, 1, 0)
+    m = match_beats(np.array([1000, 1020]), np.array([1010]), fs=1000)
+    assert (m.tp, m.fp, m.fn) == (1, 0, 1)
+
+
+def test_match_boundary_is_exactly_150_ms():
+    ref = np.array([1000, 5000])
+    assert match_beats(ref, np.array([1150, 4850]), fs=1000).tp == 2
+    assert match_beats(ref, np.array([1151, 4849]), fs=1000).tp == 0
+    assert match_beats(np.array([360]), np.array([414]), fs=360).tp == 1  # 54 samples = 150 ms
+    assert match_beats(np.array([360]), np.array([415]), fs=360).tp == 0
+    assert match_beats(np.array([100]), np.array([120]), fs=1000, tolerance_s=0.01).tp == 0
+
+
+def test_match_finds_the_most_pairs_not_the_greedy_nearest():
+    # Detection 1060 is nearer reference 1100, but pairing them would strand reference 1000
+    # (1200 is then the only detection left for 1100): the most pairs is 1000-1060, 1100-1200.
+    m = match_beats(np.array([1000, 1100]), np.array([1060, 1200]), fs=1000)
+    assert (m.tp, m.fp, m.fn) == (2, 0, 0)
+
+
+def test_match_empty_inputs():
+    none = np.array([], dtype=np.int64)
+    assert match_beats(none, none, 360) == Match(0, 0, 0)
+    m = match_beats(none, np.array([5, 500]), 360)
+    assert (m.tp, m.fp, m.fn, m.ppv, m.se) == (0, 2, 0, 0.0, 1.0)
+    m = match_beats(np.array([5, 500]), none, 360)
+    assert (m.tp, m.fp, m.fn, m.se, m.ppv) == (0, 0, 2, 0.0, 1.0)
+
+
+def test_scores_and_gross_sum_counts_before_dividing():
+    a, b = Match(tp=90, fp=10, fn=0), Match(tp=10, fp=0, fn=10)
+    assert a.ppv == pytest.approx(0.9) and b.se == pytest.approx(0.5)
+    g = gross([a, b])
+    assert (g.tp, g.fp, g.fn) == (100, 10, 10)
+    assert g.se == pytest.approx(100 / 110) and g.ppv == pytest.approx(100 / 110)
+    assert g.f1 == pytest.approx(200 / 220)
+    assert g.as_dict()["tp"] == 100
+
+
+def test_reference_beats_drop_non_beat_symbols():
+    sample = np.array([10, 20, 30, 40, 50])
+    assert reference_beats(sample, ["+", "N", "~", "V", "/"]).tolist() == [20, 40, 50]
+
+
+# --- detector on synthetic and real signals ----------------------------------------------
+
+
+@pytest.mark.parametrize("fs", [128.0, 500.0, 1000.0])
+def test_detector_finds_synthetic_beats(fs):
+    rec = synth_record(2.0, fs, (7, int(fs)), afib=fs == 500.0)
+    sample, symbol = rec.beats()
+    m = match_beats(reference_beats(sample, list(symbol)), detect_qrs(rec.signal, fs), fs)
+    assert m.tp > 100
+    assert m.se >= 0.99 and m.ppv >= 0.99, m
+
+
+def test_detector_output_contract():
+    rec = synth_record(0.5, 360.0, 3)
+    one = detect_qrs(rec.signal[:, 0], 360.0)
+    assert one.dtype == np.int64 and np.all(np.diff(one) > 0)
+    assert np.array_equal(detect_qrs(rec.signal, 360.0), one)  # 2-D: the first lead
+    with_gap = rec.signal[:, 0].copy()
+    with_gap[1000:1010] = np.nan
+    assert abs(len(detect_qrs(with_gap, 360.0)) - len(one)) <= 1
+    assert len(detect_qrs(np.zeros(50), 360.0)) == 0
+    with pytest.raises(ValueError, match="finite"):
+        detect_qrs(np.full(5000, np.nan), 360.0)
+    with pytest.raises(ValueError, match="rate"):
+        detect_qrs(rec.signal[:, 0], 20.0)
+
+
+def _mitdb(shared: Path, name: str) -> tuple[np.ndarray, float, np.ndarray]:
+    rec = read_record(shared / "mitdb" / name, channels=[0])
+    ann = read_annotations(rec.path)
+    return rec.signal[:, 0], rec.fs, reference_beats(ann.sample, ann.symbol)
+
+
+@pytest.mark.parametrize("name", ["100", "101", "103"])
+def test_detector_on_mitdb_records(shared_ecg, name):
+    x, fs, ref = _mitdb(shared_ecg, name)
+    m = match_beats(ref, detect_qrs(x, fs), fs)
+    assert m.se >= 0.99 and m.ppv >= 0.99, m
+
+
+@pytest.mark.parametrize("fs_new", [128, 1000])
+def test_detector_is_rate_invariant(shared_ecg, fs_new):
+    x, fs, ref = _mitdb(shared_ecg, "103")
+    y = sps.resample_poly(x, fs_new, int(fs))
+    m = match_beats(np.round(ref * fs_new / fs), detect_qrs(y, fs_new), fs_new)
+    assert m.se >= 0.99 and m.ppv >= 0.99, m
+
+
+# --- CLI ---------------------------------------------------------------------------------
+
+
+def _write_record(folder: Path, name: str, signal: np.ndarray, fs: float, beats=None) -> Path:
+    digital = np.where(np.isnan(signal), -32768, np.rint(signal * 200)).astype(np.int16)
+    wfdb.wrsamp(
+        name,
+        fs=fs,
+        units=["mV"],
+        sig_name=["MLII"],
+        d_signal=digital[:, None],
+        fmt=["16"],
+        adc_gain=[200.0],
+        baseline=[0],
+        write_dir=str(folder),
+    )
+    if beats is not None:
+        sample, symbol = beats
+        wfdb.wrann(name, "atr", np.asarray(sample), list(symbol), write_dir=str(folder))
+    return folder / name
+
+
+def test_cli_json_scores_a_folder(tmp_path, capsys):
+    rec = synth_record(1.0, 250.0, 11)
+    sample, symbol = rec.beats()
+    _write_record(tmp_path, "s1", rec.signal[:, 0], 250.0, (sample, symbol))
+    _write_record(tmp_path, "s2", rec.signal[:, 0], 250.0)  # no annotations: detect only
+    assert main(["qrs", str(tmp_path), "--json", "--workers", "1", "--positions"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["gross"]) == {"se", "ppv", "f1", "tp", "fp", "fn"}
+    assert out["tolerance_s"] == 0.15 and out["scored"] == "whole record"
+    assert out["vf_excluded"] is False
+    scored, unscored = out["records"]
+    assert Path(scored["record"]).name == "s1" and scored["tp"] + scored["fn"] == len(sample)
+    assert out["gross"]["tp"] == scored["tp"] and scored["se"] >= 0.99
+    assert "tp" not in unscored and unscored["n_detected"] == len(unscored["positions"])
+    assert unscored["positions"] == scored["positions"]
+
+
+def test_cli_table_and_lead_by_name(tmp_path, capsys):
+    rec = synth_record(1.0, 360.0, 5)
+    path = _write_record(tmp_path, "r", rec.signal[:, 0], 360.0, rec.beats())
+    assert main(["qrs", str(path), "--lead", "mlii", "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["record", "Se", "+P", "F1"]
+    assert lines[1].split()[0] == "r" and lines[2].split()[0] == "gross"
+    assert "whole record" in lines[-1] and "not excluded" in lines[-1]
+    assert main(["qrs", str(path), "--lead", "V5"]) == 2
+    assert "no such lead" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["flat", "nan"])
+def test_cli_bad_signal_is_one_line_error_or_skip(tmp_path, capsys, kind):
+    x = np.full(3600, 0.1 if kind == "flat" else np.nan)
+    _write_record(tmp_path, "bad", x, 360.0)
+    assert main(["qrs", str(tmp_path / "bad"), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad" in err[0] and ("flat" in err[0] or "NaN" in err[0])
+    assert main(["qrs", str(tmp_path / "bad"), "--json", "--skip-bad", "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gross"] is None and len(out["skipped"]) == 1
+
+
+def test_cli_scores_ludb_inside_the_annotated_span(shared_ecg, capsys):
+    args = ["qrs", str(shared_ecg / "ludb" / "1"), "--lead", "ii", "--annotations", "ii"]
+    assert main([*args, "--span", "annotated", "--json", "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (rec,) = out["records"]
+    assert out["scored"] == "annotated span" and rec["fs"] == 500.0 and rec["lead"] == "ii"
+    assert rec["fp"] == 0 and rec["fn"] == 0 and rec["tp"] == rec["n_reference"] > 5
+    # The whole record holds beats before and after the annotated ones: they count as FP there.
+    assert main([*args, "--json", "--workers", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["gross"]["fp"] > 0
