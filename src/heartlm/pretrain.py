@@ -103,6 +103,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sdpa", default="auto", choices=["auto", "flash", "cudnn", "efficient", "math"]
     )
+    g.add_argument(
+        "--cudagraph",
+        action="store_true",
+        help="replay each optimizer step as one CUDA graph (CUDA, one process, --workers 0)",
+    )
     g.add_argument("--backend", default="ddp", choices=["ddp", "fsdp", "deepspeed"])
     g.add_argument(
         "--timeout",
@@ -179,6 +184,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         compile=args.compile,
         compile_mode=args.compile_mode,
         sdpa=args.sdpa,
+        cudagraph=args.cudagraph,
         precision=args.precision,
         backend=args.backend,
         workers=args.workers,
@@ -258,7 +264,6 @@ def run(args: argparse.Namespace) -> int:
         info = {
             "vocab_size": data.vocab_size,
             "rhythm_vocab_size": data.rhythm_vocab_size,
-            "codebook_sha256": data.meta.get("codebook_sha256"),
             "codebook_hash": data.meta.get("codebook_hash"),
             "tokens": str(args.tokens),
             "fs": data.meta.get("fs"),

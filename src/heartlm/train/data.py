@@ -8,7 +8,6 @@ data position is just the step.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -69,9 +68,6 @@ def load_tokens(folder: str | Path) -> TokenData:
 
     ts = TokenSet.load(folder, mmap=False)
     meta = dict(ts.meta)
-    codebook = Path(folder) / "codebook.safetensors"
-    if codebook.is_file():
-        meta["codebook_sha256"] = hashlib.sha256(codebook.read_bytes()).hexdigest()
     records = [str(r.get("name", i)) for i, r in enumerate(ts.records)]
     return TokenData(
         morph=np.asarray(ts.morph).astype(np.int32),
