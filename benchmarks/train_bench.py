@@ -9,12 +9,26 @@ median over the log windows after the warm-up (each window ends with a host sync
 
 Variant keys: compile (0/1), compile_mode, sdpa (auto/flash/cudnn/efficient/math), norm
 (layernorm/rmsnorm), micro (micro-batch), gather (1: vocabulary head only at masked beats),
-precision (bf16/fp32), tf32 (0/1), compile_loss (1: compile masking + loss with the model).
+precision (bf16/fp32), tf32 (0/1), compile_loss (1: compile masking + loss with the model),
+cudagraph (1: the whole optimizer step as one CUDA graph), act (gelu/gelu_tanh), bf16res
+(1: bf16 residual stream), ind_<name> (a torch._inductor.config knob for this run, e.g.
+ind_coordinate_descent_tuning=1; bool knobs take 0/1).
+
+The sweep for issue 4 item 6 (single-GPU MFU of the base preset):
+
+    python benchmarks/train_bench.py --configs 128:256,1024:32 --out $OUT/mfu.jsonl \
+        --variants "default:;loss:compile_loss=1;tanh:act=gelu_tanh;bf16res:bf16res=1"
+    python benchmarks/train_bench.py --configs 128:256,1024:32 --out $OUT/mfu.jsonl \
+        --variants "graph:cudagraph=1;graph_tuned:cudagraph=1,compile_loss=1,\
+ind_coordinate_descent_tuning=1;all:...,bf16res=1,act=gelu_tanh;graph_flash:..."
+
+(CUDA-graph variants in a second process: a failed capture can spoil the CUDA context.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import platform
@@ -64,6 +78,25 @@ def parse_variants(text: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
+def inductor_knobs(opts: dict[str, str]) -> dict[str, object]:
+    """torch._inductor.config values from the variant's ind_<name>=<value> keys."""
+    import torch._inductor.config as ind
+
+    knobs: dict[str, object] = {}
+    for key, text in opts.items():
+        if not key.startswith("ind_"):
+            continue
+        name = key[4:]
+        current = getattr(ind, name)  # AttributeError: an unknown knob fails the variant
+        if isinstance(current, bool):
+            knobs[name] = text == "1"
+        elif isinstance(current, int):
+            knobs[name] = int(text)
+        else:
+            knobs[name] = text
+    return knobs
+
+
 def run_one(
     args: argparse.Namespace,
     window: int,
@@ -83,6 +116,8 @@ def run_one(
         rhythm_vocab_size=data.rhythm_vocab_size,
         max_len=window,
         norm=opts.get("norm", "layernorm"),
+        activation=opts.get("act", "gelu"),
+        bf16_residual=opts.get("bf16res", "0") == "1",
     )
     model = HeartLM(mcfg)
     objective = MaskedBeats(VOCAB, gather_head=opts.get("gather", "1") == "1")
@@ -99,11 +134,14 @@ def run_one(
         compile_mode=opts.get("compile_mode"),
         sdpa=opts.get("sdpa", "auto"),
         compile_objective=opts.get("compile_loss", "0") == "1",
+        cudagraph=opts.get("cudagraph", "0") == "1",
         precision=opts.get("precision", "bf16"),
         final_save=False,
     )
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    knobs = inductor_knobs(opts)
+    patch = torch._inductor.config.patch(knobs) if knobs else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory() as tmp, patch:
         train(cfg, model, objective, sampler, None, Path(tmp), DistEnv(device=device))
         rows = read_metrics(tmp)
     timed = [r for r in rows if r["step"] > args.warmup]
@@ -167,7 +205,7 @@ def main() -> int:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--records", type=int, default=64)
     p.add_argument("--beats-per-record", type=int, default=8192)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default=None, help="append JSON lines here too")
     args = p.parse_args()
     if args.table:

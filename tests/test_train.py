@@ -20,7 +20,7 @@ from heartlm.train.distributed import DistEnv
 from heartlm.train.loop import TrainConfig, resolve_batch, train
 from heartlm.train.metrics import REQUIRED_FIELDS, read_metrics
 from heartlm.train.objectives import IGNORE, MaskedBeats, NextBeat
-from heartlm.train.optim import Schedule
+from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, host_lr, set_lr
 
 N_CODES = 24
 
@@ -364,6 +364,81 @@ def test_cuda_step_has_no_host_sync_and_reports_mfu(tmp_path: Path):
     assert rows[-1]["max_mem_gib"] > 0
     if "H100" in torch.cuda.get_device_name() or "H200" in torch.cuda.get_device_name():
         assert rows[-1]["mfu"] > 0
+
+
+def test_cudagraph_is_refused_off_cuda_and_with_a_dataloader(tmp_path: Path):
+    data = make_data([120, 90])
+    with pytest.raises(HeartlmError, match="--cudagraph needs a CUDA device"):
+        _run(tmp_path / "cpu", data, 2, cudagraph=True)
+    from heartlm.train.loop import check_cudagraph
+
+    cfg = TrainConfig(steps=1, cudagraph=True, workers=2)
+    with pytest.raises(HeartlmError, match="--cudagraph needs the device data path"):
+        check_cudagraph(cfg, DistEnv(device=torch.device("cuda")))
+
+
+def test_device_lr_is_one_shared_tensor_that_set_lr_fills_and_host_lr_undoes():
+    model = tiny(make_data([40]), 16)
+    opt = build_adamw(model, 1e-3, 0.1, (0.9, 0.95), fused=False)
+    device_lr(opt, torch.device("cpu"))
+    lrs = [g["lr"] for g in opt.param_groups]
+    assert all(isinstance(lr, torch.Tensor) and lr is lrs[0] for lr in lrs)
+    set_lr(opt, 2.5e-4)
+    assert float(lrs[0]) == pytest.approx(2.5e-4)
+    with float_lr(opt):  # checkpoints save floats; the graph's tensor comes back after
+        assert all(isinstance(g["lr"], float) for g in opt.param_groups)
+    assert all(g["lr"] is lrs[0] for g in opt.param_groups)
+    host_lr(opt)
+    assert [g["lr"] for g in opt.param_groups] == [pytest.approx(2.5e-4)] * len(lrs)
+    set_lr(opt, 1e-3)
+    assert all(g["lr"] == 1e-3 for g in opt.param_groups)
+
+
+def test_activation_and_bf16_residual_options():
+    data = make_data([40])
+    morph = torch.randint(NUM_SPECIAL, data.vocab_size, (2, 16))
+    rhythm = torch.full((2, 16), NUM_SPECIAL)
+    base = tiny(data, 16).eval()
+    res = tiny(data, 16, bf16_residual=True).eval()
+    tanh = tiny(data, 16, activation="gelu_tanh").eval()
+    with torch.no_grad():
+        out = base(morph, rhythm)
+        assert torch.equal(res(morph, rhythm), out)  # no autocast: the option does nothing
+        assert torch.allclose(tanh(morph, rhythm), out, atol=1e-2)
+        assert not torch.equal(tanh(morph, rhythm), out)
+        seen = []
+        res.blocks[0].register_forward_pre_hook(lambda m, a: seen.append(a[0].dtype))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            res(morph, rhythm)
+        assert seen == [torch.bfloat16]
+    with pytest.raises(ValueError, match="activation must be one of"):
+        tiny(data, 16, activation="relu")
+
+
+@pytest.mark.gpu
+def test_cudagraph_step_trains_like_the_eager_step(tmp_path: Path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    data = make_data([300, 200, 400, 250])
+    graphed = {}
+    for kw in ({}, {"micro_batch": 4}):
+        eager = _run(tmp_path / f"e{len(kw)}", data, 30, batch=16, device="cuda", **kw)
+        graph = _run(
+            tmp_path / f"g{len(kw)}", data, 30, batch=16, device="cuda", cudagraph=True, **kw
+        )
+        # Same kernels in the same order; only the learning rate is read as fp32.
+        assert [r["loss"] for r in graph] == pytest.approx([r["loss"] for r in eager], rel=2e-3)
+        assert [r["grad_norm"] for r in graph] == pytest.approx(
+            [r["grad_norm"] for r in eager], rel=2e-2
+        )
+        graphed[len(kw)] = [r["loss"] for r in graph]
+    # Checkpoints of a graphed run hold float learning rates and resume (graphed again).
+    split = tmp_path / "split"
+    _run(split, data, 30, batch=16, device="cuda", cudagraph=True, ckpt_every=10, stop_at=20)
+    resumed = _run(
+        split, data, 30, batch=16, device="cuda", cudagraph=True, ckpt_every=10, resume=True
+    )
+    assert [r["loss"] for r in resumed] == pytest.approx(graphed[0], rel=2e-3)
 
 
 def test_wandb_flag_without_wandb_installed_fails_clearly(tmp_path: Path, capsys):

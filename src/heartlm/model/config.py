@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 VOCAB_MULTIPLE = 128
+ACTIVATIONS = ("gelu", "gelu_tanh")
 
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
@@ -35,12 +36,21 @@ class ModelConfig:
     norm: str = "layernorm"
     bias: bool = False
     dropout: float = 0.0
+    activation: str = "gelu"
+    """MLP activation: gelu (erf) or gelu_tanh (tanh approximation)"""
+    bf16_residual: bool = False
+    """under bf16 autocast, carry the residual stream in bf16 instead of fp32 (halves the
+    memory traffic of norms and residual adds; a numerics change)"""
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.norm not in ("layernorm", "rmsnorm"):
             raise ValueError(f"norm must be layernorm or rmsnorm, not {self.norm!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}"
+            )
         if self.vocab_size < 6 or self.rhythm_vocab_size < 1:
             raise ValueError("vocab_size and rhythm_vocab_size must be positive")
 

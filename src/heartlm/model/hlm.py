@@ -23,6 +23,7 @@ class Block(nn.Module):
         self.n_heads = cfg.n_heads
         self.causal = cfg.causal
         self.dropout = cfg.dropout
+        self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
         self.norm1 = _norm(cfg)
         # One fused QKV matmul and one fused MLP-in matmul: fewer, larger GEMMs.
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
@@ -45,7 +46,9 @@ class Block(nn.Module):
                 q, k, v, attn_mask=mask_B11T, dropout_p=self.dropout if self.training else 0.0
             )
         x_BTD = x_BTD + self.drop(self.proj(a.transpose(1, 2).reshape(B, T, D)))
-        return x_BTD + self.drop(self.fc_out(F.gelu(self.fc_in(self.norm2(x_BTD)))))
+        return x_BTD + self.drop(
+            self.fc_out(F.gelu(self.fc_in(self.norm2(x_BTD)), approximate=self.approximate))
+        )
 
 
 class HeartLM(nn.Module):
@@ -101,10 +104,12 @@ class HeartLM(nn.Module):
             x = torch.cat([cls, x], dim=1)
             if valid_BT is not None:
                 valid_BT = F.pad(valid_BT, (1, 0), value=True)
+        if cfg.bf16_residual and torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.bfloat16)  # every residual add then stays bf16
         T = x.shape[1]
         if cfg.positions < T:
             raise ValueError(f"window of {T} positions exceeds max_len {cfg.positions}")
-        x = self.drop(x + self.pos_emb.weight[:T])
+        x = self.drop(x + self.pos_emb.weight[:T].to(x.dtype))
         mask = None
         if valid_BT is not None:
             mask = valid_BT[:, None, None, :]

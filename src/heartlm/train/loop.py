@@ -34,7 +34,14 @@ from heartlm.train.flops import flops_per_token, peak_flops
 from heartlm.train.launch import maybe_inject_fault
 from heartlm.train.metrics import MetricsLogger
 from heartlm.train.objectives import Objective
-from heartlm.train.optim import Schedule, build_adamw, scaled_lr, set_lr
+from heartlm.train.optim import (
+    Schedule,
+    build_adamw,
+    device_lr,
+    float_lr,
+    scaled_lr,
+    set_lr,
+)
 from heartlm.train.profile import Breakdown
 
 
@@ -69,6 +76,9 @@ class TrainConfig:
     compile_mode: str | None = None
     compile_objective: bool = False
     """also compile masking and loss around the model (one graph per step)"""
+    cudagraph: bool = False
+    """CUDA, one process, device data path only: after GRAPH_WARMUP eager steps, replay
+    the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph"""
     sdpa: str = "auto"
     precision: str = "bf16"
     backend: str = "ddp"
@@ -120,6 +130,76 @@ class TrainResult:
 
 
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+GRAPH_WARMUP = 3
+"""eager steps (on a side stream) before the CUDA graph is captured"""
+
+
+def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
+    """Refuse `cudagraph` where the captured step could not be the real one."""
+    why = None
+    if env.device.type != "cuda":
+        why = f"needs a CUDA device, not {env.device.type}"
+    elif env.distributed:
+        why = "runs one process only (no DDP / FSDP collectives in the graph)"
+    elif cfg.workers > 0:
+        why = "needs the device data path (--workers 0), not a DataLoader"
+    if why:
+        raise HeartlmError(f"--cudagraph {why}")
+
+
+def _fields(batch: Batch) -> tuple[torch.Tensor | None, ...]:
+    return (batch.morph, batch.rhythm, batch.aami, batch.rhythm_label, batch.valid, batch.key)
+
+
+def _clone_batch(batch: Batch) -> Batch:
+    return Batch(*(None if t is None else t.clone() for t in _fields(batch)))
+
+
+class GraphedStep:
+    """`step_fn(batches) -> (loss, grad_norm)` replayed as one CUDA graph.
+
+    The first GRAPH_WARMUP calls run eagerly on a side stream (they compile and size the
+    workspaces); the next call captures the step with `.grad` unset, so backward allocates
+    the gradients in the graph's pool, and every later call copies its batches into the
+    static inputs and replays. Nothing in the step may sync with the host or change shape.
+    """
+
+    def __init__(
+        self, step_fn: Callable[[list[Batch]], tuple[torch.Tensor, torch.Tensor]], zero: Any
+    ) -> None:
+        self.step_fn, self.zero = step_fn, zero
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: list[Batch] = []
+        self.out: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.calls += 1
+        if self.graph is None and self.calls <= GRAPH_WARMUP:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = self.step_fn(batches)
+                self.zero()
+            torch.cuda.current_stream().wait_stream(side)
+            return out
+        if self.graph is None:
+            self.static = [_clone_batch(b) for b in batches]
+            self.zero()
+            torch.cuda.synchronize()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self.step_fn(self.static)
+        else:
+            for dst, src in zip(self.static, batches, strict=True):
+                for d, t in zip(_fields(dst), _fields(src), strict=True):
+                    if (d is None) != (t is None):
+                        raise HeartlmError("--cudagraph: a batch's valid mask came or went")
+                    if d is not None:
+                        d.copy_(t, non_blocking=True)
+        self.graph.replay()
+        assert self.out is not None
+        return self.out[0].clone(), self.out[1].clone()
 
 
 def resolve_batch(batch: int, micro_batch: int | None, world: int) -> tuple[int, int]:
@@ -277,6 +357,8 @@ def train(
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     cuda = env.device.type == "cuda"
+    if cfg.cudagraph:
+        check_cudagraph(cfg, env)
     micro, accum = resolve_batch(cfg.batch, cfg.micro_batch, env.world_size)
     steps_per_epoch = train_sampler.steps_per_epoch(cfg.batch)
     total = cfg.steps if cfg.steps is not None else math.ceil(cfg.epochs * steps_per_epoch)
@@ -306,7 +388,9 @@ def train(
         static_graph=accum == 1 and not compile_on,
     )
     lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
-    optimizer = build_adamw(wrapped, lr, cfg.weight_decay, cfg.betas, fused=cuda)
+    optimizer = build_adamw(
+        wrapped, lr, cfg.weight_decay, cfg.betas, fused=cuda, capturable=cfg.cudagraph
+    )
     schedule = Schedule(
         lr,
         total,
@@ -325,13 +409,18 @@ def train(
         ckpt.check_compatible(ckpt.read_meta(latest), meta, latest)
         start = ckpt.load_checkpoint(latest, wrapped, optimizer)["step"]
         logger.info("resumed from %s (step %d)", latest, start)
+    if cfg.cudagraph:
+        device_lr(optimizer, env.device)
     stop = min(total, cfg.stop_at) if cfg.stop_at else total
 
     metrics = MetricsLogger(run_dir, env.is_main, cfg.wandb, asdict(cfg), resume_step=start)
     fpt = flops_per_token(model.cfg, window, objective.predicted_per_window(window))
     peak = peak_flops(env.device)
     autocast = (
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+        # No cast cache under graph capture: cached casts would outlive the capture.
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not cfg.cudagraph))
+        if bf16
+        else contextlib.nullcontext
     )
     sdpa = _sdpa_context(cfg.sdpa, cuda)
     ddp_sync = hasattr(wrapped, "no_sync")
@@ -359,6 +448,48 @@ def train(
             return next(loader)
         return train_sampler.batch(step, m, micro, accum, env.rank, env.world_size)
 
+    def clip() -> torch.Tensor:
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        )
+        return grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+
+    def graph_step(batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`eager_step` for the CUDA graph: no DDP, no zero_grad, batches given."""
+        loss_sum = torch.zeros((), device=env.device)
+        for batch in batches:
+            with autocast(), sdpa():
+                loss, _ = step_loss(batch)
+                (loss / accum).backward()
+            loss_sum += loss.detach()
+        grad_norm = clip()
+        optimizer.step()
+        return loss_sum / accum, grad_norm.detach()
+
+    def eager_step(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One optimizer step: (mean loss, gradient norm, seconds waiting for data)."""
+        loss_sum = torch.zeros((), device=env.device)
+        wait = 0.0
+        for m in range(accum):
+            t = time.perf_counter()
+            batch = next_batch(step, m)
+            wait += time.perf_counter() - t
+            sync = contextlib.nullcontext() if not ddp_sync or m == accum - 1 else wrapped.no_sync()
+            with sync, autocast(), sdpa():
+                loss, _ = step_loss(batch)
+                (loss / accum).backward()
+            loss_sum += loss.detach()
+        grad_norm = clip()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss_sum / accum, grad_norm.detach(), wait
+
+    graphed = (
+        GraphedStep(graph_step, functools.partial(optimizer.zero_grad, set_to_none=True))
+        if cfg.cudagraph
+        else None
+    )
+
     breakdown = Breakdown(
         cfg.profile_steps,
         start + min(5, max(0, stop - start - cfg.profile_steps)),
@@ -376,26 +507,15 @@ def train(
         breakdown.begin(step)
         step_lr = schedule(step)
         set_lr(optimizer, step_lr)
-        loss_sum = torch.zeros((), device=env.device)
-        wait = 0.0
-        for m in range(accum):
+        if graphed is not None:
             t = time.perf_counter()
-            batch = next_batch(step, m)
-            wait += time.perf_counter() - t
-            sync = contextlib.nullcontext() if not ddp_sync or m == accum - 1 else wrapped.no_sync()
-            with sync, autocast(), sdpa():
-                loss, _ = step_loss(batch)
-                (loss / accum).backward()
-            loss_sum += loss.detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        )
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            batches = [next_batch(step, m) for m in range(accum)]
+            wait = time.perf_counter() - t
+            mean_loss, grad_norm = graphed(batches)
+        else:
+            mean_loss, grad_norm, wait = eager_step(step)
         breakdown.end(step, wait)
-        steplog.add(step + 1, step_lr, loss_sum / accum, grad_norm.detach(), wait)
+        steplog.add(step + 1, step_lr, mean_loss, grad_norm, wait)
 
         done = step + 1
         val_due = val_sampler is not None and cfg.val_every and done % cfg.val_every == 0
@@ -424,7 +544,8 @@ def train(
                     worse += 1
                     early = cfg.patience > 0 and worse >= cfg.patience
         if ckpt_due:
-            ckpt.save_checkpoint(root, done, wrapped, optimizer, meta, env, cfg.keep_ckpts)
+            with float_lr(optimizer):
+                ckpt.save_checkpoint(root, done, wrapped, optimizer, meta, env, cfg.keep_ckpts)
             steplog.restart_clock()  # checkpoint time is not step time
         maybe_inject_fault(done, env.rank)
         if early:

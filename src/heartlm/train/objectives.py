@@ -32,6 +32,10 @@ class Objective(Protocol):
         ...
 
 
+# Eager even inside a compiled objective (`compile_objective`): Triton (torch 2.11, H100)
+# fails to compile this 32-bit hash's bit ops on int64 tensors; the graph breaks here and
+# the rest of masking and the loss still compile. Integer maths: identical either way.
+@torch.compiler.disable
 def hash_uniform(seed: int, key_B: Tensor, n: int, salt: int = 0) -> Tensor:
     """Uniform [0, 1) floats of shape (B, n), a pure function of (seed, key, column, salt)."""
     m32 = 0xFFFFFFFF

@@ -5,7 +5,9 @@ The schedule is a pure function of the step, so the scheduler's state is the ste
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -55,9 +57,18 @@ def scaled_lr(lr: float, global_batch: int, scale: bool) -> float:
 
 
 def build_adamw(
-    model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float], fused: bool
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    fused: bool,
+    capturable: bool = False,
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms, biases or embeddings)."""
+    """AdamW with weight decay on matrices only (not norms, biases or embeddings).
+
+    `capturable` (CUDA graphs) keeps the step count on the device; pair it with
+    `device_lr` so that the learning rate is read from device memory too.
+    """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -67,9 +78,50 @@ def build_adamw(
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused or None)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused or None, capturable=capturable)
+
+
+def device_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Give all parameter groups one shared fp32 learning-rate tensor on `device`.
+
+    A captured optimizer step then reads the rate that `set_lr` writes before each replay.
+    """
+    lr = torch.tensor(float(optimizer.param_groups[0]["lr"]), device=device)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def host_lr(optimizer: torch.optim.Optimizer) -> None:
+    """Undo `device_lr`: plain float rates again (one host sync)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+
+
+@contextlib.contextmanager
+def float_lr(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Float rates inside (checkpoints hold floats either way), the same tensors after.
+
+    A captured CUDA graph reads the device rate at a fixed address, so the very tensor
+    objects are put back.
+    """
+    saved = [group["lr"] for group in optimizer.param_groups]
+    host_lr(optimizer)
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, saved, strict=True):
+            group["lr"] = lr
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's rate; a device tensor rate (`device_lr`) is filled in place."""
+    done: set[int] = set()
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        current = group["lr"]
+        if isinstance(current, torch.Tensor):
+            if id(current) not in done:
+                current.fill_(lr)
+                done.add(id(current))
+        else:
+            group["lr"] = lr
