@@ -50,10 +50,12 @@ PROFILES = {
         "mitdb_pretrain": list(MITDB_DS1 + MITDB_PACED),
         "mitdb_all": list(MITDB_DS1 + MITDB_DS2 + MITDB_PACED),
         "ludb": None,  # every record
-        "synth": ["--records", "32", "--minutes", "10", "--fs", "360"],
+        # 90 k unlabelled real beats alone over-fit in a few hundred steps: add ~430 k synthetic
+        # beats and cut overlapping windows (stride 16), ~12 passes in all.
+        "synth": ["--records", "200", "--minutes", "30", "--fs", "360"],
         "vocab": 512,
-        "pretrain": ["--window", "128", "--stride", "64", "--batch", "256", "--steps", "2000",
-                     "--warmup", "200", "--lr", "6e-4", "--val-every", "500"],
+        "pretrain": ["--window", "128", "--stride", "16", "--batch", "256", "--steps", "1500",
+                     "--warmup", "150", "--lr", "6e-4", "--val-every", "250"],
         "finetune": ["--epochs", "20", "--batch", "64", "--lr", "3e-4", "--warmup", "100"],
         "afib": ["--epochs", "20", "--batch", "64", "--lr", "3e-4", "--warmup", "100"],
         "device": "auto",
