@@ -116,8 +116,8 @@ def run_one(
         rhythm_vocab_size=data.rhythm_vocab_size,
         max_len=window,
         norm=opts.get("norm", "layernorm"),
-        activation=opts.get("act", "gelu"),
-        bf16_residual=opts.get("bf16res", "0") == "1",
+        activation=opts.get("act", "gelu_tanh"),
+        bf16_residual=opts.get("bf16res", "1") == "1",
     )
     model = HeartLM(mcfg)
     objective = MaskedBeats(VOCAB, gather_head=opts.get("gather", "1") == "1")
