@@ -276,6 +276,41 @@ def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
+class DataWait:
+    """Seconds a step spent getting its batches, as the device saw them.
+
+    On CUDA: events recorded around each fetch on the current stream, so the span covers the
+    device work that cuts windows plus any time the stream sat idle waiting for the host.
+    Host timers there would also count launches blocked on a full queue. Resolved lazily
+    (`float()`), when the step log syncs anyway, so the step itself stays free of host syncs.
+    """
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.host_s = 0.0
+
+    @contextlib.contextmanager
+    def span(self) -> Iterator[None]:
+        if self.cuda:
+            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            begin.record()
+            yield
+            end.record()
+            self.events.append((begin, end))
+        else:
+            t = time.perf_counter()
+            yield
+            self.host_s += time.perf_counter() - t
+
+    def __float__(self) -> float:
+        for begin, end in self.events:
+            end.synchronize()
+            self.host_s += begin.elapsed_time(end) / 1e3
+        self.events.clear()
+        return self.host_s
+
+
 class _StepLog:
     """Per-step device values, turned into metrics rows at each host sync."""
 
@@ -292,11 +327,16 @@ class _StepLog:
         self.metrics, self.env = metrics, env
         self.tokens_per_step, self.fpt, self.peak = tokens_per_step, flops_per_tok, peak
         self.batch, self.n_windows = batch, max(1, n_windows)
-        self.pending: list[tuple[int, float, torch.Tensor, torch.Tensor, float]] = []
+        self.pending: list[tuple[int, float, torch.Tensor, torch.Tensor, DataWait | float]] = []
         self.run_t0 = self.t0 = time.perf_counter()
 
     def add(
-        self, step: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor, wait_s: float
+        self,
+        step: int,
+        lr: float,
+        loss: torch.Tensor,
+        grad_norm: torch.Tensor,
+        wait_s: DataWait | float,
     ) -> None:
         self.pending.append((step, lr, loss, grad_norm, wait_s))
 
@@ -323,7 +363,7 @@ class _StepLog:
                 "lr": lr,
                 "tokens_per_s": tps,
                 "mfu": mfu,
-                "data_wait_pct": 100.0 * wait_s / step_s,
+                "data_wait_pct": 100.0 * float(wait_s) / step_s,
                 "max_mem_gib": mem,
                 "grad_norm": values[n + i],
                 "step_time_s": step_s,
@@ -466,14 +506,13 @@ def train(
         optimizer.step()
         return loss_sum / accum, grad_norm.detach()
 
-    def eager_step(step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """One optimizer step: (mean loss, gradient norm, seconds waiting for data)."""
+    def eager_step(step: int) -> tuple[torch.Tensor, torch.Tensor, DataWait]:
+        """One optimizer step: (mean loss, gradient norm, time waiting for data)."""
         loss_sum = torch.zeros((), device=env.device)
-        wait = 0.0
+        wait = DataWait(cuda)
         for m in range(accum):
-            t = time.perf_counter()
-            batch = next_batch(step, m)
-            wait += time.perf_counter() - t
+            with wait.span():
+                batch = next_batch(step, m)
             sync = contextlib.nullcontext() if not ddp_sync or m == accum - 1 else wrapped.no_sync()
             with sync, autocast(), sdpa():
                 loss, _ = step_loss(batch)
@@ -508,9 +547,9 @@ def train(
         step_lr = schedule(step)
         set_lr(optimizer, step_lr)
         if graphed is not None:
-            t = time.perf_counter()
-            batches = [next_batch(step, m) for m in range(accum)]
-            wait = time.perf_counter() - t
+            wait = DataWait(cuda)
+            with wait.span():
+                batches = [next_batch(step, m) for m in range(accum)]
             mean_loss, grad_norm = graphed(batches)
         else:
             mean_loss, grad_norm, wait = eager_step(step)

@@ -3,10 +3,12 @@
 Method: the profiler records K steps after a short warm-up. Communication is the
 self time of collective kernels/ops (names containing nccl, gloo, c10d, all_reduce,
 allreduce, all_gather, reduce_scatter, broadcast); compute is the self time of all
-other device kernels (on CPU: all other aten ops). Data wait is the host time spent
-getting batches. Other = step - compute - comm - data wait, floored at 0 (launch
-overhead, optimizer bookkeeping, idle). With DDP, communication overlaps the backward
-pass, so compute + comm can exceed the step time; "other" is then 0.
+other device kernels (on CPU: all other aten ops). Data wait is the time spent getting
+batches as the device saw it (CUDA events around each fetch; host time on CPU); on CUDA
+it is taken out of compute, since it is measured on the same stream. Other = step -
+compute - comm - data wait, floored at 0 (launch overhead, optimizer bookkeeping,
+idle). With DDP, communication overlaps the backward pass, so compute + comm can exceed
+the step time; "other" is then 0.
 Written to RUN/breakdown.json as seconds per step.
 """
 
@@ -16,6 +18,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import SupportsFloat
 
 import torch
 
@@ -43,10 +46,10 @@ class Breakdown:
         self.prof.__enter__()
         self.t0 = time.perf_counter()
 
-    def end(self, step: int, data_wait_s: float) -> None:
+    def end(self, step: int, data_wait_s: SupportsFloat) -> None:
         if self.prof is None:
             return
-        self.wait += data_wait_s
+        self.wait += float(data_wait_s)
         if step != self.first + self.steps - 1:
             return
         if self.cuda:
@@ -65,6 +68,8 @@ class Breakdown:
                 comm += t
             else:
                 compute += t
+        if self.cuda:  # the window-cutting kernels are data work, not model compute
+            compute = max(0.0, compute - self.wait)
         k = self.steps
         result = {
             "step_s": wall / k,
