@@ -26,19 +26,9 @@ import time
 from pathlib import Path
 
 from heartlm.ingest import IngestConfig, ingest
-from heartlm.runinfo import versions
+from heartlm.runinfo import cpu_model, versions
 
 GOAL_BEATS_PER_S_PER_CORE = 100_000
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _cpu_seconds() -> float:

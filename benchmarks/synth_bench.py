@@ -21,21 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from heartlm.runinfo import versions
+from heartlm.runinfo import cpu_model, versions
 from heartlm.synth import write_corpus
 
 TARGET_BEATS = 50_000_000
 TARGET_CORES = 16
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _cpu_seconds() -> float:

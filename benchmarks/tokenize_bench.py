@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from heartlm.runinfo import versions
+from heartlm.runinfo import cpu_model, versions
 from heartlm.store import TABLE_DTYPE, RecordEntry, StoreWriter
 from heartlm.tokens import TokenizeConfig, tokenize
 
@@ -70,7 +70,7 @@ def machine() -> dict[str, object]:
     info: dict[str, object] = {
         "host": platform.node(),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "load_average_1m_before": os.getloadavg()[0],
@@ -78,16 +78,6 @@ def machine() -> dict[str, object]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from heartlm.runinfo import versions
+from heartlm.runinfo import cpu_model, versions
 
 
 def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
@@ -19,17 +19,6 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpus() -> list[dict[str, str]]:
