@@ -14,7 +14,7 @@ import torch
 from heartlm.ecg.labels import RHYTHMS
 from heartlm.errors import HeartlmError
 from heartlm.finetune import data, splits
-from heartlm.finetune.objectives import afib_targets, keep_window
+from heartlm.finetune.objectives import afib_targets, drop_morphology, keep_table, keep_window
 from heartlm.finetune.splits import RecordRef
 
 AFIB, NSR = RHYTHMS.index("AFIB"), RHYTHMS.index("N")
@@ -151,6 +151,43 @@ def test_class_weights_balance_and_clip():
 # --- end to end on a tiny synthetic corpus: synth -> ingest -> tokenize -> pretrain -> finetune
 
 
+def test_class_weight_power_softens_the_balance():
+    labels = np.array([0] * 90 + [1] * 9 + [2] * 1)
+    full = data.class_weights(labels, 5, max_weight=1e9)
+    np.testing.assert_allclose(data.class_weights(labels, 5, 1e9, power=0.5)[:3], full[:3] ** 0.5)
+    np.testing.assert_allclose(data.class_weights(labels, 5, 1e9, power=0.0), [1, 1, 1, 0, 0])
+
+
+def test_afib_label_fraction_keeps_the_same_windows_every_epoch():
+    from heartlm.train.data import TokenData, WindowSampler
+
+    n = 4000
+    d = TokenData(
+        morph=np.full(n, 10, np.int32), rhythm=np.full(n, 41, np.int32),
+        aami=np.zeros(n, np.int8), rhythm_label=np.ones(n, np.int8),
+        boundaries=np.array([0, n]), records=["r"], vocab_size=20, rhythm_vocab_size=69,
+    )  # fmt: skip
+    s = WindowSampler(d, 32, 16, seed=0)
+    n_pos = 10 * s.n_windows
+    table = keep_table(s, n_pos, 0.1, seed=0)
+    order = torch.cat([s.permutation(e) for e in range(10)])
+    labelled = set(order[table].tolist())  # windows whose label is ever used
+    assert len(labelled) == round(0.1 * s.n_windows)
+    assert table.float().mean().item() == pytest.approx(0.1, abs=0.01)
+
+
+def test_morph_dropout_only_in_training_and_only_real_beats():
+    model = torch.nn.Linear(1, 1)
+    morph = torch.full((8, 64), 7)
+    valid = torch.ones(8, 64, dtype=torch.bool)
+    valid[:, 60:] = False
+    out = drop_morphology(model, morph, valid, 0.5)
+    assert (out[:, 60:] == 7).all()
+    assert 0.35 < (out[:, :60] == 1).float().mean().item() < 0.65
+    model.eval()
+    assert torch.equal(drop_morphology(model, morph, valid, 0.5), morph)
+
+
 def _cli(*argv: str) -> int:
     from heartlm.cli import main
 
@@ -205,6 +242,7 @@ def test_finetune_beats_writes_a_self_contained_run(beats_run, corpus):
     assert not set(info["train_records"]) & set(info["val_records"])
     assert len(info["train_records"]) + len(info["val_records"]) == 6
     assert info["best"]["step"] in (2, 4)
+    assert info["best"]["criterion"] == "val_f1" and 0.0 <= info["best"]["val_f1"] <= 1.0
     lineage = json.loads((beats_run / "lineage.json").read_text())
     assert lineage["ingest"]["fs"] == 250.0 and lineage["codebook_hash"]
     assert not list(corpus.glob(".ft_beats*"))  # no staging folder left behind

@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--window",
         type=int,
         default=None,
-        help="beats per window (default 64 for beats, 32 for afib)",
+        help="beats per window (default 128 for beats, 32 for afib; at most RUN's max_len)",
     )
     p.add_argument("--stride", type=int, default=None, help="training stride (default window/2)")
     g = p.add_argument_group("optimisation")
@@ -86,6 +86,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=20.0,
         help="clip of the balanced class weights (default 20)",
+    )
+    g.add_argument(
+        "--select",
+        default="f1",
+        choices=["f1", "loss"],
+        help="exported checkpoint: best validation F1 (default) or lowest validation loss",
+    )
+    g.add_argument(
+        "--class-weight-power",
+        type=float,
+        default=0.5,
+        metavar="A",
+        help="class weights (n/(K*n_c))^A: 1 balanced, 0.5 square root, 0 none (default 0.5)",
+    )
+    g.add_argument(
+        "--morph-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="training only: replace this share of beats' morphology tokens by MASK (default 0)",
     )
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -117,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
             records=args.records,
             from_scratch=args.from_scratch,
             max_class_weight=args.max_class_weight,
+            morph_dropout=args.morph_dropout,
+            class_weight_power=args.class_weight_power,
+            select=args.select,
             seed=args.seed,
             device=None if args.device == "auto" else args.device,
             overwrite=args.overwrite,

@@ -157,12 +157,15 @@ def keep_label_fraction(labels: np.ndarray, fraction: float, seed: int) -> np.nd
     return labels
 
 
-def class_weights(labels: np.ndarray, n_classes: int, max_weight: float = 50.0) -> np.ndarray:
-    """Balanced class weights n / (K * count_c) from the training labels, clipped at `max_weight`
-    so a class with a handful of beats cannot dominate the loss. Classes absent from training
-    get weight 0 (they have no loss terms anyway)."""
+def class_weights(
+    labels: np.ndarray, n_classes: int, max_weight: float = 50.0, power: float = 1.0
+) -> np.ndarray:
+    """Class weights (n / (K * count_c)) ** power from the training labels, clipped at
+    `max_weight` so a class with a handful of beats cannot dominate the loss. power 1 is the
+    fully balanced weighting, 0.5 its square root, 0 no weighting. Classes absent from
+    training get weight 0 (they have no loss terms anyway)."""
     counts = np.bincount(labels[labels >= 0], minlength=n_classes).astype(np.float64)
     weights = np.zeros(n_classes)
     present = counts > 0
-    weights[present] = counts[present].sum() / (present.sum() * counts[present])
+    weights[present] = (counts[present].sum() / (present.sum() * counts[present])) ** power
     return np.minimum(weights, max_weight)

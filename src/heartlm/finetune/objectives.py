@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from heartlm.finetune.data import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
+from heartlm.shards import MASK
 from heartlm.train.objectives import hash_uniform
 
 # Salt of the label-dropping coin, so it is independent of any other use of hash_uniform.
@@ -27,6 +28,18 @@ def _masked_ce(logits: Tensor, target: Tensor, weight: Tensor) -> tuple[Tensor, 
     nll = F.cross_entropy(logits.float(), safe, reduction="none")
     per_item = torch.where(labelled, nll * weight[safe], torch.zeros_like(nll))
     return per_item.sum(), labelled.sum()
+
+
+def drop_morphology(model, morph_BT: Tensor, valid_BT: Tensor | None, p: float) -> Tensor:
+    """In training only: replace a random share `p` of the real beats' morphology tokens by
+    MASK (the pretraining mask token), so the head cannot lean on a record's exact codes
+    alone and must use rhythm and context (a regulariser against memorising patients)."""
+    if p <= 0.0 or not model.training:
+        return morph_BT
+    drop = torch.rand(morph_BT.shape, device=morph_BT.device) < p
+    if valid_BT is not None:
+        drop = drop & valid_BT
+    return morph_BT.masked_fill(drop, MASK)
 
 
 def afib_targets(rhythm_label_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
@@ -47,6 +60,22 @@ def keep_window(key_B: Tensor, fraction: float, seed: int) -> Tensor:
     return hash_uniform(seed, key_B.long(), 1, salt=_KEEP_SALT)[:, 0] < fraction
 
 
+def keep_table(sampler, n_positions: int, fraction: float, seed: int) -> Tensor:
+    """(n_positions,) bool: whether training stream position p carries its window's label.
+
+    A seeded `fraction` of the sampler's windows is kept once, and each position looks up
+    the window it holds (the sampler's per-epoch permutation), so --label-fraction F means
+    the same F of the windows in every epoch rather than a fresh coin per epoch (which would
+    show nearly every window's label over many epochs)."""
+    n = sampler.n_windows
+    g = torch.Generator().manual_seed(seed * 7919 + _KEEP_SALT)
+    keep_window_id = torch.zeros(n, dtype=torch.bool)
+    keep_window_id[torch.randperm(n, generator=g)[: max(1, round(fraction * n))]] = True
+    epochs = -(-n_positions // n)
+    order = torch.cat([sampler.permutation(e).cpu() for e in range(epochs)])[:n_positions]
+    return keep_window_id[order]
+
+
 class BeatClasses:
     """Per-beat AAMI class with a per-token head; class-weighted cross-entropy.
 
@@ -57,11 +86,13 @@ class BeatClasses:
     name = "beats"
     heads = ("beat",)
 
-    def __init__(self, class_weights: Sequence[float]) -> None:
+    def __init__(self, class_weights: Sequence[float], morph_dropout: float = 0.0) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
+        self.morph_dropout = morph_dropout
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
-        logits_BTC = model(batch.morph, batch.rhythm, valid_BT=batch.valid, head="beat")
+        morph = drop_morphology(model, batch.morph, batch.valid, self.morph_dropout)
+        logits_BTC = model(morph, batch.rhythm, valid_BT=batch.valid, head="beat")
         target_BT = batch.aami
         if batch.valid is not None:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
@@ -83,24 +114,40 @@ class BeatClasses:
 class AfibWindows:
     """Per-window AFIB vs not from the window head; class-weighted cross-entropy.
 
-    `label_fraction` < 1 keeps the label of a seeded fraction of windows (by stream position).
+    `label_fraction` < 1 keeps the label of a seeded fraction of windows. `keep_by_position`
+    (bool, one entry per training stream position, from `keep_table`) makes the choice a
+    property of the window, so the same windows are labelled in every epoch; without it
+    (validation, or no table) the coin is drawn per stream position.
     """
 
     name = "afib"
     heads = ("window",)
 
     def __init__(
-        self, class_weights: Sequence[float], label_fraction: float = 1.0, seed: int = 0
+        self,
+        class_weights: Sequence[float],
+        label_fraction: float = 1.0,
+        seed: int = 0,
+        morph_dropout: float = 0.0,
+        keep_by_position: Tensor | None = None,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.label_fraction = label_fraction
         self.seed = seed
+        self.morph_dropout = morph_dropout
+        self.keep_by_position = keep_by_position
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
-        logits_BC = model(batch.morph, batch.rhythm, valid_BT=batch.valid, head="window")
+        morph = drop_morphology(model, batch.morph, batch.valid, self.morph_dropout)
+        logits_BC = model(morph, batch.rhythm, valid_BT=batch.valid, head="window")
         target_B = afib_targets(batch.rhythm_label, batch.valid)
         if self.label_fraction < 1.0:
             keep = keep_window(batch.key, self.label_fraction, self.seed)
+            table = self.keep_by_position
+            if table is not None:
+                table = self.keep_by_position = table.to(batch.key.device)
+                inside = batch.key < table.numel()
+                keep = torch.where(inside, table[batch.key.clamp(max=table.numel() - 1)], keep)
             target_B = torch.where(keep, target_B, torch.full_like(target_B, IGNORE))
         loss_sum, count = _masked_ce(logits_BC, target_B, self.weight.to(logits_BC.device))
         correct = ((logits_BC.argmax(-1) == target_B) & (target_B >= 0)).sum()

@@ -23,13 +23,15 @@ from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.finetune import data as fdata
 from heartlm.finetune.lineage import FINETUNE_INFO, copy_lineage
-from heartlm.finetune.objectives import AfibWindows, BeatClasses
+from heartlm.finetune.objectives import AfibWindows, BeatClasses, keep_table
 from heartlm.finetune.splits import RecordRef, Split, split_records
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text, check_writable
 
 TASKS = ("beats", "afib")
-DEFAULT_WINDOW = {"beats": 64, "afib": 32}
+DEFAULT_WINDOW = {"beats": 128, "afib": 32}
+SELECT = ("f1", "loss")
+MIN_VAL_SUPPORT = 10
 
 
 @dataclass
@@ -37,7 +39,7 @@ class FinetuneConfig:
     task: str = "beats"
     """beats: per-beat AAMI class; afib: per-window AFIB vs not"""
     window: int | None = None
-    """beats per window (default 64 for beats, 32 for afib, capped at the model's max_len)"""
+    """beats per window (default 128 for beats, 32 for afib, capped at the model's max_len)"""
     stride: int | None = None
     """training window stride in beats (default window / 2)"""
     label_fraction: float = 1.0
@@ -50,6 +52,13 @@ class FinetuneConfig:
     """same architecture as RUN, randomly initialised (the baseline)"""
     max_class_weight: float = 20.0
     """clip of the balanced class weights"""
+    select: str = "f1"
+    """best checkpoint by validation `f1` (beats: macro F1 of the classes with >= 10 validation
+    beats; afib: window F1) or by validation `loss` (class-weighted)"""
+    class_weight_power: float = 0.5
+    """class weights (n / (K n_c)) ** power: 1 balanced, 0.5 square root, 0 none"""
+    morph_dropout: float = 0.0
+    """training only: share of beats whose morphology token is replaced by MASK"""
     seed: int = 0
     device: str | None = None
     """cuda or cpu (default: cuda when available)"""
@@ -66,6 +75,14 @@ class FinetuneConfig:
             raise ValueError(f"--label-fraction must be in (0, 1], not {self.label_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val-fraction must be in [0, 1), not {self.val_fraction}")
+        if self.select not in SELECT:
+            raise ValueError(f"--select must be one of {', '.join(SELECT)}, not {self.select!r}")
+        if not 0.0 <= self.class_weight_power <= 1.0:
+            raise ValueError(
+                f"--class-weight-power must be in [0, 1], not {self.class_weight_power}"
+            )
+        if not 0.0 <= self.morph_dropout < 1.0:
+            raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
         if self.max_class_weight < 1.0:
             raise ValueError("--max-class-weight must be >= 1")
 
@@ -124,13 +141,16 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig, window: int | None):
 def _class_weights(train_d: Any, cfg: FinetuneConfig, window: int, stride: int) -> np.ndarray:
     if cfg.task == "beats":
         return fdata.class_weights(
-            np.asarray(train_d.aami), len(AAMI_CLASSES), cfg.max_class_weight
+            np.asarray(train_d.aami),
+            len(AAMI_CLASSES),
+            cfg.max_class_weight,
+            cfg.class_weight_power,
         )
     streams = fdata.Streams(
         train_d.morph, train_d.rhythm, train_d.aami, train_d.rhythm_label, train_d.boundaries
     )
     w = fdata.cut_windows(streams, range(len(train_d.records)), window, stride, "afib")
-    return fdata.class_weights(w.window_label, 2, cfg.max_class_weight)
+    return fdata.class_weights(w.window_label, 2, cfg.max_class_weight, cfg.class_weight_power)
 
 
 def partial_dir(out: Path) -> Path:
@@ -163,13 +183,19 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
     if cfg.task == "beats":
         train_d.aami = fdata.keep_label_fraction(train_d.aami, cfg.label_fraction, cfg.seed)
     weights = _class_weights(train_d, cfg, window, stride)
-    if cfg.task == "beats":
-        objective = BeatClasses(weights)
-    else:
-        objective = AfibWindows(weights, cfg.label_fraction, cfg.seed)
     env = init_distributed(device=cfg.device)
     try:
         train_s = WindowSampler(train_d, window, stride, cfg.seed, env.device, pad_short=True)
+        if cfg.task == "beats":
+            objective = BeatClasses(weights, cfg.morph_dropout)
+        else:
+            table = None
+            if cfg.label_fraction < 1.0:
+                n_positions = _total_steps(tcfg, train_s) * tcfg.batch
+                table = keep_table(train_s, n_positions, cfg.label_fraction, cfg.seed)
+            objective = AfibWindows(
+                weights, cfg.label_fraction, cfg.seed, cfg.morph_dropout, keep_by_position=table
+            )
         val_s = None
         if split.val:
             val_d = data.subset([r.index for r in split.val])
@@ -192,7 +218,10 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
             "from_scratch": cfg.from_scratch,
         }
         result = train(tcfg, model, objective, train_s, val_s, stage, env, meta)
-        best = _export_best(stage, model, env) if val_s is not None else None
+        scorer = None
+        if val_s is not None and cfg.select == "f1":
+            scorer = _val_scorer(val_d, cfg.task, window, env.device)
+        best = _export_best(stage, model, env, scorer) if val_s is not None else None
         if not env.is_main:
             return {}
         info = _finish(run, tokens, out, stage, cfg, tcfg, split, weights, window, stride, best)
@@ -209,8 +238,51 @@ def _total_steps(tcfg: Any, sampler: Any) -> int:
     return int(np.ceil(tcfg.epochs * sampler.steps_per_epoch(tcfg.batch)))
 
 
-def _export_best(stage: Path, model: Any, env: Any) -> dict[str, Any] | None:
-    """Replace the exported weights by those of the validation step with the lowest loss."""
+def _val_scorer(val_d: Any, task: str, window: int, device: Any) -> Any:
+    """A function model -> validation score (higher is better) on the validation records,
+    computed the way `heartlm evaluate` scores: beats, the macro F1 over the classes with at
+    least MIN_VAL_SUPPORT labelled validation beats (each beat scored once, from the window
+    whose centre is nearest); afib, the F1 of non-overlapping windows at probability 0.5."""
+    from heartlm.evaluate.predict import afib_scores, beat_predictions
+
+    streams = fdata.Streams(
+        val_d.morph, val_d.rhythm, val_d.aami, val_d.rhythm_label, val_d.boundaries
+    )
+    records = range(len(val_d.records))
+    if task == "beats":
+        windows = fdata.cut_windows(streams, records, window, max(1, window // 2), task)
+        reference = np.asarray(val_d.aami).astype(np.int64)
+        support = np.bincount(reference[reference >= 0], minlength=len(AAMI_CLASSES))
+        classes = np.flatnonzero(support >= MIN_VAL_SUPPORT)
+
+        def score(model: Any) -> float:
+            beat, pred = beat_predictions(model, windows, 64, device)
+            ref = reference[beat]
+            keep = ref >= 0
+            ref, pred = ref[keep], pred[keep]
+            f1 = [_f1(ref == c, pred == c) for c in classes]
+            return float(np.mean(f1)) if f1 else 0.0
+
+        return score
+    windows = fdata.cut_windows(streams, records, window, window, task)
+    labelled = windows.window_label >= 0
+
+    def score_afib(model: Any) -> float:
+        p = afib_scores(model, windows, 64, device)[labelled] >= 0.5
+        return _f1(windows.window_label[labelled] == 1, p)
+
+    return score_afib
+
+
+def _f1(truth: np.ndarray, pred: np.ndarray) -> float:
+    tp = int(np.sum(truth & pred))
+    denom = int(truth.sum() + pred.sum())
+    return 2.0 * tp / denom if denom else 0.0
+
+
+def _export_best(stage: Path, model: Any, env: Any, scorer: Any = None) -> dict[str, Any] | None:
+    """Replace the exported weights by those of the best validation step: the highest
+    `scorer(model)` (validation F1), or without a scorer the lowest validation loss."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from heartlm.model.load import export_model, read_config
@@ -224,15 +296,27 @@ def _export_best(stage: Path, model: Any, env: Any) -> dict[str, Any] | None:
     ]
     if not vals:
         return None
-    best = min(vals, key=lambda r: (r["val_loss"], -r["step"]))
     path = ckpt.list_checkpoints(stage / "checkpoints")
-    chosen = next((p for p in path if p.name == f"step_{best['step']:08d}"), None)
-    if chosen is None:
-        raise HeartlmError(
-            f"checkpoint of the best validation step {best['step']} is missing", stage
-        )
     optimizer = build_adamw(model, 1e-4, 0.0, (0.9, 0.95), fused=False)
-    ckpt.load_checkpoint(chosen, model, optimizer, restore_rng=False)
+
+    def checkpoint(step: int) -> Path:
+        chosen = next((p for p in path if p.name == f"step_{step:08d}"), None)
+        if chosen is None:
+            raise HeartlmError(f"checkpoint of the validation step {step} is missing", stage)
+        return chosen
+
+    if scorer is None:
+        best = min(vals, key=lambda r: (r["val_loss"], -r["step"]))
+    else:
+        for r in vals:
+            ckpt.load_checkpoint(checkpoint(r["step"]), model, optimizer, restore_rng=False)
+            r["val_f1"] = scorer(model)
+        # Ties go to the later step (more training at the same validation score).
+        best = max(vals, key=lambda r: (r["val_f1"], r["step"]))
+        logger.info(
+            "validation F1 by step: " + ", ".join(f"{r['step']}: {r['val_f1']:.3f}" for r in vals)
+        )
+    ckpt.load_checkpoint(checkpoint(best["step"]), model, optimizer, restore_rng=False)
     state = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
@@ -240,7 +324,13 @@ def _export_best(stage: Path, model: Any, env: Any) -> dict[str, Any] | None:
         config = read_config(stage)
         info = {k: v for k, v in config.items() if k not in ("format", "version", "model")}
         export_model(stage, state, model.cfg, {**info, "best_step": best["step"]})
-    return {"step": best["step"], "val_loss": best["val_loss"], "val_acc": best.get("val_acc")}
+    return {
+        "step": best["step"],
+        "criterion": "val_f1" if scorer is not None else "val_loss",
+        "val_loss": best["val_loss"],
+        "val_acc": best.get("val_acc"),
+        "val_f1": best.get("val_f1"),
+    }
 
 
 def _finish(
@@ -273,8 +363,8 @@ def _finish(
         "train_records": [r.key for r in split.train],
         "val_records": [r.key for r in split.val],
         "class_weights": dict(zip(names, np.round(weights, 4).tolist(), strict=True)),
-        "imbalance": "class-weighted cross-entropy, weights n/(K*n_c) from training labels, "
-        f"clipped at {cfg.max_class_weight:g}",
+        "imbalance": "class-weighted cross-entropy, weights (n/(K*n_c))^"
+        f"{cfg.class_weight_power:g} from training labels, clipped at {cfg.max_class_weight:g}",
         "afib_rule": fdata.AFIB_RULE if cfg.task == "afib" else None,
         "best": best,
     }
