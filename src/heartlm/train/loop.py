@@ -11,7 +11,6 @@ import contextlib
 import functools
 import json
 import math
-import resource
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -28,6 +27,7 @@ from heartlm.model.hlm import HeartLM
 from heartlm.model.load import export_model
 from heartlm.outdir import atomic_write_text
 from heartlm.train import checkpoint as ckpt
+from heartlm.train.cudagraph import GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
@@ -43,6 +43,7 @@ from heartlm.train.optim import (
     set_lr,
 )
 from heartlm.train.profile import Breakdown
+from heartlm.train.steplog import DataWait, StepLog
 
 
 @dataclass
@@ -130,8 +131,6 @@ class TrainResult:
 
 
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
-GRAPH_WARMUP = 3
-"""eager steps (on a side stream) before the CUDA graph is captured"""
 
 
 def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
@@ -145,61 +144,6 @@ def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
         why = "needs the device data path (--workers 0), not a DataLoader"
     if why:
         raise HeartlmError(f"--cudagraph {why}")
-
-
-def _fields(batch: Batch) -> tuple[torch.Tensor | None, ...]:
-    return (batch.morph, batch.rhythm, batch.aami, batch.rhythm_label, batch.valid, batch.key)
-
-
-def _clone_batch(batch: Batch) -> Batch:
-    return Batch(*(None if t is None else t.clone() for t in _fields(batch)))
-
-
-class GraphedStep:
-    """`step_fn(batches) -> (loss, grad_norm)` replayed as one CUDA graph.
-
-    The first GRAPH_WARMUP calls run eagerly on a side stream (they compile and size the
-    workspaces); the next call captures the step with `.grad` unset, so backward allocates
-    the gradients in the graph's pool, and every later call copies its batches into the
-    static inputs and replays. Nothing in the step may sync with the host or change shape.
-    """
-
-    def __init__(
-        self, step_fn: Callable[[list[Batch]], tuple[torch.Tensor, torch.Tensor]], zero: Any
-    ) -> None:
-        self.step_fn, self.zero = step_fn, zero
-        self.calls = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.static: list[Batch] = []
-        self.out: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def __call__(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
-        self.calls += 1
-        if self.graph is None and self.calls <= GRAPH_WARMUP:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                out = self.step_fn(batches)
-                self.zero()
-            torch.cuda.current_stream().wait_stream(side)
-            return out
-        if self.graph is None:
-            self.static = [_clone_batch(b) for b in batches]
-            self.zero()
-            torch.cuda.synchronize()
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.out = self.step_fn(self.static)
-        else:
-            for dst, src in zip(self.static, batches, strict=True):
-                for d, t in zip(_fields(dst), _fields(src), strict=True):
-                    if (d is None) != (t is None):
-                        raise HeartlmError("--cudagraph: a batch's valid mask came or went")
-                    if d is not None:
-                        d.copy_(t, non_blocking=True)
-        self.graph.replay()
-        assert self.out is not None
-        return self.out[0].clone(), self.out[1].clone()
 
 
 def resolve_batch(batch: int, micro_batch: int | None, world: int) -> tuple[int, int]:
@@ -228,12 +172,6 @@ def _sdpa_context(name: str, cuda: bool) -> Callable[[], contextlib.AbstractCont
         "math": SDPBackend.MATH,
     }[name]
     return lambda: sdpa_kernel(backend)
-
-
-def _max_mem_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
 def evaluate(
@@ -274,107 +212,6 @@ def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-
-class DataWait:
-    """Seconds a step spent getting its batches, as the device saw them.
-
-    On CUDA: events recorded around each fetch on the current stream, so the span covers the
-    device work that cuts windows plus any time the stream sat idle waiting for the host.
-    Host timers there would also count launches blocked on a full queue. Resolved lazily
-    (`float()`), when the step log syncs anyway, so the step itself stays free of host syncs.
-    """
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda = cuda
-        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-        self.host_s = 0.0
-
-    @contextlib.contextmanager
-    def span(self) -> Iterator[None]:
-        if self.cuda:
-            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            begin.record()
-            yield
-            end.record()
-            self.events.append((begin, end))
-        else:
-            t = time.perf_counter()
-            yield
-            self.host_s += time.perf_counter() - t
-
-    def __float__(self) -> float:
-        for begin, end in self.events:
-            end.synchronize()
-            self.host_s += begin.elapsed_time(end) / 1e3
-        self.events.clear()
-        return self.host_s
-
-
-class _StepLog:
-    """Per-step device values, turned into metrics rows at each host sync."""
-
-    def __init__(
-        self,
-        metrics: MetricsLogger,
-        env: DistEnv,
-        tokens_per_step: int,
-        flops_per_tok: float,
-        peak: float,
-        batch: int,
-        n_windows: int,
-    ) -> None:
-        self.metrics, self.env = metrics, env
-        self.tokens_per_step, self.fpt, self.peak = tokens_per_step, flops_per_tok, peak
-        self.batch, self.n_windows = batch, max(1, n_windows)
-        self.pending: list[tuple[int, float, torch.Tensor, torch.Tensor, DataWait | float]] = []
-        self.run_t0 = self.t0 = time.perf_counter()
-
-    def add(
-        self,
-        step: int,
-        lr: float,
-        loss: torch.Tensor,
-        grad_norm: torch.Tensor,
-        wait_s: DataWait | float,
-    ) -> None:
-        self.pending.append((step, lr, loss, grad_norm, wait_s))
-
-    def restart_clock(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def flush(self, validate: Callable[[], dict[str, float]]) -> dict[str, Any]:
-        """Sync once (one all-reduce of the window's losses), validate, write the rows."""
-        n = len(self.pending)
-        values = [p[2] for p in self.pending] + [p[3] for p in self.pending]
-        values = all_reduce_sum(torch.stack(values).float(), self.env) / self.env.world_size
-        values = values.tolist()
-        now = time.perf_counter()
-        step_s = (now - self.t0) / n
-        tps = self.tokens_per_step / step_s
-        mfu = self.fpt * tps / self.peak if self.peak else 0.0
-        val = validate()
-        self.t0 = time.perf_counter()  # validation time is not step time
-        mem = _max_mem_gib(self.env.device)
-        for i, (step, lr, _, _, wait_s) in enumerate(self.pending):
-            record = {
-                "step": step,
-                "loss": values[i],
-                "lr": lr,
-                "tokens_per_s": tps,
-                "mfu": mfu,
-                "data_wait_pct": 100.0 * float(wait_s) / step_s,
-                "max_mem_gib": mem,
-                "grad_norm": values[n + i],
-                "step_time_s": step_s,
-                "elapsed_s": now - self.run_t0,
-                "epoch": step * self.batch / self.n_windows,
-                "tokens": step * self.tokens_per_step,
-            }
-            self.metrics.log(record | (val if i == n - 1 else {}))
-        self.metrics.flush()
-        self.pending.clear()
-        return {"loss": values[n - 1], "tps": tps, "mfu": mfu, "val": val}
 
 
 def train(
@@ -535,7 +372,7 @@ def train(
         cuda,
         run_dir if env.is_main else None,
     )
-    steplog = _StepLog(
+    steplog = StepLog(
         metrics, env, cfg.batch * window, fpt, peak, cfg.batch, train_sampler.n_windows
     )
     last: dict[str, Any] = {"loss": float("nan"), "val_loss": None, "tps": 0.0, "mfu": 0.0}
