@@ -16,6 +16,7 @@ RUN_MARKERS = ("run.json", "metrics.jsonl", "checkpoints", "model.safetensors")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from heartlm.model.config import PRESETS
+    from heartlm.train.flags import add_device_arguments, add_optimizer_arguments
     from heartlm.train.launch import add_launch_arguments
     from heartlm.train.optim import SCHEDULES
 
@@ -40,27 +41,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="skip records shorter than --window instead of padding them",
     )
     g = p.add_argument_group("optimisation")
-    g.add_argument("--batch", type=int, default=256, help="global batch in windows")
-    g.add_argument(
-        "--micro-batch",
-        type=int,
-        default=None,
-        help="windows per device per forward (accumulate to --batch)",
-    )
+    add_optimizer_arguments(g, batch=256, warmup=100, weight_decay=0.1)
     length = g.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, default=None)
     length.add_argument("--epochs", type=float, default=None)
-    g.add_argument("--lr", type=float, default=3e-4)
     g.add_argument(
         "--lr-scale-batch", action="store_true", help="scale --lr linearly with --batch / 256"
     )
     g.add_argument("--schedule", default="cosine", choices=list(SCHEDULES))
-    g.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
     g.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor / --lr")
     g.add_argument("--step-every", type=int, default=1000, help="step schedule: steps per decay")
     g.add_argument("--step-gamma", type=float, default=0.5, help="step schedule: decay factor")
     g.add_argument("--exp-gamma", type=float, default=0.999, help="exponential: decay per step")
-    g.add_argument("--weight-decay", type=float, default=0.1)
     g.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
     g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("validation, logging, checkpoints")
@@ -86,19 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="profile K steps after warm-up; writes RUN/breakdown.json",
     )
     g = p.add_argument_group("speed and parallelism")
-    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    g.add_argument(
-        "--precision",
-        default="bf16",
-        choices=["bf16", "fp32"],
-        help="bf16 autocast on CUDA (CPU always runs fp32)",
-    )
-    g.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile (default: on for CUDA, off for CPU)",
-    )
+    add_device_arguments(g)
     g.add_argument("--compile-mode", default=None, help="e.g. max-autotune-no-cudagraphs")
     g.add_argument(
         "--sdpa", default="auto", choices=["auto", "flash", "cudnn", "efficient", "math"]

@@ -11,6 +11,7 @@ DEFAULT_EPOCHS = 10.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from heartlm.train.flags import add_device_arguments, add_optimizer_arguments
     from heartlm.train.launch import add_launch_arguments
 
     p.add_argument("run", type=Path, metavar="RUN", help="pretrained run (from `heartlm pretrain`)")
@@ -69,11 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"passes over the training windows (default {DEFAULT_EPOCHS:g})",
     )
-    g.add_argument("--batch", type=int, default=64, help="global batch in windows")
-    g.add_argument("--micro-batch", type=int, default=None)
-    g.add_argument("--lr", type=float, default=3e-4)
-    g.add_argument("--warmup", type=int, default=50, help="linear warm-up steps")
-    g.add_argument("--weight-decay", type=float, default=0.01)
+    add_optimizer_arguments(g, batch=64, warmup=50, weight_decay=0.01)
     g.add_argument(
         "--val-every",
         type=int,
@@ -108,14 +105,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="training only: replace this share of beats' morphology tokens by MASK (default 0)",
     )
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    g.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    g.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile (default: on for CUDA, off for CPU)",
-    )
+    add_device_arguments(g)
     g.add_argument("--overwrite", action="store_true", help="replace an existing FT")
     add_launch_arguments(p)  # fmt: skip
 
