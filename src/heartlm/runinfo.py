@@ -77,15 +77,21 @@ def write_run_json(
     return info
 
 
+def read_json(folder: str | Path, name: str, missing: str) -> Any:
+    """Parse `folder/name`; a missing file raises `missing` (naming the folder), bad JSON
+    a one-line error naming the file."""
+    path = Path(folder) / name
+    if not path.is_file():
+        raise HeartlmError(missing, folder)
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise HeartlmError(f"{name} is not valid JSON ({exc.msg})", path) from None
+
+
 def read_run_json(folder: str | Path, stage: str | None = None) -> dict[str, Any]:
     """Read `folder/run.json`, checking that it came from `stage` when given."""
-    path = Path(folder) / "run.json"
-    if not path.is_file():
-        raise HeartlmError("no run.json: not a heartlm output folder", folder)
-    try:
-        info = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeartlmError(f"run.json is not valid JSON ({exc.msg})", path) from None
+    info = read_json(folder, "run.json", "no run.json: not a heartlm output folder")
     if stage is not None and info.get("stage") != stage:
         raise HeartlmError(f"is a '{info.get('stage')}' folder, expected '{stage}'", folder)
     return info

@@ -25,6 +25,7 @@ import numpy as np
 
 from heartlm.errors import HeartlmError
 from heartlm.outdir import atomic_write_text
+from heartlm.runinfo import read_json
 
 FORMAT = "heartlm.beatstore"
 VERSION = 1
@@ -108,12 +109,7 @@ class BeatStore:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         meta_path = self.folder / "store.json"
-        if not meta_path.is_file():
-            raise HeartlmError("not a beat store (no store.json)", self.folder)
-        try:
-            meta = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise HeartlmError(f"store.json is not valid JSON ({exc.msg})", meta_path) from None
+        meta = read_json(self.folder, "store.json", "not a beat store (no store.json)")
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise HeartlmError(
                 f"unsupported store format {meta.get('format')} v{meta.get('version')}"

@@ -13,6 +13,7 @@ from heartlm.errors import HeartlmError
 from heartlm.model.config import ModelConfig
 from heartlm.model.hlm import HeartLM
 from heartlm.outdir import atomic_write_text
+from heartlm.runinfo import read_json
 
 FORMAT = "heartlm-model"
 VERSION = 1
@@ -33,12 +34,7 @@ def export_model(
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise HeartlmError("no config.json: not an exported heartlm run", run_dir)
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeartlmError(f"config.json is not valid JSON ({exc.msg})", path) from None
+    config = read_json(run_dir, "config.json", "no config.json: not an exported heartlm run")
     if config.get("format") != FORMAT or "model" not in config:
         raise HeartlmError("config.json is not a heartlm model config", path)
     if config.get("version") != VERSION:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import numpy as np
 
 from heartlm import shards
 from heartlm.errors import HeartlmError
+from heartlm.runinfo import read_json
 
 FORMAT = "heartlm.tokens"
 VERSION = shards.VERSION
@@ -84,12 +84,7 @@ class TokenSet:
 
 def _read_meta(folder: Path) -> dict[str, Any]:
     path = folder / "tokens.json"
-    if not path.is_file():
-        raise HeartlmError("not a token folder (no tokens.json)", folder)
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeartlmError(f"tokens.json is not valid JSON ({exc.msg})", path) from None
+    meta = read_json(folder, "tokens.json", "not a token folder (no tokens.json)")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise HeartlmError(f"format is {found!r}, expected {FORMAT!r}", path)
