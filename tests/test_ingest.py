@@ -12,9 +12,10 @@ import wfdb
 from scipy import signal
 
 from heartlm.cli import main
+from heartlm.ecg.annfile import read_mit_annotations
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS, SYMBOL_TO_AAMI
+from heartlm.errors import HeartlmError
 from heartlm.ingest import IngestConfig, ingest
-from heartlm.ingest.annfile import read_mit_annotations
 from heartlm.ingest.beats import rhythm_from_comments
 from heartlm.ingest.filters import bandpass_resample, map_positions
 from heartlm.ingest.leads import pick_lead
@@ -50,9 +51,11 @@ def _toy(seconds: float = 30, fs: float = 360) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _write(folder: Path, name: str, x: np.ndarray, fs: float, sample=None, symbol=None) -> Path:
+    """A one-lead record; NaN samples are written as WFDB's invalid value (missing)."""
     folder.mkdir(parents=True, exist_ok=True)
-    wfdb.wrsamp(name, fs=fs, units=["mV"], sig_name=["MLII"], p_signal=x[:, None],
-                fmt=["16"], write_dir=str(folder))  # fmt: skip
+    digital = np.where(np.isnan(x), -32768, np.rint(np.nan_to_num(x) * 1000)).astype(np.int64)
+    wfdb.wrsamp(name, fs=fs, units=["mV"], sig_name=["MLII"], d_signal=digital[:, None],
+                fmt=["16"], adc_gain=[1000.0], baseline=[0], write_dir=str(folder))  # fmt: skip
     if sample is not None:
         wfdb.wrann(name, "atr", np.asarray(sample), list(symbol), write_dir=str(folder))
     return folder / name
@@ -238,7 +241,12 @@ def test_lead_fallback_order():
     assert pick_lead(["i", "ii", "iii"]) == 1
     assert pick_lead(["V1", "V5"]) == 1
     assert pick_lead(["V1", "V5"], "v1") == 0
-    assert pick_lead(["ECG1", "ECG2"], "MLII") == 0
+    assert pick_lead(["ECG1", "ECG2"]) == 0
+    assert pick_lead(["V1", "V5"], "MLII,v5,v1") == 1  # a list: the first the record has
+    assert pick_lead(["SpO2", "EKG", "ECG II"]) == 2  # EDF labels: type prefix, then the lead
+    assert pick_lead(["SpO2", "EKG"]) == 1  # no known lead: the first ECG signal
+    with pytest.raises(HeartlmError, match="--lead MLII: no such lead"):
+        pick_lead(["ECG1", "ECG2"], "MLII")
 
 
 def test_rhythm_from_header_comments():
@@ -319,17 +327,21 @@ def test_unknown_symbols_are_reported_not_mapped(tmp_path, capsys):
     assert [r.name for r in store.records] == ["fine"]
 
 
-@pytest.mark.parametrize("damage", ["flat", "nan"])
-def test_flat_or_nan_signal(tmp_path, capsys, damage):
+@pytest.mark.parametrize(
+    "damage, problem",
+    [("flat", "flat"), ("nan", "all missing"), ("gappy", "no stretch without a gap")],
+)
+def test_flat_or_missing_signal(tmp_path, capsys, damage, problem):
     x, sample, symbol = _toy(seconds=10)
     if damage == "flat":
         x = np.zeros_like(x)
-    else:
-        x = x.copy()
-        x[500:900] = np.nan
+    elif damage == "nan":
+        x = np.full_like(x, np.nan)
+    else:  # 0.55 s gaps every 0.6 s: no stretch holds a 0.65 s window
+        x = np.where(np.arange(len(x)) % 216 < 198, np.nan, x)
     rec = _write(tmp_path / "src", "bad", x, 360, sample, symbol)
     code, err = _cli(capsys, str(rec), "--out", str(tmp_path / "out"))
-    _assert_one_line_error(code, err, "bad.dat", "flat" if damage == "flat" else "NaN")
+    _assert_one_line_error(code, err, "src/bad:", problem)
     _nothing_written(tmp_path, tmp_path / "out")
 
 
@@ -344,7 +356,7 @@ def test_record_shorter_than_one_window(tmp_path, capsys):
 def test_folder_without_records(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, err = _cli(capsys, str(tmp_path / "empty"), "--out", str(tmp_path / "out"))
-    _assert_one_line_error(code, err, "empty", "no WFDB records")
+    _assert_one_line_error(code, err, "empty", "no WFDB or EDF records")
     _nothing_written(tmp_path, tmp_path / "out")
 
 
@@ -380,7 +392,7 @@ def test_skip_bad_lists_the_skipped_record(good, tmp_path, capsys):
     code, err = _cli(capsys, str(good.parent), "--out", str(out), "--skip-bad", "--workers", "2")
     assert code == 0 and "skipping" in err and "flat" in err
     info = json.loads((out / "run.json").read_text())
-    assert [Path(s["record"]).name for s in info["skipped"]] == ["flat.dat"]
+    assert [Path(s["record"]).name for s in info["skipped"]] == ["flat"]
     assert "flat" in info["skipped"][0]["problem"]
     assert [r.name for r in BeatStore(out).records] == ["good"]
 
@@ -416,9 +428,12 @@ def test_lead_by_name_and_fallback(shared_ecg, tmp_path):
     info = ingest([rec], tmp_path / "v1", IngestConfig(lead="v1", workers=1))
     assert BeatStore(tmp_path / "v1").records[0].lead == "V1"
     assert info["counts"]["lead_fallbacks"] == 0
-    info = ingest([rec], tmp_path / "v5", IngestConfig(lead="V5", workers=1))
+    info = ingest([rec], tmp_path / "v5", IngestConfig(lead="V5,MLII", workers=1))
     assert BeatStore(tmp_path / "v5").records[0].lead == "MLII"
     assert info["counts"]["lead_fallbacks"] == 1
+    with pytest.raises(HeartlmError, match="--lead V5: no such lead"):
+        ingest([rec], tmp_path / "none", IngestConfig(lead="V5", workers=1))
+    assert not (tmp_path / "none").exists()
 
 
 def test_missing_annotations_in_annotations_mode(good, tmp_path, capsys):

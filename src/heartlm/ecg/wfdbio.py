@@ -1,46 +1,68 @@
-"""Finding and reading WFDB records through the `wfdb` library, with one-line errors.
+"""Finding WFDB and EDF records, and reading WFDB headers and annotations, with one-line errors.
 
 Every failure names the file and the problem as a `HeartlmError`; nothing here
-prints or exits.
+prints or exits. Signals are read by `heartlm.ecg.signals`.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import wfdb
 
+from heartlm.ecg.annfile import Annotations, read_mit_annotations
+from heartlm.ecg.headercheck import check_header
 from heartlm.errors import HeartlmError
+
+__all__ = [
+    "Annotations",
+    "Record",
+    "annotation_path",
+    "annotation_samples",
+    "find_records",
+    "is_edf",
+    "read_annotations",
+    "read_header",
+    "read_record",
+]
+
+ANNOTATIONS_PAST_END_S = 1.0
+"""Annotations this far past a record's end mean their time resolution is not the one
+they are read with (for example a 500 ticks/s file read as 125 Hz samples)."""
 
 
 @dataclass
 class Record:
-    path: Path  # record base path, without extension
+    path: Path  # record base path, without extension (or the .edf file)
     fs: float
     sig_names: list[str]
     signal: np.ndarray  # (n_samples, n_leads) float64 (float32 on request), physical units (mV)
     comments: list[str]
 
 
-@dataclass
-class Annotations:
-    sample: np.ndarray  # int64 sample indices
-    symbol: list[str]
-    aux_note: list[str]
+def is_edf(path: Path) -> bool:
+    return path.suffix.lower() == ".edf"
 
 
 def find_records(paths: list[str | Path]) -> list[Path]:
-    """Record base paths from record paths (with or without extension) and folders."""
+    """Record paths from record paths (with or without extension), `.edf` files and folders.
+
+    Folders are searched with their subfolders (hidden ones excepted); the segments and
+    layout header of a multi-segment record are part of it, not records of their own."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            heads = sorted(p.glob("*.hea"), key=_natural_key)
-            if not heads:
-                raise HeartlmError("folder holds no WFDB records (no .hea files)", p)
-            found.extend(h.with_suffix("") for h in heads)
+            in_folder = list(_records_under(p))
+            if not in_folder:
+                raise HeartlmError("folder holds no WFDB or EDF records (no .hea or .edf)", p)
+            found.extend(in_folder)
+        elif is_edf(p) and p.is_file():
+            found.append(p)
         elif p.with_suffix(".hea").is_file() or Path(f"{p}.hea").is_file():
             found.append(p.with_suffix("") if p.suffix in {".hea", ".dat", ".atr"} else p)
         elif p.suffix and p.with_suffix("").with_suffix(".hea").is_file():
@@ -48,96 +70,130 @@ def find_records(paths: list[str | Path]) -> list[Path]:
         else:
             if p.suffix and p.is_file():
                 raise HeartlmError("annotation or data file without its .hea header", p)
-            raise HeartlmError("no such WFDB record or folder", p)
+            raise HeartlmError("no such WFDB record, EDF file or folder", p)
     return found
 
 
+def _records_under(folder: Path) -> Iterator[Path]:
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        here = Path(root)
+        heads = {f[:-4] for f in files if f.endswith(".hea")}
+        parts: set[str] = set()
+        for name in heads:
+            parts.update(_segment_names(here / name))
+        records = [here / n for n in heads - parts]
+        records += [here / f for f in files if is_edf(Path(f)) and f[:-4] not in heads]
+        yield from sorted(records, key=_natural_key)
+
+
+def _segment_names(path: Path) -> list[str]:
+    """The segment and layout records a multi-segment header lists; [] for other headers.
+
+    Only the record line is looked at (a `/` after the name marks a master header), so
+    that listing a folder does not parse every header twice."""
+    try:
+        with open(f"{path}.hea", encoding="ascii", errors="ignore") as f:
+            first = next((ln for ln in f if ln.strip() and not ln.startswith("#")), "")
+    except OSError:
+        return []
+    if "/" not in (first.split() or [""])[0]:
+        return []
+    return [s for s in read_header(path).seg_name if s != "~"]
+
+
 def _natural_key(p: Path) -> tuple:
-    stem = p.stem
-    return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
+    stem = p.stem if is_edf(p) else p.name
+    return (str(p.parent), 0, int(stem), "") if stem.isdigit() else (str(p.parent), 1, 0, stem)
 
 
-def read_header(path: Path) -> wfdb.Record:
+def read_header(path: Path) -> wfdb.Record | wfdb.MultiRecord:
+    """The header of a WFDB record, its numbers checked (see `heartlm.ecg.headercheck`)."""
+    hea = Path(f"{path}.hea")
+    try:
+        text = hea.read_bytes().decode("ascii", errors="ignore")
+    except FileNotFoundError:
+        raise HeartlmError("header file is missing", hea) from None
+    except OSError as exc:
+        raise HeartlmError(f"cannot read the header ({exc.strerror})", hea) from None
+    check_header(hea, text)
     try:
         return wfdb.rdheader(str(path))
-    except FileNotFoundError:
-        raise HeartlmError("header file is missing", f"{path}.hea") from None
     except Exception as exc:  # wfdb raises bare ValueError/IndexError on malformed headers
-        raise HeartlmError(f"malformed header ({_short(exc)})", f"{path}.hea") from None
+        raise HeartlmError(f"malformed header ({_short(exc)})", hea) from None
 
 
-def read_record(
-    path: Path,
-    channels: list[int] | None = None,
-    float32: bool = False,
-    header: wfdb.Record | None = None,
-) -> Record:
-    """Read a record's signals in physical units; reject missing, truncated or empty data.
+def read_record(path: Path, channels: list[int] | None = None, float32: bool = False) -> Record:
+    """Leads of a record in physical units as one (n_samples, n_leads) array.
 
-    `float32` returns float32 samples (half the memory and time of float64); `header`, from
-    `read_header`, saves parsing it again (slow for many-lead records)."""
-    header = header or read_header(path)
-    if not header.sig_name:
-        raise HeartlmError("header lists no signals", f"{path}.hea")
-    dat = Path(path).parent / (header.file_name[0] if header.file_name else f"{path.name}.dat")
-    if not dat.is_file():
-        raise HeartlmError("signal file is missing", dat)
-    _check_dat_size(header, Path(path).parent)
-    try:
-        rec = wfdb.rdrecord(
-            str(path), channels=channels, physical=True, return_res=32 if float32 else 64
-        )
-    except Exception as exc:
-        raise HeartlmError(f"cannot read signals ({_short(exc)})", dat) from None
-    signal = np.asarray(rec.p_signal, dtype=np.float32 if float32 else np.float64)
-    if signal.ndim != 2 or signal.shape[0] == 0:
-        raise HeartlmError("record holds no samples", dat)
-    if header.sig_len and signal.shape[0] < header.sig_len:
-        raise HeartlmError(f"truncated: {signal.shape[0]} of {header.sig_len} samples", dat)
+    The leads must share one sampling rate; `heartlm.ecg.signals.read_lead` reads any one
+    lead at its own rate."""
+    from heartlm.ecg.signals import open_record, read_lead
+
+    info = open_record(path)
+    leads = [read_lead(info, i, float32) for i in (channels or range(len(info.sig_names)))]
+    if len({lead.fs for lead in leads}) > 1:
+        raise HeartlmError("the chosen leads have different sampling rates", path)
     return Record(
         path=Path(path),
-        fs=float(rec.fs),
-        sig_names=list(rec.sig_name),
-        signal=signal,
-        comments=list(rec.comments or []),
+        fs=leads[0].fs,
+        sig_names=[lead.name for lead in leads],
+        signal=np.stack([lead.signal for lead in leads], axis=1),
+        comments=info.comments,
     )
 
 
-# Bytes per sample of the fixed-width WFDB formats (compressed 5xx formats vary).
-_BYTES_PER_SAMPLE = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "212": 1.5, "24": 3, "32": 4}
-
-
-def _check_dat_size(header: wfdb.Record, folder: Path) -> None:
-    """Name a truncated signal file before wfdb fails on it with a vague message."""
-    if not header.sig_len:
-        return
-    per_file: dict[str, float] = {}
-    frames = header.samps_per_frame or [1] * len(header.file_name)
-    for name, fmt, spf in zip(header.file_name, header.fmt, frames, strict=False):
-        if fmt not in _BYTES_PER_SAMPLE:
-            return
-        per_file[name] = per_file.get(name, 0.0) + _BYTES_PER_SAMPLE[fmt] * (spf or 1)
-    offsets = dict(zip(header.file_name, header.byte_offset or [], strict=False))
-    for name, width in per_file.items():
-        dat = folder / name
-        expected = int(header.sig_len * width + 0.5) + int(offsets.get(name) or 0)
-        if dat.is_file() and dat.stat().st_size < expected:
-            raise HeartlmError(
-                f"truncated: {dat.stat().st_size} bytes, the header implies {expected}", dat
-            )
+def annotation_path(path: Path, extension: str) -> Path:
+    """A record's annotation file; an EDF record's sits beside the `.edf`, same name."""
+    return Path(f"{path.with_suffix('') if is_edf(path) else path}.{extension}")
 
 
 def read_annotations(path: Path, extension: str = "atr") -> Annotations | None:
-    """Reference annotations of a record, or None when it has no such file."""
-    ann_path = Path(f"{path}.{extension}")
+    """Reference annotations of a record, or None when it has no such file.
+
+    A truncated file is an error."""
+    ann_path = annotation_path(path, extension)
+    base = ann_path.with_suffix("")
     if not ann_path.is_file():
         return None
+    fast = read_mit_annotations(base, extension)
+    if fast is not None:
+        return fast
     try:
-        ann = wfdb.rdann(str(path), extension)
+        ann = wfdb.rdann(str(base), extension)
     except Exception as exc:
         raise HeartlmError(f"cannot read annotations ({_short(exc)})", ann_path) from None
     aux = list(ann.aux_note) if ann.aux_note is not None else [""] * len(ann.sample)
-    return Annotations(np.asarray(ann.sample, dtype=np.int64), list(ann.symbol), aux)
+    fs = float(ann.fs) if ann.fs is not None else None  # the file's own, else the header's
+    return Annotations(np.asarray(ann.sample, dtype=np.int64), list(ann.symbol), aux, fs)
+
+
+def annotation_samples(
+    ann: Annotations, frame_fs: float | None, fs: float, n_samples: int, ann_path: str | Path
+) -> np.ndarray:
+    """Annotation times as float sample positions at rate `fs` (not rounded).
+
+    Times count ticks of the file's own time resolution, else frames of the record
+    (`frame_fs`). Times that cannot be mapped, or that fall past the record's end, are an
+    error naming the annotation file."""
+    tick_fs = ann.fs or frame_fs
+    if tick_fs is None:
+        raise HeartlmError(
+            "states no time resolution (## time resolution), and the record has no frame "
+            "rate to count its sample numbers in",
+            ann_path,
+        )
+    if not (np.isfinite(tick_fs) and tick_fs > 0):
+        raise HeartlmError(f"time resolution {tick_fs:g} ticks/s cannot be used", ann_path)
+    position = ann.sample.astype(np.float64) * (fs / tick_fs)
+    if len(position) and position.max() > n_samples + ANNOTATIONS_PAST_END_S * fs:
+        raise HeartlmError(
+            f"annotations run to {position.max() / fs:.1f} s, past the record's end at "
+            f"{n_samples / fs:.1f} s: its time resolution ({tick_fs:g} ticks/s) does not "
+            "fit the record",
+            ann_path,
+        )
+    return position
 
 
 def _short(exc: BaseException) -> str:

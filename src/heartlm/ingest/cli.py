@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lead",
         default=None,
         metavar="NAME",
-        help="lead to keep, case-insensitive (default: MLII, II, V5, V1, ...)",
+        help="lead to keep, case-insensitive; NAME,NAME,... takes the first a record has "
+        "(default: MLII, II, V5, V1, ...); a record without it is refused",
     )
     parser.add_argument(
         "--fs",

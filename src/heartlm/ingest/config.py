@@ -17,7 +17,9 @@ BEAT_SOURCES = ("auto", "annotations", "detect")
 @dataclass
 class IngestConfig:
     lead: str | None = None
-    """Lead to keep, by name (case-insensitive); None = the fallback order in `leads.py`."""
+    """Lead to keep, by name (case-insensitive), or comma-separated names of which the first
+    a record has wins; a record with none of them is refused. None = the fallback order in
+    `leads.py`."""
     fs: float = 250.0
     """Sampling rate of the store, Hz."""
     pre: float = 0.25
@@ -58,6 +60,8 @@ class IngestConfig:
             raise ValueError(f"--beats must be one of {', '.join(BEAT_SOURCES)}")
         if not all(ext.isalnum() for ext in self.annotations.split(",")):
             raise ValueError(f"--annotations must be a file extension, got {self.annotations!r}")
+        if self.lead is not None and not all(n.strip() for n in self.lead.split(",")):
+            raise ValueError(f"--lead must be a lead name or NAME,NAME,..., got {self.lead!r}")
         if self.workers < 0:
             raise ValueError("--workers must be >= 0")
 
@@ -68,6 +72,10 @@ class IngestConfig:
     @property
     def post_samples(self) -> int:
         return int(self.post * self.fs + 0.5)
+
+    @property
+    def lead_names(self) -> list[str]:
+        return [name.strip() for name in self.lead.split(",")] if self.lead else []
 
     @property
     def annotation_exts(self) -> list[str]:

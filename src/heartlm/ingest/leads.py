@@ -1,20 +1,42 @@
-"""Choosing one lead of a record: by name, else the first lead of a fixed fallback order."""
+"""Choosing one lead of a record: the one asked for, else the first of a fixed fallback order."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from heartlm.errors import HeartlmError
 
 FALLBACK_ORDER: tuple[str, ...] = (
     "MLII", "II", "V5", "V1", "V2", "V4", "V3", "V6", "ML5", "I", "III", "AVF",
 )  # fmt: skip
 """Modified lead II first (MIT-BIH), then limb lead II (LUDB's `ii`), then the precordial
 leads where the QRS is large and upright, then the other limb leads; a record with none
-of these falls back to its first lead."""
+of these falls back to its first ECG signal (an EDF label such as `ECG` or `EKG`), else
+its first signal."""
+
+# EDF labels name the signal type first (`ECG II`, `EKG-V1`): compare what follows it.
+_ECG_PREFIX = re.compile(r"^(ECG|EKG)[\s_\-:]+", re.IGNORECASE)
 
 
-def pick_lead(sig_names: list[str], wanted: str | None = None) -> int:
-    """Index of the lead to keep: `wanted` if the record has it, else the fallback order."""
-    upper = [name.strip().upper() for name in sig_names]
-    order = ((wanted.upper(),) if wanted else ()) + FALLBACK_ORDER
-    for name in order:
-        if name in upper:
-            return upper.index(name)
-    return 0
+def lead_key(name: str) -> str:
+    return _ECG_PREFIX.sub("", name.strip()).upper()
+
+
+def pick_lead(sig_names: list[str], wanted: str | None = None, where: Path | None = None) -> int:
+    """Index of the lead to keep.
+
+    `wanted` is a name, or comma-separated names of which the first present wins; a
+    record holding none of them is an error naming `where`. Without `wanted`, the first
+    of FALLBACK_ORDER that the record has, else its first ECG signal, else its first."""
+    keys = [lead_key(name) for name in sig_names]
+    if wanted:
+        for name in wanted.split(","):
+            if lead_key(name) in keys:
+                return keys.index(lead_key(name))
+        raise HeartlmError(f"--lead {wanted}: no such lead (has {', '.join(sig_names)})", where)
+    for name in FALLBACK_ORDER:
+        if name in keys:
+            return keys.index(name)
+    ecg = [i for i, name in enumerate(sig_names) if re.match(r"(ECG|EKG)", name, re.I)]
+    return ecg[0] if ecg else 0

@@ -6,6 +6,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +40,9 @@ def ingest(
     t_start = time.perf_counter()
     records, skipped = _list_records(sources, config)
     if not records:
-        raise HeartlmError("no WFDB records to ingest", sources[0] if sources else None)
+        raise HeartlmError("no WFDB or EDF records to ingest", sources[0] if sources else None)
     workers = config.resolved_workers(len(records))
-    totals = _Totals()
+    totals = _Totals(config.fs)
     with (
         staged_dir(out, overwrite) as stage,
         closing(_run_all(records, config, workers)) as results,
@@ -71,10 +72,12 @@ def ingest(
                 "workers": workers,
                 "beats_per_s": writer.n_beats / elapsed,
                 "skipped": [{"record": str(f.path), "problem": f.message} for f in skipped],
+                "gaps_s": totals.gaps_s,
             },
         )
+    skipped_note = f", {len(skipped)} skipped" if skipped else ""
     logger.info(
-        f"{out}: {writer.n_beats} beats from {len(writer.records)} records "
+        f"{out}: {writer.n_beats} beats from {len(writer.records)} records{skipped_note} "
         f"in {elapsed:.1f} s ({writer.n_beats / elapsed:,.0f} beats/s, {workers} workers)"
     )
     return info
@@ -88,8 +91,8 @@ def _list_records(sources: list[Path], config: IngestConfig) -> tuple[list[Path]
         source = Path(source)
         if source.is_dir():
             for ext in config.annotation_exts:
-                for orphan in sorted(source.glob(f"*.{ext}")):
-                    if orphan.with_suffix(".hea").is_file():
+                for orphan in sorted(source.rglob(f"*.{ext}")):
+                    if any(orphan.with_suffix(s).is_file() for s in (".hea", ".edf", ".EDF")):
                         continue
                     problem = _Failure(orphan, "annotation file without its record (no .hea)")
                     _skip_or_raise(problem, config, skipped)
@@ -149,24 +152,32 @@ def _ordered(
     workers: int,
 ) -> Iterator[Any]:
     """Results in input order, with at most a few records in flight at a time."""
-    pending: deque[Future] = deque()
+    pending: deque[tuple[Path, Future]] = deque()
     todo = iter(items)
     for item in todo:
-        pending.append(submit(fn, item, config))
+        pending.append((item, submit(fn, item, config)))
         if len(pending) >= RECORDS_AHEAD_PER_WORKER * workers:
             break
     while pending:
-        result = pending.popleft().result()
+        item, future = pending.popleft()
+        try:
+            result = future.result()
+        except BrokenProcessPool:
+            raise HeartlmError(
+                "a worker process died while ingesting this record (killed, or out of memory?)",
+                item,
+            ) from None
         item = next(todo, None)
         if item is not None:
-            pending.append(submit(fn, item, config))
+            pending.append((item, submit(fn, item, config)))
         yield result
 
 
 class _Totals:
     """Counts and worker timings summed over the records written so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, fs: float) -> None:
+        self.fs = fs  # the store's rate, that gaps are counted in
         self.aami: Counter = Counter()
         self.rhythm: Counter = Counter()
         self.symbols: Counter = Counter()
@@ -175,6 +186,8 @@ class _Totals:
         self.reference = self.dropped = self.lead_fallbacks = 0
         self.detected_records = 0
         self.seconds: dict[str, float] = Counter()
+        self.gaps_s: dict[str, list[list[float]]] = {}
+        self.bridged_s = 0.0
 
     def add(self, r: RecordResult) -> None:
         self.aami.update(_names(r.table["aami"], AAMI_CLASSES, "unlabelled"))
@@ -185,6 +198,11 @@ class _Totals:
         self.dropped += r.n_dropped
         self.lead_fallbacks += r.lead_fallback
         self.detected_records += r.entry.beat_source == "detect"
+        self.bridged_s += r.entry.extra["bridged_s"]
+        if r.entry.extra["gaps"]:
+            self.gaps_s[f"{r.entry.db}/{r.entry.name}"] = [
+                [a / self.fs, b / self.fs] for a, b in r.entry.extra["gaps"]
+            ]
         for key, value in r.seconds.items():
             self.seconds[f"worker_{key}"] += value
 
@@ -197,6 +215,9 @@ class _Totals:
             "beats": writer.n_beats,
             "beats_found": self.reference,
             "dropped_beats": self.dropped,
+            "gaps": sum(len(g) for g in self.gaps_s.values()),
+            "gap_s": sum(b - a for g in self.gaps_s.values() for a, b in g),
+            "bridged_s": self.bridged_s,
             "aami": dict(self.aami),
             "rhythm": dict(self.rhythm),
             "unknown_symbols": dict(self.unknown),

@@ -36,3 +36,32 @@ def cut_windows(y: np.ndarray, position: np.ndarray, pre: int, post: int) -> np.
     """
     view = sliding_window_view(y, pre + post)  # no copy: row j is y[j : j + pre + post]
     return np.ascontiguousarray(view[position - pre], dtype=np.float32)
+
+
+def clear_of_gaps(
+    position: np.ndarray, gaps: list[tuple[int, int]], pre: int, post: int
+) -> np.ndarray:
+    """Mask of the beats whose window [p - pre, p + post) overlaps none of the `gaps`."""
+    return ~_overlaps(position - pre, position + post, gaps)
+
+
+def break_at_gaps(
+    position: np.ndarray, gaps: list[tuple[int, int]], rr_prev: np.ndarray, rr_next: np.ndarray
+) -> None:
+    """Make the RR intervals that overlap a gap NaN, in place: no one knows what beat
+    the gap held."""
+    if len(position) < 2:
+        return
+    broken = _overlaps(position[:-1], position[1:], gaps)
+    rr_next[:-1][broken] = np.nan
+    rr_prev[1:][broken] = np.nan
+
+
+def _overlaps(lo: np.ndarray, hi: np.ndarray, gaps: list[tuple[int, int]]) -> np.ndarray:
+    """For each range [lo, hi), whether it overlaps one of the sorted, disjoint gaps."""
+    if not gaps:
+        return np.zeros(len(lo), dtype=bool)
+    starts, stops = np.asarray(gaps, dtype=np.int64).T
+    # The last gap that starts before a range ends is the only one it can overlap.
+    last = np.searchsorted(starts, hi, side="left") - 1
+    return (last >= 0) & (stops[np.maximum(last, 0)] > lo)

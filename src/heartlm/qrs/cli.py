@@ -8,17 +8,27 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from heartlm.ecg.wfdbio import find_records, read_annotations, read_header, read_record
+from heartlm.ecg.gaps import fill_gaps
+from heartlm.ecg.signals import open_record, read_lead
+from heartlm.ecg.wfdbio import (
+    annotation_path,
+    annotation_samples,
+    find_records,
+    read_annotations,
+)
 from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
-from heartlm.qrs.detector import detect_qrs
 from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, reference_beats
+from heartlm.qrs.spans import detect_in_spans
+
+MIN_FS = 50  # the detector's lower limit (heartlm.qrs.detector)
 
 SCOPE_NOTE = (
     "whole record scored (the first 5 minutes included, stricter than EC57); "
@@ -40,7 +50,7 @@ class QrsConfig:
     positions: bool = False
     """Include the detected sample indices in the JSON output."""
     skip_bad: bool = False
-    """Skip flat or all-NaN records with a warning instead of stopping."""
+    """Skip a record that cannot be read or scored with a warning instead of stopping."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="score the whole record, or only between the first and last reference beat",
     )
     parser.add_argument("--positions", action="store_true", help="detected samples in JSON")
-    parser.add_argument("--skip-bad", action="store_true", help="skip flat/NaN records")
+    parser.add_argument(
+        "--skip-bad", action="store_true", help="skip unreadable records, with the reason"
+    )
     parser.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
 
 
@@ -78,45 +90,81 @@ def run(args: argparse.Namespace) -> int:
 
 def _map(config: QrsConfig, records: list[Path], workers: int):
     if workers <= 1:
-        yield from (process_record(r, config) for r in records)
+        yield from (_process_or_skip(r, config) for r in records)
         return
     with ProcessPoolExecutor(workers) as pool:
-        yield from pool.map(process_record, records, [config] * len(records))
+        futures = [pool.submit(_process_or_skip, r, config) for r in records]
+        for record, future in zip(records, futures, strict=True):
+            try:
+                yield future.result()
+            except BrokenProcessPool:
+                raise HeartlmError(
+                    "a worker process died while reading this record (killed, or out of memory?)",
+                    record,
+                ) from None
+
+
+def _process_or_skip(path: Path, config: QrsConfig) -> dict[str, Any]:
+    """`process_record`, or under --skip-bad a row saying why the record was skipped."""
+    try:
+        return process_record(path, config)
+    except HeartlmError as exc:
+        if not config.skip_bad:
+            raise
+        logger.warning("skipping %s", exc)
+        return {"record": str(path), "skipped": exc.message, "file": exc.path}
 
 
 def process_record(path: Path, config: QrsConfig) -> dict[str, Any]:
-    """Detect beats in one record and score them; a flat or NaN lead is an error or a skip."""
-    header = read_header(path)
-    lead = _lead_index(config.lead, list(header.sig_name or []), path)
-    record = read_record(path, channels=[lead])
-    x = record.signal[:, 0]
+    """Detect beats in one record and score them; bad input raises HeartlmError."""
+    info = open_record(path)
+    lead = read_lead(info, _lead_index(config.lead, info.sig_names, info.file))
     out: dict[str, Any] = {
         "record": str(path),
-        "fs": record.fs,
-        "lead": record.sig_names[0],
-        "n_samples": len(x),
+        "fs": lead.fs,
+        "lead": lead.name,
+        "n_samples": len(lead.signal),
     }
-    problem = signal_problem(x)
+    if lead.fs < MIN_FS:
+        raise HeartlmError(
+            f"lead {lead.name} is sampled at {lead.fs:g} Hz, below the {MIN_FS} Hz that QRS "
+            "detection needs",
+            info.file,
+        )
+    problem = signal_problem(lead.signal)
     if problem:
-        if not config.skip_bad:
-            raise HeartlmError(f"lead {record.sig_names[0]}: {problem}", f"{path}.dat")
-        logger.warning("skipping %s: %s", path, problem)
-        return out | {"skipped": problem}
+        raise HeartlmError(f"lead {lead.name}: {problem}", path)
+    filled = fill_gaps(lead.signal, lead.fs)
     t0 = time.perf_counter()
-    det = detect_qrs(x, record.fs)
+    det = detect_in_spans(filled.signal, lead.fs, filled.spans())
     out["detect_s"] = time.perf_counter() - t0
-    ann = read_annotations(path, config.annotations)
+    out["gaps"] = len(filled.gaps)
+    ann = read_annotations(info.path, config.annotations)
     if ann is not None:
-        ref = reference_beats(ann.sample, ann.symbol)
-        scored_det = det
-        if config.span == "annotated" and len(ref):
-            tol = EC57_TOLERANCE_S * record.fs
-            scored_det = det[(det >= ref[0] - tol) & (det <= ref[-1] + tol)]
-        out |= {"n_reference": len(ref)} | match_beats(ref, scored_det, record.fs).as_dict()
+        ann_file = annotation_path(info.path, config.annotations)
+        at = annotation_samples(ann, info.frame_fs, lead.fs, len(lead.signal), ann_file)
+        ref = reference_beats(np.rint(at).astype(np.int64), ann.symbol)
+        out |= _score(ref, det, lead.fs, config)
     out["n_detected"] = len(det)
     if config.positions:
         out["positions"] = det.tolist()
     return out
+
+
+def _score(ref: np.ndarray, det: np.ndarray, fs: float, config: QrsConfig) -> dict[str, Any]:
+    """EC57 counts and figures; a reference without beats cannot be scored (Se undefined)."""
+    if len(ref) == 0:
+        return {
+            "n_reference": 0,
+            "se": None,
+            "ppv": None,
+            "f1": None,
+            "unscored": "the reference annotations hold no beats",
+        }
+    if config.span == "annotated":
+        tol = EC57_TOLERANCE_S * fs
+        det = det[(det >= ref[0] - tol) & (det <= ref[-1] + tol)]
+    return {"n_reference": len(ref)} | match_beats(ref, det, fs).as_dict()
 
 
 def signal_problem(x: np.ndarray) -> str | None:
@@ -129,14 +177,14 @@ def signal_problem(x: np.ndarray) -> str | None:
     return None
 
 
-def _lead_index(lead: str, names: list[str], path: Path) -> int:
+def _lead_index(lead: str, names: list[str], where: Path) -> int:
     if lead.isdigit():
         if int(lead) >= len(names):
-            raise HeartlmError(f"--lead {lead}: record has {len(names)} leads", f"{path}.hea")
+            raise HeartlmError(f"--lead {lead}: record has {len(names)} leads", where)
         return int(lead)
     lowered = [n.lower() for n in names]
     if lead.lower() not in lowered:
-        raise HeartlmError(f"--lead {lead}: no such lead (has {', '.join(names)})", f"{path}.hea")
+        raise HeartlmError(f"--lead {lead}: no such lead (has {', '.join(names)})", where)
     return lowered.index(lead.lower())
 
 
@@ -150,6 +198,7 @@ def summarize(results: list[dict[str, Any]], config: QrsConfig, wall_s: float) -
         "records": results,
         "n_records": len(results),
         "n_scored": len(scored),
+        "n_skipped": sum("skipped" in r for r in results),
         "n_detected": detected,
         "skipped": [
             {"record": r["record"], "reason": r["skipped"]} for r in results if "skipped" in r
@@ -181,6 +230,8 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["gross"] is not None:
         lines.append(_row("gross", summary["gross"], summary["n_detected"]))
         lines.append(f"tolerance {summary['tolerance_s'] * 1000:.0f} ms; {_scope(summary)}")
+    if summary["n_skipped"]:
+        lines.append(f"{summary['n_skipped']} of {summary['n_records']} records skipped")
     return "\n".join(lines) + "\n"
 
 
