@@ -112,7 +112,7 @@ def _check_name(path: Path) -> None:
     if not path.name.isascii():
         shown = os.fsencode(path.name).decode("ascii", "backslashreplace")
         raise HeartlmError(
-            f"record name {shown!r} is not ASCII: WFDB names are letters, digits, _ and -, "
+            f"record name '{shown}' is not ASCII: WFDB names are letters, digits, _ and -, "
             "and wfdb cannot find the files of this one (rename them)",
             path.parent,
         )

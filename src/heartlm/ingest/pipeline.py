@@ -16,6 +16,7 @@ import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.ecg.wfdbio import find_records
+from heartlm.ecg.workers import worker_died
 from heartlm.errors import HeartlmError
 from heartlm.ingest.config import IngestConfig
 from heartlm.ingest.record import RecordResult, ingest_record
@@ -163,10 +164,7 @@ def _ordered(
         try:
             result = future.result()
         except BrokenProcessPool:
-            raise HeartlmError(
-                "a worker process died while ingesting this record (killed, or out of memory?)",
-                item,
-            ) from None
+            raise worker_died([item, *(i for i, _ in pending)]) from None
         item = next(todo, None)
         if item is not None:
             pending.append((item, submit(fn, item, config)))

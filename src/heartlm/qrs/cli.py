@@ -23,6 +23,7 @@ from heartlm.ecg.wfdbio import (
     find_records,
     read_annotations,
 )
+from heartlm.ecg.workers import worker_died
 from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, reference_beats
@@ -94,14 +95,13 @@ def _map(config: QrsConfig, records: list[Path], workers: int):
         return
     with ProcessPoolExecutor(workers) as pool:
         futures = [pool.submit(_process_or_skip, r, config) for r in records]
-        for record, future in zip(records, futures, strict=True):
+        for i, future in enumerate(futures):
             try:
                 yield future.result()
             except BrokenProcessPool:
-                raise HeartlmError(
-                    "a worker process died while reading this record (killed, or out of memory?)",
-                    record,
-                ) from None
+                unfinished = [r for r, f in zip(records[i:], futures[i:], strict=True)
+                              if not f.done() or f.exception() is not None]  # fmt: skip
+                raise worker_died(unfinished) from None
 
 
 def _process_or_skip(path: Path, config: QrsConfig) -> dict[str, Any]:

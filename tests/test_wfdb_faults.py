@@ -1,0 +1,234 @@
+"""Damaged or odd WFDB input to `qrs` and `ingest`: one line naming the file, nothing written.
+
+Truncated annotation files, header numbers that wfdb would silently replace, a lead the
+record lacks, a record name wfdb cannot read, a reference without beats, a worker killed.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wfdb
+
+from heartlm.cli import main
+from heartlm.errors import HeartlmError
+from heartlm.evaluate.prepare import token_folder
+from heartlm.ingest import IngestConfig
+from heartlm.store import BeatStore
+from heartlm.synth import synth_record
+
+
+def _record(folder: Path, name: str, seconds: float = 20, fs: float = 250) -> Path:
+    """A one-lead record (MLII) with its beat and rhythm annotations."""
+    rec = synth_record(seconds / 60, fs, 4, leads=1, noise=0.3)
+    folder.mkdir(parents=True, exist_ok=True)
+    wfdb.wrsamp(name, fs=fs, units=["mV"], sig_name=["MLII"], p_signal=rec.signal, fmt=["16"],
+                adc_gain=[1000.0], baseline=[0], write_dir=str(folder))  # fmt: skip
+    wfdb.wrann(name, "atr", rec.ann_sample, rec.ann_symbol, aux_note=rec.ann_aux,
+               write_dir=str(folder))  # fmt: skip
+    return folder / name
+
+
+def _error(capsys, *argv: str) -> str:
+    """The one error line of a failing command (and no traceback)."""
+    capsys.readouterr()
+    assert main([*argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("heartlm: error:"), err
+    return err[0]
+
+
+def _qrs_and_ingest_refuse(capsys, tmp_path: Path, record: Path, *parts: str) -> None:
+    for argv in (
+        ["qrs", str(record), "--workers", "1"],
+        ["ingest", str(record), "--out", str(tmp_path / "out"), "--workers", "1"],
+    ):
+        line = _error(capsys, *argv)
+        assert all(p in line for p in parts), line
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+# ---------- truncated annotation files ----------
+
+
+@pytest.mark.parametrize(
+    "cut, problem",
+    [
+        (lambda b: b[:-2], "no end-of-file marker"),
+        (lambda b: b[: len(b) // 4 * 2], "truncated"),
+        (lambda b: b[:-3], "ends inside an annotation"),
+    ],
+    ids=["end-marker", "half", "odd"],
+)
+def test_truncated_annotation_file(tmp_path, capsys, cut, problem):
+    rec = _record(tmp_path / "src", "rec")
+    atr = rec.parent / "rec.atr"
+    atr.write_bytes(cut(atr.read_bytes()))
+    _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.atr", problem)
+    # Under --skip-bad it is a skipped record, with the reason in run.json.
+    _record(tmp_path / "src", "fine")
+    out = tmp_path / "store"
+    assert main(["ingest", str(rec.parent), "--out", str(out), "--skip-bad", "--workers", "1"]) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert [Path(s["record"]).name for s in info["skipped"]] == ["rec.atr"]
+    assert problem in info["skipped"][0]["problem"]
+    assert [r.name for r in BeatStore(out).records] == ["fine"]
+
+
+def test_intact_annotation_files_still_read(tmp_path):
+    """wfdb's own files: with rhythm notes, and with a time resolution (read by wfdb.rdann)."""
+    from heartlm.ecg.wfdbio import read_annotations
+
+    rec = _record(tmp_path, "rec")
+    ann = wfdb.rdann(str(rec), "atr")
+    ours = read_annotations(rec, "atr")
+    np.testing.assert_array_equal(ours.sample, ann.sample)
+    assert ours.symbol == ann.symbol and ours.aux_note == ann.aux_note
+    wfdb.wrann("rec", "hr", ann.sample * 2, ann.symbol, fs=500, write_dir=str(tmp_path))
+    hr = read_annotations(rec, "hr")
+    assert hr.fs == 500 and np.array_equal(hr.sample, ann.sample * 2)
+
+
+# ---------- header numbers ----------
+
+
+def _edit_signal_line(text: str, field: int, value: str) -> str:
+    record_line, signal_line, *rest = text.splitlines()
+    fields = signal_line.split()
+    fields[field] = value
+    return "\n".join([record_line, " ".join(fields), *rest]) + "\n"
+
+
+def _edit_record_line(text: str, field: int, value: str) -> str:
+    record_line, *rest = text.splitlines()
+    fields = record_line.split()
+    fields[field] = value
+    return "\n".join([" ".join(fields), *rest]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda t: _edit_record_line(t, 2, "abc"), "sampling rate 'abc'"),
+        (lambda t: _edit_record_line(t, 2, "0"), "sampling rate '0'"),
+        (lambda t: _edit_record_line(t, 1, "2"), "says 2 signals but has 1"),
+        (lambda t: _edit_record_line(t, 3, "-5"), "number of samples '-5'"),
+        (lambda t: _edit_signal_line(t, 2, "abc/mV"), "ADC gain 'abc/mV'"),
+        (lambda t: _edit_signal_line(t, 2, "nan(0)/mV"), "ADC gain 'nan(0)/mV'"),
+        (lambda t: _edit_signal_line(t, 1, "99"), "format '99'"),
+        (lambda t: _edit_signal_line(t, 1, "16x0"), "0 samples per frame"),
+        (lambda t: "", "no record line"),
+    ],
+    ids=[
+        "fs-text",
+        "fs-zero",
+        "n-sig",
+        "length",
+        "gain-text",
+        "gain-nan",
+        "format",
+        "spf",
+        "empty",
+    ],
+)
+def test_malformed_header_numbers_blame_the_header(tmp_path, capsys, edit, problem):
+    rec = _record(tmp_path / "src", "rec")
+    hea = rec.parent / "rec.hea"
+    hea.write_text(edit(hea.read_text()))
+    for argv in (
+        ["qrs", str(rec), "--workers", "1"],
+        ["ingest", str(rec), "--out", str(tmp_path / "out"), "--workers", "1"],
+    ):
+        line = _error(capsys, *argv)
+        assert "rec.hea" in line and problem in line and ".dat" not in line, line
+    assert not (tmp_path / "out").exists()
+
+
+# ---------- leads ----------
+
+
+def test_a_lead_the_record_lacks_is_refused_unless_fallbacks_are_given(tmp_path, capsys):
+    rec = _record(tmp_path / "src", "rec")
+    line = _error(capsys, "ingest", str(rec), "--out", str(tmp_path / "out"), "--lead", "V5")
+    assert "rec.hea" in line and "--lead V5: no such lead (has MLII)" in line
+    assert not (tmp_path / "out").exists()
+    out = tmp_path / "store"
+    assert main(["ingest", str(rec), "--out", str(out), "--lead", "V5,MLII", "--workers", "1"]) == 0
+    assert json.loads((out / "run.json").read_text())["counts"]["lead_fallbacks"] == 1
+    # evaluate ingests raw records with the run's settings and the --lead it was given
+    lineage = {"ingest": IngestConfig(workers=1).to_dict()}
+    with (
+        pytest.raises(HeartlmError, match="--lead V5: no such lead"),
+        token_folder(rec.parent, tmp_path, lineage, {"lead": "V5"}),
+    ):
+        pass
+
+
+# ---------- names, references, workers ----------
+
+
+def test_non_ascii_record_name_is_named_not_called_missing(tmp_path, capsys):
+    rec = _record(tmp_path / "src", "rec")
+    folder = os.fsencode(rec.parent)
+    for ext in (b".hea", b".dat", b".atr"):
+        os.rename(os.fsencode(rec) + ext, folder + b"/r\xe9c" + ext)
+    header = folder + b"/r\xe9c.hea"
+    with open(header, "rb") as f:
+        text = f.read().replace(b"rec", b"r\xe9c")
+    with open(header, "wb") as f:
+        f.write(text)
+    for argv in (
+        ["qrs", str(rec.parent), "--workers", "1"],
+        ["ingest", str(rec.parent), "--out", str(tmp_path / "out"), "--workers", "1"],
+    ):
+        line = _error(capsys, *argv)
+        assert "not ASCII" in line and "missing" not in line and "r\\xe9c" in line, line
+
+
+def test_qrs_does_not_score_an_empty_reference(tmp_path, capsys):
+    rec = _record(tmp_path, "rec")
+    wfdb.wrann("rec", "atr", np.array([10]), ["+"], aux_note=["(N"], write_dir=str(tmp_path))
+    capsys.readouterr()
+    assert main(["qrs", str(rec), "--json", "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["records"]
+    assert row["n_reference"] == 0 and row["se"] is None and "no beats" in row["unscored"]
+    assert out["gross"] is None and out["n_scored"] == 0 and row["n_detected"] > 10
+    assert main(["qrs", str(rec), "--workers", "1"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[1:4] == ["-", "-", "-"] and "gross" not in table[-1]
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
+)
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_a_killed_worker_is_one_line(tmp_path, capsys, monkeypatch, command):
+    from heartlm.ingest import pipeline
+    from heartlm.qrs import cli as qrs_cli
+
+    module, name = (qrs_cli, "process_record") if command == "qrs" else (pipeline, "ingest_record")
+    real = getattr(module, name)
+
+    def killed_on_victim(path, config):
+        if path.name == "victim":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, config)
+
+    monkeypatch.setattr(module, name, killed_on_victim)
+    for n in ("a", "victim", "z"):
+        _record(tmp_path / "src", n, seconds=10)
+    argv = [command, str(tmp_path / "src"), "--workers", "2"]
+    if command == "ingest":
+        argv += ["--out", str(tmp_path / "out")]
+    line = _error(capsys, *argv)
+    assert "victim" in line and "worker process died" in line
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
