@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch", type=int, default=64, help="windows per forward pass")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available) or cpu")
-    parser.add_argument("--lead", help="WFDB DATA: lead to use instead of the run's")
+    parser.add_argument(
+        "--lead", help="WFDB DATA: lead to use instead of the run's (NAME or NAME,NAME,...)"
+    )
     parser.add_argument(
         "--annotations", metavar="EXT", help="WFDB DATA: reference annotation extension"
     )
