@@ -348,21 +348,25 @@ def test_folders_are_searched_below_and_bad_records_skipped(tmp_path, capsys):
     _wrsamp(root / "b", "broken", x[:, None], 250, ["MLII"])
     (root / "b" / "broken.dat").unlink()
     _multi_segment(root / "m", "fixed")
+    (root / "x").mkdir()
+    (root / "x" / "bad_master.hea").write_text("bad_master/2 1 abc 100\nseg 50\n~ 50\n")
     (root / ".hidden").mkdir()
     _wrsamp(root / ".hidden", "ignored", x[:, None], 250, ["MLII"])
 
     _one_line_error(capsys, ["qrs", str(root), "--workers", "1"], "broken.dat", "missing")
     out = _qrs(capsys, str(root), "--skip-bad")
     names = [Path(r["record"]).name for r in out["records"]]
-    assert names == ["good", "broken", "other", "multi"]
-    assert out["n_skipped"] == 1 and "signal file is missing" in out["skipped"][0]["reason"]
+    assert names == ["good", "broken", "other", "multi", "bad_master"]
+    assert out["n_skipped"] == 2 and "signal file is missing" in out["skipped"][0]["reason"]
+    assert "sampling rate 'abc'" in out["skipped"][1]["reason"]
     assert main(["qrs", str(root), "--skip-bad", "--workers", "2"]) == 0
-    assert "1 of 4 records skipped" in capsys.readouterr().out
+    assert "2 of 5 records skipped" in capsys.readouterr().out
 
     out_dir = tmp_path / "store"
     assert main(["ingest", str(root), "--out", str(out_dir), "--skip-bad", "--workers", "2"]) == 0
-    assert "3 records, 1 skipped" in capsys.readouterr().err
+    assert "3 records, 2 skipped" in capsys.readouterr().err
     info = json.loads((out_dir / "run.json").read_text())
-    assert [Path(s["record"]).name for s in info["skipped"]] == ["broken.dat"]
-    assert info["counts"]["records_skipped"] == 1
+    skipped = [Path(s["record"]).name for s in info["skipped"]]
+    assert skipped == ["broken.dat", "bad_master.hea"]
+    assert info["counts"]["records_skipped"] == 2
     assert sorted(r.name for r in BeatStore(out_dir).records) == ["good", "multi", "other"]

@@ -99,7 +99,10 @@ def _segment_names(path: Path) -> list[str]:
         return []
     if "/" not in (first.split() or [""])[0]:
         return []
-    return [s for s in read_header(path).seg_name if s != "~"]
+    try:
+        return [s for s in read_header(path).seg_name if s != "~"]
+    except HeartlmError:
+        return []  # listed as a record, and refused as one when it is read
 
 
 def _natural_key(p: Path) -> tuple:

@@ -118,19 +118,20 @@ def _process_or_skip(path: Path, config: QrsConfig) -> dict[str, Any]:
 def process_record(path: Path, config: QrsConfig) -> dict[str, Any]:
     """Detect beats in one record and score them; bad input raises HeartlmError."""
     info = open_record(path)
-    lead = read_lead(info, _lead_index(config.lead, info.sig_names, info.file))
+    index = _lead_index(config.lead, info.sig_names, info.file)
+    if info.sig_fs[index] < MIN_FS:
+        raise HeartlmError(
+            f"lead {info.sig_names[index]} is sampled at {info.sig_fs[index]:g} Hz, below the "
+            f"{MIN_FS} Hz that QRS detection needs",
+            info.file,
+        )
+    lead = read_lead(info, index)
     out: dict[str, Any] = {
         "record": str(path),
         "fs": lead.fs,
         "lead": lead.name,
         "n_samples": len(lead.signal),
     }
-    if lead.fs < MIN_FS:
-        raise HeartlmError(
-            f"lead {lead.name} is sampled at {lead.fs:g} Hz, below the {MIN_FS} Hz that QRS "
-            "detection needs",
-            info.file,
-        )
     problem = signal_problem(lead.signal)
     if problem:
         raise HeartlmError(f"lead {lead.name}: {problem}", path)
