@@ -317,6 +317,11 @@ def test_edf_with_signals_at_different_rates(tmp_path, capsys):
     wfdb.wrann("night", "qrs", sample, symbol, write_dir=str(tmp_path))
     argv = ["ingest", str(path), "--annotations", "qrs", "--out", str(tmp_path / "s3")]
     _one_line_error(capsys, argv, "night.qrs", "no time resolution")
+    # A file cut short is refused like a short .dat (edfio itself only warns).
+    cut = tmp_path / "cut" / "cut.edf"
+    cut.parent.mkdir()
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    _one_line_error(capsys, ["qrs", str(cut), "--lead", "ECG II"], "cut.edf", "truncated")
 
 
 def test_edf_written_by_wfdb_reads_like_its_record(tmp_path, capsys):

@@ -7,6 +7,7 @@ averages. edfio (pure Python, numpy only) reads each signal as it was sampled.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,20 @@ def open_edf(path: Path) -> RecordInfo:
     import edfio
 
     try:
-        edf = edfio.read_edf(path, lazy_load_data=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a short file is refused below, not warned about
+            edf = edfio.read_edf(path, lazy_load_data=True)
+        with open(path, "rb") as f:
+            stated = int(f.read(256)[236:244])  # the header's count of data records
     except FileNotFoundError:
         raise HeartlmError("no such EDF file", path) from None
     except Exception as exc:  # edfio raises ValueError and friends on malformed files
         raise HeartlmError(f"cannot read EDF ({type(exc).__name__}: {exc})", path) from None
+    if edf.num_data_records < stated:
+        raise HeartlmError(
+            f"truncated: {edf.num_data_records} of the {stated} data records the header states",
+            path,
+        )
     if not edf.is_continuous:
         raise HeartlmError("EDF+D (interrupted recording) is not supported", path)
     if not edf.signals:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import wfdb
 
-from heartlm.ecg.wfdbio import _short, is_edf, read_header
+from heartlm.ecg.wfdbio import brief, is_edf, read_header
 from heartlm.errors import HeartlmError
 
 # Bytes per sample of the fixed-width WFDB formats (compressed 5xx formats vary).
@@ -46,7 +46,7 @@ class RecordInfo:
 class Lead:
     name: str
     fs: float  # this lead's own sampling rate
-    signal: np.ndarray  # 1-D, physical units (mV for ECG), NaN where a sample is missing
+    signal: np.ndarray  # 1-D, in mV (other units as the file states), NaN where missing
 
 
 def open_record(path: Path) -> RecordInfo:
@@ -75,7 +75,7 @@ def open_record(path: Path) -> RecordInfo:
 
 
 def read_lead(info: RecordInfo, index: int, float32: bool = False) -> Lead:
-    """Lead `index` of a record, every sample at the lead's own rate, in physical units."""
+    """Lead `index` of a record, every sample at the lead's own rate, voltages in mV."""
     if is_edf(info.path):
         from heartlm.ecg.edf import read_edf_lead
 
@@ -161,7 +161,7 @@ def _rdrecord(info: RecordInfo, **kwargs: Any) -> Any:
     except FileNotFoundError as exc:
         raise HeartlmError("signal file is missing", exc.filename or info.path) from None
     except Exception as exc:
-        raise HeartlmError(f"cannot read signals ({_short(exc)})", info.path) from None
+        raise HeartlmError(f"cannot read signals ({brief(exc)})", info.path) from None
 
 
 def _check_files(header: wfdb.Record, folder: Path) -> None:

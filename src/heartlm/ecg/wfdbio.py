@@ -123,7 +123,7 @@ def read_header(path: Path) -> wfdb.Record | wfdb.MultiRecord:
     try:
         return wfdb.rdheader(str(path))
     except Exception as exc:  # wfdb raises bare ValueError/IndexError on malformed headers
-        raise HeartlmError(f"malformed header ({_short(exc)})", hea) from None
+        raise HeartlmError(f"malformed header ({brief(exc)})", hea) from None
 
 
 def read_record(path: Path, channels: list[int] | None = None, float32: bool = False) -> Record:
@@ -165,7 +165,7 @@ def read_annotations(path: Path, extension: str = "atr") -> Annotations | None:
     try:
         ann = wfdb.rdann(str(base), extension)
     except Exception as exc:
-        raise HeartlmError(f"cannot read annotations ({_short(exc)})", ann_path) from None
+        raise HeartlmError(f"cannot read annotations ({brief(exc)})", ann_path) from None
     aux = list(ann.aux_note) if ann.aux_note is not None else [""] * len(ann.sample)
     fs = float(ann.fs) if ann.fs is not None else None  # the file's own, else the header's
     return Annotations(np.asarray(ann.sample, dtype=np.int64), list(ann.symbol), aux, fs)
@@ -199,6 +199,7 @@ def annotation_samples(
     return position
 
 
-def _short(exc: BaseException) -> str:
+def brief(exc: BaseException) -> str:
+    """A library exception as `Type: first line`, to quote in a one-line error."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
