@@ -51,6 +51,10 @@ class DetectorConfig:
     runs are flutter or fibrillation waves, not QRS complexes, and are not reported."""
     refine_s: float = 0.08
     """Half-width of the window around the envelope peak searched for the R peak."""
+    learn_s: float = 8.0
+    """The decisions run once over this first stretch of the record (all of a shorter one),
+    then again from the first sample with the signal level, noise level and RR intervals
+    they settled on: no beat is judged by thresholds that are still learning."""
 
 
 DEFAULT = DetectorConfig()
@@ -74,13 +78,16 @@ def detect_qrs(signal: np.ndarray, fs: float, config: DetectorConfig = DEFAULT) 
     wide = _filtfilt(config.wide_band_hz, fe, _block_means(x, step))
     envelope = _envelope(wide, fe, config)
     refractory = max(1, round(config.refractory_s * fe))
-    candidates = sps.find_peaks(envelope, distance=refractory)[0].astype(np.int64)
+    # A record may start or end inside a QRS complex: padding lets the envelope's first and
+    # last samples be peaks, and _refine drops the beats whose R peak lies outside the record.
+    padded = np.concatenate(([-1.0], envelope, [-1.0]))
+    candidates = sps.find_peaks(padded, distance=refractory)[0].astype(np.int64) - 1
     heights = envelope[candidates]
     beats = _decide(
         candidates,
         heights,
         _steepest(wide, candidates, fe, config),
-        *_initial_levels(candidates, heights, fe),
+        *_initial_levels(candidates, heights, envelope, fe),
         refractory,
         round(config.t_wave_s * fe),
         config,
@@ -150,14 +157,19 @@ def _steepest(wide: np.ndarray, at: np.ndarray, fs: float, config: DetectorConfi
     return np.abs(wide[idx] - wide[idx - 1]).max(axis=1) * fs
 
 
-def _initial_levels(candidates: np.ndarray, heights: np.ndarray, fs: float) -> tuple[float, float]:
-    """Signal and noise levels learnt from the first 10 s (beats are the tallest peaks)."""
+def _initial_levels(
+    candidates: np.ndarray, heights: np.ndarray, envelope: np.ndarray, fs: float
+) -> tuple[float, float]:
+    """Signal and noise levels seeded from the first 10 s: beats are the tallest peaks; the
+    noise level is the lower of the low peaks and the envelope's median, because in a fast
+    rhythm every peak 250 ms apart may be a beat."""
     first = heights[candidates < 10 * fs]
     if len(first) < 4:
         first = heights
     if len(first) == 0:
         return 1.0, 0.0
-    return float(np.percentile(first, 80)), float(np.percentile(first, 20))
+    noise = min(np.percentile(first, 20), np.median(envelope[: int(10 * fs)]))
+    return float(np.percentile(first, 80)), float(noise)
 
 
 def _decide(
@@ -171,22 +183,27 @@ def _decide(
     config: DetectorConfig,
     fs: float,
 ) -> np.ndarray:
-    return _decide_jit(
-        pos, height, steepest, spk, npk, refractory, t_wave,
-        config.threshold, config.t_wave_ratio, config.searchback_rr, fs,
-    )  # fmt: skip
+    """Decide over the first `learn_s` seconds, then again from the start with the levels
+    and RR intervals settled there, so that the first beats of a record are judged by
+    thresholds as good as those of its later beats."""
+    rules = (refractory, t_wave, config.threshold, config.t_wave_ratio, config.searchback_rr)
+    k = int(np.searchsorted(pos, config.learn_s * fs))
+    rr = np.full(8, fs)  # 60/min until beats are seen
+    _, spk, npk, rr = _decide_jit(pos[:k], height[:k], steepest[:k], spk, npk, rr, *rules)
+    return _decide_jit(pos, height, steepest, spk, npk, rr, *rules)[0]
 
 
 @numba.njit(cache=True)
-def _decide_jit(pos, height, steepest, spk, npk, refractory, t_wave, frac, t_ratio, back, fs):
+def _decide_jit(pos, height, steepest, spk, npk, rr_init, refractory, t_wave, frac, t_ratio, back):
     """Pan–Tompkins decision rules over candidate peaks: adaptive signal and noise levels,
-    T-wave (and tall P-wave) rejection, search-back at half threshold after a long gap."""
+    T-wave (and tall P-wave) rejection, search-back at half threshold after a long gap.
+    Returns the beats and the final signal level, noise level and last 8 RR intervals."""
     n = len(pos)
     beats = np.empty(n, dtype=np.int64)
     n_beats = 0
     last = -(10**12)
     last_slope = 0.0
-    rr = np.full(8, fs)  # last 8 RR intervals, starting at 60/min
+    rr = rr_init.copy()  # last 8 RR intervals
     rr_i = 0
     since = 0  # first candidate after the last beat
     i = 0
@@ -228,7 +245,7 @@ def _decide_jit(pos, height, steepest, spk, npk, refractory, t_wave, frac, t_rat
             continue
         npk = 0.125 * h + 0.875 * npk
         i += 1
-    return beats[:n_beats]
+    return beats[:n_beats], spk, npk, rr
 
 
 @numba.njit(cache=True)
@@ -270,6 +287,11 @@ def _refine(x: np.ndarray, beats: np.ndarray, fs: float, config: DetectorConfig)
     y = y - y.mean(axis=1, keepdims=True)
     y -= (y @ t / (t @ t))[:, None] * t[None, :]
     peaks = np.unique(idx[np.arange(len(beats)), np.abs(y).argmax(axis=1)])
+    # A largest deflection on the first or last sample is the flank of a QRS complex whose
+    # R peak lies outside the record.
+    peaks = peaks[(peaks > 0) & (peaks < len(x) - 1)].astype(np.int64)
+    if len(peaks) < 2:
+        return peaks
     # Two envelope peaks may settle on one R peak; keep one.
     keep = np.concatenate(([True], np.diff(peaks) > round(config.refractory_s * fs) // 2))
-    return peaks[keep].astype(np.int64)
+    return peaks[keep]
