@@ -73,7 +73,9 @@ def mitdb_items(fs_new: float | None = None):
     for path in find_records([ECG / "mitdb"]):
         x, fs, ref = load(path)
         if fs_new is not None:
-            x = sps.resample_poly(x, int(fs_new), int(fs))
+            # Zero padding (resample_poly's default) would pull the first and last samples
+            # towards 0 mV: a step that a device sampling at fs_new never records.
+            x = sps.resample_poly(x, int(fs_new), int(fs), padtype="line")
             ref = np.round(ref * fs_new / fs).astype(np.int64)
             fs = fs_new
         yield path.name, x, fs, ref
