@@ -200,8 +200,8 @@ def test_wrong_tokens_json_and_stream_dtype_rejected(store, tmp_path):
     shards.write_shard(tok / "rhythm.bin", np.zeros(900, np.int8))
     with pytest.raises(HeartlmError, match="expected uint16"):
         TokenSet.load(tok)
-    (tok / "tokens.json").write_text(json.dumps({**meta, "version": 2}))
-    with pytest.raises(HeartlmError, match="version 2"):
+    (tok / "tokens.json").write_text(json.dumps({**meta, "version": 1}))
+    with pytest.raises(HeartlmError, match="version 1"):
         TokenSet.load(tok)
     (tok / "tokens.json").write_text("{not json")
     with pytest.raises(HeartlmError, match="not valid JSON"):

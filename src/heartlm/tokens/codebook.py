@@ -1,5 +1,9 @@
 """The beat-morphology codebook: batched torch k-means, nearest-centroid assignment, save/load.
 
+The codebook file also carries the beat feature space (`heartlm.tokens.features`): principal
+components and standardisation learnt with the centroids, so one codebook means one
+vocabulary *and* one set of feature columns.
+
 Why not scikit-learn: it is not a dependency and runs on the CPU only, while assigning
 50 M beats in minutes needs the GPU. The k-means here is a few matrix products
 (`||x||² − 2 x·c + ||c||²`), so the same code runs on CPU and GPU.
@@ -20,10 +24,11 @@ from safetensors.torch import load_file, save_file
 from heartlm.errors import HeartlmError
 from heartlm.log import progress
 from heartlm.outdir import atomic_write_text
+from heartlm.tokens.features import FeatureSpace
 from heartlm.tokens.normalize import Normalization
 
 FORMAT = "heartlm.codebook"
-VERSION = 1
+VERSION = 2
 SEEDING_PER_CODE = 16  # k-means++ seeds from 16·K sample beats: cost O(K²·W), not O(K·n·W)
 
 
@@ -36,6 +41,7 @@ class Codebook:
     normalization: Normalization
     seed: int
     trained_on: dict[str, Any]
+    space: FeatureSpace
 
     @property
     def vocab(self) -> int:
@@ -44,14 +50,18 @@ class Codebook:
     @property
     def content_hash(self) -> str:
         h = hashlib.sha256(np.ascontiguousarray(self.centroids, dtype="<f4").tobytes())
+        for name, array in sorted(self.space.tensors().items()):
+            h.update(name.encode() + np.ascontiguousarray(array, dtype="<f4").tobytes())
         h.update(json.dumps(self.normalization.to_dict(), sort_keys=True).encode())
         h.update(f"{self.fs}:{self.pre_samples}:{self.window_samples}".encode())
         return h.hexdigest()[:16]
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
+        arrays = {"centroids": np.ascontiguousarray(self.centroids, np.float32)}
+        arrays.update(self.space.tensors())
         save_file(
-            {"centroids": torch.from_numpy(np.ascontiguousarray(self.centroids, np.float32))},
+            {name: torch.from_numpy(array) for name, array in arrays.items()},
             str(folder / "codebook.safetensors"),
             metadata={"format": FORMAT, "version": str(VERSION), "hash": self.content_hash},
         )
@@ -80,7 +90,14 @@ class Codebook:
                 raise HeartlmError("codebook file is missing", p)
         try:
             meta = json.loads(meta_path.read_text())
-            centroids = load_file(str(tensor_path))["centroids"].numpy()
+            if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+                raise HeartlmError(
+                    f"codebook {meta.get('format')} v{meta.get('version')}, this heartlm reads"
+                    f" {FORMAT} v{VERSION}: learn a new codebook with heartlm tokenize",
+                    meta_path,
+                )
+            tensors = {k: v.numpy() for k, v in load_file(str(tensor_path)).items()}
+            centroids = tensors["centroids"]
             book = cls(
                 centroids=centroids,
                 fs=float(meta["fs"]),
@@ -89,11 +106,10 @@ class Codebook:
                 normalization=Normalization(**meta["normalization"]),
                 seed=int(meta["seed"]),
                 trained_on=dict(meta.get("trained_on", {})),
+                space=FeatureSpace.from_tensors(tensors),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as exc:
             raise HeartlmError(f"not a readable heartlm codebook ({exc})", folder) from None
-        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise HeartlmError(f"unsupported codebook {meta.get('format')}", meta_path)
         if centroids.ndim != 2 or centroids.shape[1] != book.window_samples:
             raise HeartlmError(f"centroids of shape {tuple(centroids.shape)}", tensor_path)
         if meta.get("hash") != book.content_hash:

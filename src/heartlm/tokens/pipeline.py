@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from heartlm.outdir import check_writable, staged_dir
 from heartlm.runinfo import write_run_json
 from heartlm.shards import NUM_SPECIAL, UNK
 from heartlm.store import BeatStore
-from heartlm.tokens import rhythm
+from heartlm.tokens import features, rhythm
 from heartlm.tokens.codebook import Codebook, assign, train_kmeans
 from heartlm.tokens.normalize import Normalization, normalize_beats
 from heartlm.tokens.writer import write_tokens
@@ -90,11 +91,12 @@ def tokenize(store_path: str | Path, out: str | Path, config: TokenizeConfig) ->
     timings: dict[str, float] = {}
 
     t = time.perf_counter()
-    if config.codebook is not None:
+    learn = config.codebook is None
+    if learn:
+        book = learn_codebook(store, config, device)
+    else:
         book = Codebook.load(config.codebook)
         book.check_compatible(store.fs, store.pre_samples, store.window_samples, config.codebook)
-    else:
-        book = learn_codebook(store, config, device)
     timings["codebook"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -105,12 +107,20 @@ def tokenize(store_path: str | Path, out: str | Path, config: TokenizeConfig) ->
         store.table["rr_prev"], store.table["rr_next"], boundaries, config.rr_window
     )
     timings["rhythm"] = time.perf_counter() - t
+    t = time.perf_counter()
+    raw = beat_features(store, boundaries, morph, stats, book)
+    if learn:
+        book.space.mean, book.space.std = features.standardization(raw)
+    feature_rows = book.space.standardize(raw)
+    del raw
+    timings["features"] = time.perf_counter() - t
 
     streams = {
         "morph": morph,
         "rhythm": rhythm_tok,
         "aami": np.asarray(store.table["aami"]),
         "rhythm_label": np.asarray(store.table["rhythm"]),
+        "features": feature_rows,
         "boundaries": boundaries,
     }
     records, meta = _records_and_meta(store, book, config)
@@ -162,6 +172,7 @@ def _records_and_meta(
         "codebook_hash": book.content_hash,
         "rhythm_bins": {"edges": list(rhythm.RR_EDGES), "per_side": rhythm.N_BINS},
         "rr_window": config.rr_window,
+        "features": list(features.FEATURES),
         "fs": store.fs,
         "pre_samples": store.pre_samples,
         "window_samples": store.window_samples,
@@ -209,6 +220,14 @@ def learn_codebook(store: BeatStore, config: TokenizeConfig, device: torch.devic
     )  # fmt: skip
     c_KW, fit = train_kmeans(xn_NW, config.vocab, config.iters, config.seed, config.batch)
     fit.update({"store": str(store.folder), "sample": len(xn_NW), "max_iters": config.iters})
+    beat_mean, beat_basis, p_mean, p_basis = features.learn_components(
+        xn_NW, store.pre_samples, store.fs
+    )
+    n_features = len(features.FEATURES)
+    space = features.FeatureSpace(  # standardisation follows once every beat has its row
+        beat_mean, beat_basis, p_mean, p_basis, np.zeros(n_features, np.float32),
+        np.ones(n_features, np.float32),
+    )  # fmt: skip
     return Codebook(
         centroids=c_KW.float().cpu().numpy(),
         fs=store.fs,
@@ -217,17 +236,22 @@ def learn_codebook(store: BeatStore, config: TokenizeConfig, device: torch.devic
         normalization=config.normalization,
         seed=config.seed,
         trained_on=fit,
+        space=space,
     )
 
 
 def assign_store(
     store: BeatStore, book: Codebook, device: torch.device, batch: int
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Morphology token of every beat, in batches; the next batch is read from the
-    memory-mapped store on a thread while this one is on the device."""
+    """Morphology token, principal-component scores and baseline of every beat, in batches;
+    the next batch is read from the memory-mapped store on a thread while this one is on
+    the device. The scores and baselines come back in the stats, for `beat_features`."""
     n = store.n_beats
     c_KW = torch.from_numpy(book.centroids).to(device)
     morph = np.empty(n, dtype=np.uint16)
+    n_components = features.BEAT_COMPONENTS + features.P_COMPONENTS
+    components = np.empty((n, n_components), dtype=np.float32)
+    baseline = np.empty(n, dtype=np.float32)
     counts_K = torch.zeros(book.vocab, dtype=torch.int64, device=device)
     sq_err = torch.zeros((), dtype=torch.float64, device=device)
     starts = range(0, n, batch)
@@ -253,8 +277,11 @@ def assign_store(
             x_BW = pending.result().to(device, non_blocking=True)
             if i + batch < n:
                 pending = pool.submit(read, i + batch)
-            xn_BW, _, _, usable_B = normalize_beats(x_BW, book.normalization)
+            xn_BW, base_B, _, usable_B = normalize_beats(x_BW, book.normalization)
             code_B, dist_B = assign(xn_BW, c_KW)
+            pcs_BC = features.project(xn_BW, book.space, store.pre_samples, store.fs)
+            components[i : i + len(code_B)] = pcs_BC.float().cpu().numpy()
+            baseline[i : i + len(code_B)] = base_B.float().cpu().numpy()
             counts_K += torch.bincount(code_B[usable_B], minlength=book.vocab)
             sq_err += dist_B[usable_B].double().sum()
             tok_B = torch.where(usable_B, code_B + NUM_SPECIAL, UNK)
@@ -265,4 +292,38 @@ def assign_store(
         "code_counts": counts,
         "usable": usable,
         "mean_sq_err": float(sq_err) / max(usable, 1),
+        "components": components,
+        "baseline": baseline,
     }
+
+
+def beat_features(
+    store: BeatStore, boundaries: np.ndarray, morph: np.ndarray, stats: dict, book: Codebook
+) -> np.ndarray:
+    """Raw feature rows of every beat, record by record (threads: the numba kernels release
+    the GIL)."""
+    raw = np.empty((store.n_beats, len(features.FEATURES)), dtype=np.float32)
+    n_codes = NUM_SPECIAL + book.vocab
+
+    def one(r: int) -> None:
+        lo, hi = int(boundaries[r]), int(boundaries[r + 1])
+        if hi == lo:
+            return
+        raw[lo:hi] = features.record_features(
+            store.beats[lo:hi],
+            stats["baseline"][lo:hi],
+            stats["components"][lo:hi],
+            morph[lo:hi],
+            np.asarray(store.table["rr_prev"][lo:hi]),
+            np.asarray(store.table["rr_next"][lo:hi]),
+            n_codes,
+            store.pre_samples,
+            store.fs,
+        )
+
+    records = range(len(boundaries) - 1)
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        for _ in progress(pool.map(one, records), total=len(records), desc="features",
+                          unit="record"):  # fmt: skip
+            pass
+    return raw

@@ -53,3 +53,42 @@ def bin_names() -> list[str]:
     """Human-readable ranges of the bins, for tokens.json and the docs."""
     bounds = ["0", *(f"{e:g}" for e in RR_EDGES), "inf"]
     return [f"[{bounds[i]}, {bounds[i + 1]})" for i in range(N_BINS)]
+
+
+RR_FEATURES: tuple[str, ...] = (
+    "rr_prev_local",  # RR before / centred local mean RR (LOCAL_WINDOW beats)
+    "rr_next_local",
+    "rr_prev_record",  # RR before / record-level mean RR (RECORD_WINDOW beats)
+    "rr_next_record",
+    "log_rr_prev",  # log seconds: the heart rate itself
+    "rr_irregularity",  # mean |successive RR difference| / local mean, IRREGULARITY_WINDOW beats
+    "rr_next_over_prev",  # compensatory pause after a premature beat
+)
+LOCAL_WINDOW = 16
+RECORD_WINDOW = 256
+IRREGULARITY_WINDOW = 32
+
+
+def rr_features(rr_prev: np.ndarray, rr_next: np.ndarray) -> np.ndarray:
+    """(n, len(RR_FEATURES)) float32 of one record's beats; NaN where an RR is missing.
+
+    References are means, never medians: a median assumes the majority rhythm is sinus, so in
+    a record where premature beats are the majority it calls them normal."""
+    prev = np.where(rr_prev > 0, rr_prev, np.nan).astype(np.float64)
+    after = np.where(rr_next > 0, rr_next, np.nan).astype(np.float64)
+    one = np.array([0, len(prev)])
+    local = local_mean(prev, one, LOCAL_WINDOW)
+    record = local_mean(prev, one, RECORD_WINDOW)
+    jumps = np.abs(np.diff(prev, prepend=np.nan))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        irregular = local_mean(jumps, one, IRREGULARITY_WINDOW) / local
+        columns = [
+            prev / local,
+            after / local,
+            prev / record,
+            after / record,
+            np.log(prev),
+            irregular,
+            after / prev,
+        ]
+    return np.stack(columns, axis=1).astype(np.float32)

@@ -20,9 +20,12 @@ _DTYPES = {
     "rhythm": np.dtype("<u2"),
     "aami": np.dtype("i1"),
     "rhythm_label": np.dtype("i1"),
+    "features": np.dtype("<f2"),
     "boundaries": np.dtype("<i8"),
 }
-_REQUIRED_META = ("vocab_size", "rhythm_vocab_size", "n_beats", "records", "fs", "window_samples")
+_REQUIRED_META = (
+    "vocab_size", "rhythm_vocab_size", "n_beats", "records", "fs", "window_samples", "features"
+)  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)  # arrays have no single truth value: identity equality
@@ -38,6 +41,7 @@ class TokenSet:
     rhythm: np.ndarray  # (n_beats,) uint16, NUM_SPECIAL + RR bin index, or UNK
     aami: np.ndarray  # (n_beats,) int8, heartlm.ecg.labels.AAMI_CLASSES code, -1 unlabelled
     rhythm_label: np.ndarray  # (n_beats,) int8, heartlm.ecg.labels.RHYTHMS code
+    features: np.ndarray  # (n_beats, n_features) float16, standardised (heartlm.tokens.features)
     boundaries: np.ndarray  # (n_records + 1,) int64 offsets into the streams
     records: list[dict[str, Any]]
     meta: dict[str, Any]
@@ -53,6 +57,10 @@ class TokenSet:
     @property
     def rhythm_vocab_size(self) -> int:
         return int(self.meta["rhythm_vocab_size"])
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.meta["features"])
 
     def __len__(self) -> int:
         return self.n_beats
@@ -70,12 +78,20 @@ class TokenSet:
             for name, dtype in _DTYPES.items()
         }
         n = int(meta["n_beats"])
-        for name in ("morph", "rhythm", "aami", "rhythm_label"):
+        for name in ("morph", "rhythm", "aami", "rhythm_label", "features"):
             if len(streams[name]) != n:
                 raise HeartlmError(
                     f"holds {len(streams[name])} items, tokens.json says n_beats = {n}",
                     folder / shards.STREAMS[name],
                 )
+        rows, n_features = streams["features"], len(meta["features"])
+        width = 1 if rows.ndim == 1 else rows.shape[1]
+        if width != n_features:
+            raise HeartlmError(
+                f"holds rows of {width} features, tokens.json names {n_features}",
+                folder / shards.STREAMS["features"],
+            )
+        streams["features"] = rows.reshape(n, n_features)
         _check_boundaries(folder, streams["boundaries"], meta["records"], n)
         _check_range(folder, "morph", streams["morph"], int(meta["vocab_size"]))
         _check_range(folder, "rhythm", streams["rhythm"], int(meta["rhythm_vocab_size"]))

@@ -1,0 +1,191 @@
+"""Beat features (token format v2): the patient-relative template stream, rhythm against
+means, code share, the feature space saved with the codebook, and the v2 shard format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from heartlm import shards
+from heartlm.errors import HeartlmError
+from heartlm.tokens import Codebook, TokenizeConfig, TokenSet, patient, tokenize
+from heartlm.tokens.features import FEATURES, FeatureSpace, absolute_columns, morphology_columns
+from heartlm.tokens.rhythm import RR_FEATURES, rr_features
+
+FS, PRE, W = 250.0, 63, 163
+QRS = patient.TEMPLATE_FEATURES.index("qrs_corr")
+RESIDUAL = patient.TEMPLATE_FEATURES.index("residual")
+SHARE = patient.TEMPLATE_FEATURES.index("cluster_share")
+
+
+def _beat(kind: str, rng: np.random.Generator) -> np.ndarray:
+    t = (np.arange(W) - PRE) / FS
+    p = 0.15 * np.exp(-(((t + 0.16) / 0.025) ** 2))
+    normal = np.exp(-((t / 0.012) ** 2)) + p
+    wide_inverted_no_p = -1.4 * np.exp(-(((t - 0.02) / 0.045) ** 2))
+    return (normal if kind == "N" else wide_inverted_no_p) + rng.normal(0, 0.01, W)
+
+
+def _features(kinds: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    beats = np.stack([_beat(k, rng) for k in kinds]).astype(np.float32)
+    regions = patient.regions(PRE, FS)
+    return patient.template_features(beats, np.zeros(len(kinds)), *regions, FS)
+
+
+def test_an_ectopic_beat_stands_out_from_the_dominant_template():
+    kinds = "N" * 40 + "V" + "N" * 20
+    f = _features(kinds)
+    normal = np.array([k == "N" for k in kinds])
+    normal[:5] = False  # the template is still forming
+    assert f[normal, QRS].min() > 0.95
+    assert f[40, QRS] < 0.5 and f[40, RESIDUAL] > 3 * f[normal, RESIDUAL].max()
+    assert f[40, SHARE] < 0.1 < f[normal, SHARE].min()
+
+
+def test_the_dominant_template_is_the_majority_not_the_first_beats():
+    kinds = "V" * 10 + "N" * 200
+    f = _features(kinds)
+    assert f[-50:, QRS].min() > 0.95  # normal beats end up compared with the normal template
+    assert f[-50:, SHARE].min() > 0.9
+    assert np.isfinite(f).all()
+
+
+def test_unusable_beats_get_no_features_and_do_not_spoil_the_template():
+    rng = np.random.default_rng(1)
+    beats = np.stack([_beat("N", rng) for _ in range(30)]).astype(np.float32)
+    beats[10] = np.nan
+    f = patient.template_features(beats, np.zeros(30), *patient.regions(PRE, FS), FS)
+    assert np.isnan(f[10]).all()
+    assert f[11:, QRS].min() > 0.95
+
+
+def test_rr_features_are_relative_to_means_so_a_premature_majority_stays_premature():
+    # Atrial bigeminy: premature beats are half of all beats; a median reference would sit
+    # between the two intervals' clusters unpredictably, a mean sits between them.
+    rr = np.tile([0.55, 1.05], 100)
+    f = rr_features(rr, np.roll(rr, -1))
+    col = RR_FEATURES.index("rr_prev_local")
+    assert (f[20:-20:2, col] < 0.8).all() and (f[21:-20:2, col] > 1.2).all()
+    assert np.isnan(rr_features(np.array([np.nan, 0.8]), np.array([0.8, np.nan]))[0, 0])
+
+
+def test_code_share_counts_the_code_in_the_surrounding_beats():
+    codes = np.array([5, 5, 6, 5, 7, 7, 7, 5], dtype=np.int64)
+    got = patient.code_share(codes, 10, 2)
+    for i in range(len(codes)):
+        window = codes[max(0, i - 2) : i + 3]
+        assert got[i] == pytest.approx(np.mean(window == codes[i]))
+
+
+def test_feature_space_standardises_fills_and_clips():
+    space = FeatureSpace(*(np.zeros(1, np.float32) for _ in range(4)), np.array([1.0, 0.0]),
+                         np.array([2.0, 1.0]))  # fmt: skip
+    z = space.standardize(np.array([[3.0, np.nan], [1.0, 100.0]], np.float32))
+    assert z.dtype == np.float16
+    np.testing.assert_allclose(z, [[1.0, 0.0], [0.0, 8.0]])
+
+
+def test_column_groups():
+    shape, absolute = morphology_columns(FEATURES), absolute_columns(FEATURES)
+    assert set(absolute) < set(shape)
+    assert all(FEATURES[i] not in RR_FEATURES for i in shape)
+    assert {FEATURES[i] for i in range(len(FEATURES)) if i not in shape} == set(RR_FEATURES)
+
+
+def test_two_dimensional_shards_round_trip_and_version_one_is_refused(tmp_path: Path):
+    x = np.arange(12, dtype=np.float16).reshape(4, 3)
+    shards.write_shard(tmp_path / "f.bin", x)
+    np.testing.assert_array_equal(shards.read_shard(tmp_path / "f.bin"), x)
+    raw = bytearray((tmp_path / "f.bin").read_bytes())
+    raw[8:12] = (1).to_bytes(4, "little")
+    (tmp_path / "v1.bin").write_bytes(bytes(raw))
+    with pytest.raises(HeartlmError, match=r"version 1.*tokenize again"):
+        shards.read_shard(tmp_path / "v1.bin")
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory) -> Path:
+    from test_tokens import _write_store
+
+    root = tmp_path_factory.mktemp("features")
+    store = _write_store(root / "store")
+    tokenize(store, root / "tok", TokenizeConfig(vocab=3, sample=900, iters=20, device="cpu"))
+    return root
+
+
+def test_tokenize_writes_standardised_features_and_a_reused_codebook_reproduces_them(tokens):
+    ts = TokenSet.load(tokens / "tok")
+    assert ts.feature_names == list(FEATURES)
+    f = np.asarray(ts.features, np.float32)
+    assert f.shape == (ts.n_beats, len(FEATURES)) and np.isfinite(f).all()
+    assert np.abs(f.mean(axis=0)).max() < 0.05  # learnt on this very store
+    again = tokens / "again"
+    tokenize(tokens / "store", again, TokenizeConfig(codebook=tokens / "tok", device="cpu"))
+    np.testing.assert_array_equal(TokenSet.load(again).features, ts.features)
+
+
+def test_feature_space_is_part_of_the_codebook_hash(tokens, tmp_path):
+    book = Codebook.load(tokens / "tok")
+    before = book.content_hash
+    book.space.std = book.space.std * 2
+    assert book.content_hash != before
+    meta = json.loads((tokens / "tok" / "codebook.json").read_text())
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "codebook.json").write_text(json.dumps({**meta, "version": 1}))
+    (folder / "codebook.safetensors").write_bytes(
+        (tokens / "tok/codebook.safetensors").read_bytes()
+    )
+    with pytest.raises(HeartlmError, match=r"v1.*learn a new codebook"):
+        Codebook.load(folder)
+
+
+def test_relative_only_model_ignores_codes_and_absolute_shape():
+    from heartlm.model import HeartLM, model_config
+
+    torch.manual_seed(0)
+    cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, n_features=4, max_len=8,
+                       relative_only=True, absolute_columns=(0, 1))  # fmt: skip
+    model = HeartLM(cfg).eval()
+    morph = torch.randint(5, 40, (2, 8))
+    rhythm = torch.randint(5, 9, (2, 8))
+    feats = torch.randn(2, 8, 4)
+    out = model(morph, rhythm, features_BTF=feats, head="beat")
+    other = feats.clone()
+    other[..., :2] = torch.randn(2, 8, 2)
+    assert torch.allclose(out, model(torch.randint(5, 40, (2, 8)), rhythm, features_BTF=other,
+                                     head="beat"))  # fmt: skip
+    other[..., 2] += 1.0
+    assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+
+
+def test_masked_objective_hides_the_shape_of_replaced_beats_and_reconstructs_it():
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+    from heartlm.train.objectives import MaskedBeats
+
+    torch.manual_seed(0)
+    feats = torch.randn(4, 32, 3)
+    batch = Batch(torch.randint(5, 30, (4, 32)), torch.randint(5, 9, (4, 32)),
+                  torch.zeros(4, 32, dtype=torch.long), torch.zeros(4, 32, dtype=torch.long),
+                  None, torch.arange(4), feats)  # fmt: skip
+    columns = torch.tensor([True, True, False])
+    objective = MaskedBeats(30, mask_prob=0.25, mode="mask", feature_columns=columns,
+                            feature_weight=1.0)  # fmt: skip
+    morph, positions, _, hidden = objective.mask(batch)
+    replaced = morph != batch.morph
+    assert replaced.sum() == positions.numel()
+    assert (hidden[replaced][:, :2] == 0).all()
+    assert torch.equal(hidden[replaced][:, 2], feats[replaced][:, 2])
+    assert torch.equal(hidden[~replaced], feats[~replaced])
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=32))  # fmt: skip
+    with_recon, sums = objective(model, batch)
+    plain, _ = MaskedBeats(30, mask_prob=0.25, mode="mask", feature_columns=columns)(model, batch)
+    assert torch.isfinite(with_recon) and with_recon > plain
+    assert sums["loss_sum"] / sums["count"] == pytest.approx(with_recon.item(), rel=1e-5)
