@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from heartlm.errors import HeartlmError
-from heartlm.shards import NUM_SPECIAL, STREAMS, write_shard
+from heartlm.shards import NUM_SPECIAL
+from heartlm.tokens.writer import write_tokens
 from heartlm.train import launch, zero
 
 
@@ -162,13 +163,11 @@ def _write_tokens(folder: Path, n_records: int = 12, beats: int = 200, vocab: in
         "rhythm_label": rng.integers(0, 4, n).astype(np.int8),
         "boundaries": np.arange(0, n + 1, beats, dtype=np.int64),
     }
-    for name, array in streams.items():
-        write_shard(folder / STREAMS[name], array)
-    meta = {"format": "heartlm.tokens", "version": 1, "vocab_size": vocab,
-            "rhythm_vocab_size": NUM_SPECIAL + 4, "n_beats": n, "fs": 360, "window_samples": 256,
-            "records": [{"name": f"r{i}", "start": i * beats, "n_beats": beats}
-                        for i in range(n_records)]}  # fmt: skip
-    (folder / "tokens.json").write_text(json.dumps(meta))
+    streams["features"] = rng.standard_normal((n, 3)).astype(np.float16)
+    meta = {"vocab_size": vocab, "rhythm_vocab_size": NUM_SPECIAL + 4, "fs": 360,
+            "window_samples": 256, "features": ["beat_pc0", "qrs_corr", "rr_prev_local"]}
+    records = [{"name": f"r{i}", "start": i * beats, "n_beats": beats} for i in range(n_records)]
+    write_tokens(folder, streams, records, meta)
     return folder
 
 

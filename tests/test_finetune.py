@@ -177,15 +177,23 @@ def test_afib_label_fraction_keeps_the_same_windows_every_epoch():
 
 
 def test_morph_dropout_only_in_training_and_only_real_beats():
+    from types import SimpleNamespace
+
     model = torch.nn.Linear(1, 1)
     morph = torch.full((8, 64), 7)
     valid = torch.ones(8, 64, dtype=torch.bool)
     valid[:, 60:] = False
-    out = drop_morphology(model, morph, valid, 0.5)
+    features = torch.ones(8, 64, 3)
+    shape = torch.tensor([True, True, False])
+    batch = SimpleNamespace(morph=morph, valid=valid, features=features)
+    out, feats = drop_morphology(model, batch, 0.5, shape)
     assert (out[:, 60:] == 7).all()
     assert 0.35 < (out[:, :60] == 1).float().mean().item() < 0.65
+    dropped = out == 1
+    assert (feats[dropped][:, :2] == 0).all() and (feats[dropped][:, 2] == 1).all()
+    assert (feats[~dropped] == 1).all()
     model.eval()
-    assert torch.equal(drop_morphology(model, morph, valid, 0.5), morph)
+    assert drop_morphology(model, batch, 0.5, shape)[0] is morph
 
 
 def _cli(*argv: str) -> int:

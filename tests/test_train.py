@@ -14,7 +14,8 @@ import torch
 from heartlm.cli import main
 from heartlm.errors import HeartlmError
 from heartlm.model import HeartLM, model_config
-from heartlm.shards import MASK, NUM_SPECIAL, PAD, STREAMS, write_shard
+from heartlm.shards import MASK, NUM_SPECIAL, PAD
+from heartlm.tokens.writer import write_tokens as write_token_folder
 from heartlm.train.data import TokenData, WindowSampler, dataloader_batches, load_tokens
 from heartlm.train.distributed import DistEnv
 from heartlm.train.loop import TrainConfig, resolve_batch, train
@@ -61,28 +62,32 @@ def make_data(lengths: list[int], seed: int = 0, record_tokens: bool = False) ->
 
 
 def write_tokens(folder: Path, data: TokenData) -> Path:
+    """`data` as a token folder, through the one writer (features: a random stand-in)."""
     folder.mkdir(parents=True)
     b = data.boundaries
-    for name in ("morph", "rhythm"):
-        write_shard(folder / STREAMS[name], getattr(data, name).astype(np.uint16))
-    write_shard(folder / STREAMS["aami"], data.aami)
-    write_shard(folder / STREAMS["rhythm_label"], data.rhythm_label)
-    write_shard(folder / STREAMS["boundaries"], b)
     records = [
         {"name": name, "db": "synth", "start": int(b[i]), "n_beats": int(b[i + 1] - b[i])}
         for i, name in enumerate(data.records)
     ]
+    features = data.features
+    if features is None:
+        features = np.random.default_rng(0).standard_normal((int(b[-1]), 3)).astype(np.float16)
+    streams = {
+        "morph": data.morph,
+        "rhythm": data.rhythm,
+        "aami": data.aami,
+        "rhythm_label": data.rhythm_label,
+        "features": features,
+        "boundaries": b,
+    }
     meta = {
-        "format": "heartlm.tokens",
-        "version": 1,
         "vocab_size": data.vocab_size,
         "rhythm_vocab_size": data.rhythm_vocab_size,
-        "n_beats": int(b[-1]),
-        "records": records,
+        "features": ["beat_pc0", "qrs_corr", "rr_prev_local"][: features.shape[1]],
         "fs": 360,
         "window_samples": 256,
     }
-    (folder / "tokens.json").write_text(json.dumps(meta))
+    write_token_folder(folder, streams, records, meta)
     return folder
 
 
@@ -159,7 +164,7 @@ def test_masked_positions_and_labels_line_up():
     masked_tokens, n_picked = 0, 0
     for step in range(4):
         b = s.batch(step, 0, 3, 1, 0, 1)
-        morph, pos, labels = obj.mask(b)
+        morph, pos, labels, _ = obj.mask(b)
         assert pos.shape == (3, 6)  # round(0.15 * 40)
         real = b.valid & (b.morph >= NUM_SPECIAL)
         picked = torch.zeros_like(real).scatter(1, pos, True)
@@ -183,7 +188,7 @@ def test_next_beat_labels_are_the_following_beat():
     b = WindowSampler(data, window=8).batch(0, 0, 2, 1, 0, 1)
     seen = {}
 
-    def spy(morph, rhythm, valid, head):
+    def spy(morph, rhythm, valid, head, features_BTF=None):
         seen["head"] = head
         return model(morph, rhythm, valid, head=head)
 
@@ -499,3 +504,17 @@ def test_keep_best_exports_the_best_validation_and_patience_stops(tmp_path: Path
         contextlib.nullcontext,
     )
     assert again["val_loss"] == pytest.approx(best_loss, rel=1e-5)
+
+
+def test_layer_decay_slows_lower_layers_and_leaves_the_head_at_the_full_rate():
+    data = make_data([40])
+    model = tiny(data, 16)  # 2 blocks
+    opt = build_adamw(model, 1e-3, 0.1, (0.9, 0.95), fused=False, layer_decay=0.5, n_layers=2)
+    set_lr(opt, 1e-3)
+    rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert rate[id(model.beat_head.weight)] == pytest.approx(1e-3)
+    assert rate[id(model.blocks[1].qkv.weight)] == pytest.approx(0.5e-3)
+    assert rate[id(model.blocks[0].qkv.weight)] == pytest.approx(0.25e-3)
+    assert rate[id(model.morph_emb.weight)] == pytest.approx(0.125e-3)
+    decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    assert decay[id(model.blocks[0].qkv.weight)] == 0.1 and decay[id(model.morph_emb.weight)] == 0

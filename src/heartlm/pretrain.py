@@ -36,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--label-smoothing", type=float, default=0.0)
     g.add_argument(
+        "--feature-weight",
+        type=float,
+        default=1.0,
+        help="masked objective: weight of reconstructing the masked beats' shape features "
+        "(mean squared error, standardised units) beside the code's cross-entropy; 0 = off",
+    )
+    g.add_argument(
         "--skip-short",
         action="store_true",
         help="skip records shorter than --window instead of padding them",
@@ -176,6 +183,8 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     )
     try:
         cfg.validate()
+        if args.feature_weight < 0:
+            raise ValueError(f"--feature-weight must be >= 0, not {args.feature_weight}")
         objective = make_objective(
             args.objective,
             data.vocab_size,
@@ -183,11 +192,14 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
             mode=args.mask_mode,
             label_smoothing=args.label_smoothing,
             seed=args.seed,
+            feature_columns=data.shape_columns(),
+            feature_weight=args.feature_weight,
         )
         mcfg = model_config(
             args.preset,
             vocab_size=data.vocab_size,
             rhythm_vocab_size=data.rhythm_vocab_size,
+            n_features=data.n_features,
             max_len=args.window,
             causal=args.objective == "next",
         )

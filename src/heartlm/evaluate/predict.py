@@ -19,7 +19,10 @@ def _batches(windows: Windows, batch: int, device: torch.device):
         rhythm = torch.from_numpy(windows.rhythm[lo:hi]).to(device)
         pad = windows.pad[lo:hi]
         valid = torch.from_numpy(~pad).to(device) if pad.any() else None
-        yield lo, hi, morph, rhythm, valid
+        features = None
+        if windows.features is not None:
+            features = torch.from_numpy(windows.features[lo:hi]).to(device)
+        yield lo, hi, morph, rhythm, valid, features
 
 
 def _autocast(device: torch.device):
@@ -35,9 +38,9 @@ def beat_predictions(
     """(beat index, predicted class) for every beat, each taken from its scoring window."""
     model.eval().to(device)
     beats, classes = [], []
-    for lo, hi, morph, rhythm, valid in _batches(windows, batch, device):
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
         with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="beat")
+            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
         pred = logits.float().argmax(-1).cpu().numpy()
         scored = windows.scored[lo:hi]
         beats.append(windows.beat[lo:hi][scored])
@@ -56,8 +59,8 @@ def afib_scores(
     """Probability of AFIB for every window."""
     model.eval().to(device)
     scores = []
-    for _, _, morph, rhythm, valid in _batches(windows, batch, device):
+    for _, _, morph, rhythm, valid, features in _batches(windows, batch, device):
         with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="window")
+            logits = model(morph, rhythm, valid_BT=valid, head="window", features_BTF=features)
         scores.append(torch.softmax(logits.float(), dim=-1)[:, 1].cpu().numpy())
     return np.concatenate(scores) if scores else np.zeros(0)

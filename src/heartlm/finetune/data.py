@@ -38,6 +38,14 @@ class Streams:
     aami: np.ndarray
     rhythm_label: np.ndarray
     boundaries: np.ndarray  # (n_records + 1,) int64
+    features: np.ndarray | None = None  # (n_beats, F) float16
+
+
+def streams_of(data) -> Streams:
+    """The streams of a `heartlm.train.data.TokenData`."""
+    return Streams(
+        data.morph, data.rhythm, data.aami, data.rhythm_label, data.boundaries, data.features
+    )
 
 
 @dataclass
@@ -52,6 +60,7 @@ class Windows:
     window_label: np.ndarray  # (n,) int64: 1 AFIB, 0 not (AFIB task), IGNORE otherwise
     record: np.ndarray  # (n,) int64 record index (stream order)
     beat: np.ndarray  # (n, W) int64 global beat index, -1 where padded
+    features: np.ndarray | None = None  # (n, W, F) float16, zeros where padded
 
     def __len__(self) -> int:
         return len(self.record)
@@ -116,6 +125,9 @@ def cut_windows(
     morph = np.where(pad, PAD, np.asarray(streams.morph)[safe].astype(np.int64))
     rhythm = np.where(pad, PAD, np.asarray(streams.rhythm)[safe].astype(np.int64))
     aami = np.where(pad, IGNORE, np.asarray(streams.aami)[safe].astype(np.int64))
+    features = None
+    if streams.features is not None:
+        features = np.where(pad[..., None], np.float16(0), np.asarray(streams.features)[safe])
     window_label = np.full(len(beat), IGNORE, dtype=np.int64)
     if task == "afib":
         codes = np.asarray(streams.rhythm_label)[safe]
@@ -131,6 +143,7 @@ def cut_windows(
         window_label=window_label,
         record=np.concatenate(rec_ids),
         beat=beat,
+        features=features,
     )
 
 

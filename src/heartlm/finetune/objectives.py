@@ -15,7 +15,7 @@ from torch import Tensor
 
 from heartlm.finetune.data import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
 from heartlm.shards import MASK
-from heartlm.train.objectives import hash_uniform
+from heartlm.train.objectives import hash_uniform, hide_features
 
 # Salt of the label-dropping coin, so it is independent of any other use of hash_uniform.
 _KEEP_SALT = 6
@@ -30,16 +30,18 @@ def _masked_ce(logits: Tensor, target: Tensor, weight: Tensor) -> tuple[Tensor, 
     return per_item.sum(), labelled.sum()
 
 
-def drop_morphology(model, morph_BT: Tensor, valid_BT: Tensor | None, p: float) -> Tensor:
+def drop_morphology(model, batch, p: float, columns: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """In training only: replace a random share `p` of the real beats' morphology tokens by
-    MASK (the pretraining mask token), so the head cannot lean on a record's exact codes
-    alone and must use rhythm and context (a regulariser against memorising patients)."""
+    MASK (the pretraining mask token) and zero their absolute shape features (`columns`), so
+    the head cannot lean on a record's exact beats and must use the patient-relative
+    features, rhythm and context (a regulariser against memorising patients). Returns
+    (tokens, features)."""
     if p <= 0.0 or not model.training:
-        return morph_BT
-    drop = torch.rand(morph_BT.shape, device=morph_BT.device) < p
-    if valid_BT is not None:
-        drop = drop & valid_BT
-    return morph_BT.masked_fill(drop, MASK)
+        return batch.morph, batch.features
+    drop = torch.rand(batch.morph.shape, device=batch.morph.device) < p
+    if batch.valid is not None:
+        drop = drop & batch.valid
+    return batch.morph.masked_fill(drop, MASK), hide_features(batch.features, drop, columns)
 
 
 def afib_targets(rhythm_label_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
@@ -86,13 +88,21 @@ class BeatClasses:
     name = "beats"
     heads = ("beat",)
 
-    def __init__(self, class_weights: Sequence[float], morph_dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        class_weights: Sequence[float],
+        morph_dropout: float = 0.0,
+        shape_columns: Tensor | None = None,
+    ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.morph_dropout = morph_dropout
+        self.shape_columns = shape_columns
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
-        morph = drop_morphology(model, batch.morph, batch.valid, self.morph_dropout)
-        logits_BTC = model(morph, batch.rhythm, valid_BT=batch.valid, head="beat")
+        morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
+        logits_BTC = model(
+            morph, batch.rhythm, valid_BT=batch.valid, head="beat", features_BTF=features
+        )
         target_BT = batch.aami
         if batch.valid is not None:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
@@ -130,16 +140,20 @@ class AfibWindows:
         seed: int = 0,
         morph_dropout: float = 0.0,
         keep_by_position: Tensor | None = None,
+        shape_columns: Tensor | None = None,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.label_fraction = label_fraction
         self.seed = seed
         self.morph_dropout = morph_dropout
         self.keep_by_position = keep_by_position
+        self.shape_columns = shape_columns
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
-        morph = drop_morphology(model, batch.morph, batch.valid, self.morph_dropout)
-        logits_BC = model(morph, batch.rhythm, valid_BT=batch.valid, head="window")
+        morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
+        logits_BC = model(
+            morph, batch.rhythm, valid_BT=batch.valid, head="window", features_BTF=features
+        )
         target_B = afib_targets(batch.rhythm_label, batch.valid)
         if self.label_fraction < 1.0:
             keep = keep_window(batch.key, self.label_fraction, self.seed)

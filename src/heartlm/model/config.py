@@ -31,6 +31,12 @@ class ModelConfig:
     """longest window in beats (CLS excluded)"""
     causal: bool = False
     cls_token: bool = False
+    n_features: int = 0
+    """continuous beat features per beat (token folder `features`); 0: ids only"""
+    relative_only: bool = False
+    """see only patient-relative inputs: every morphology id reads as MASK and the
+    `absolute_columns` of the features as zero (fine-tuning `--inputs relative`)"""
+    absolute_columns: tuple[int, ...] = ()
     n_beat_classes: int = 5
     n_window_classes: int = 2
     norm: str = "layernorm"
@@ -44,6 +50,7 @@ class ModelConfig:
     benchmarks/README.md); no effect in fp32"""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "absolute_columns", tuple(self.absolute_columns))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.norm not in ("layernorm", "rmsnorm"):
@@ -52,6 +59,8 @@ class ModelConfig:
             raise ValueError(
                 f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}"
             )
+        if self.n_features < 0:
+            raise ValueError(f"n_features must be >= 0, not {self.n_features}")
         if self.vocab_size < 6 or self.rhythm_vocab_size < 1:
             raise ValueError("vocab_size and rhythm_vocab_size must be positive")
 

@@ -7,8 +7,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heartlm.model.config import ModelConfig
+from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
-HEADS = ("hidden", "mlm", "next", "beat", "window")
+HEADS = ("hidden", "mlm", "masked", "next", "beat", "window")
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -52,10 +53,12 @@ class Block(nn.Module):
 
 
 class HeartLM(nn.Module):
-    """Morphology + rhythm + position embeddings, pre-norm blocks, and task heads.
+    """Morphology + rhythm + position embeddings and a projection of the beat features,
+    pre-norm blocks, and task heads.
 
     `forward(..., head=...)` computes only the requested head, so the masked-token
-    vocabulary projection runs only at the positions that carry a loss.
+    vocabulary projection runs only at the positions that carry a loss. Head `masked` is
+    `mlm` plus the reconstruction of the beat features at those positions.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -64,6 +67,11 @@ class HeartLM(nn.Module):
         self.morph_emb = nn.Embedding(cfg.padded_vocab, cfg.d_model)
         self.rhythm_emb = nn.Embedding(cfg.padded_rhythm_vocab, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.positions, cfg.d_model)
+        self.feature_proj = nn.Linear(cfg.n_features, cfg.d_model) if cfg.n_features else None
+        self.feature_head = nn.Linear(cfg.d_model, cfg.n_features) if cfg.n_features else None
+        self.register_buffer(
+            "absolute_index", torch.tensor(cfg.absolute_columns, dtype=torch.long), persistent=False
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = _norm(cfg)
@@ -85,6 +93,7 @@ class HeartLM(nn.Module):
     def head_parameters(self) -> dict[str, list[nn.Parameter]]:
         return {
             "mlm": list(self.lm_head.parameters()),
+            "masked": [] if self.feature_head is None else list(self.feature_head.parameters()),
             "beat": list(self.beat_head.parameters()),
             "window": list(self.window_head.parameters()),
         }
@@ -92,15 +101,32 @@ class HeartLM(nn.Module):
     def use_heads(self, heads: tuple[str, ...]) -> None:
         """Freeze the heads an objective does not use (DDP then needs no unused search)."""
         wanted = {"mlm" if h == "next" else h for h in heads}
+        if "masked" in wanted:
+            wanted.add("mlm")
         for name, params in self.head_parameters().items():
             for p in params:
                 p.requires_grad_(name in wanted)
 
-    def encode(self, morph_BT: Tensor, rhythm_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
+    def encode(
+        self,
+        morph_BT: Tensor,
+        rhythm_BT: Tensor,
+        valid_BT: Tensor | None,
+        features_BTF: Tensor | None = None,
+    ) -> Tensor:
         cfg = self.cfg
+        if cfg.relative_only:
+            morph_BT = torch.where(morph_BT >= NUM_SPECIAL, MASK, morph_BT)
         x = self.morph_emb(morph_BT) + self.rhythm_emb(rhythm_BT)
+        if self.feature_proj is not None:
+            if features_BTF is None:
+                raise ValueError(f"the model takes {cfg.n_features} beat features per beat")
+            features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
+            if cfg.relative_only and cfg.absolute_columns:
+                features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
+            x = x + self.feature_proj(features_BTF)
         if cfg.cls_token:
-            cls = self.morph_emb.weight[2].expand(x.shape[0], 1, -1)
+            cls = self.morph_emb.weight[CLS].expand(x.shape[0], 1, -1)
             x = torch.cat([cls, x], dim=1)
             if valid_BT is not None:
                 valid_BT = F.pad(valid_BT, (1, 0), value=True)
@@ -126,16 +152,21 @@ class HeartLM(nn.Module):
         valid_BT: Tensor | None = None,
         head: str = "hidden",
         positions_BK: Tensor | None = None,
-    ) -> Tensor:
-        h = self.encode(morph_BT, rhythm_BT, valid_BT)
+        features_BTF: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        h = self.encode(morph_BT, rhythm_BT, valid_BT, features_BTF)
         if head == "hidden":
             return h
         if self.cfg.cls_token:
             cls_BD, h = h[:, 0], h[:, 1:]
-        if head == "mlm":
+        if head in ("mlm", "masked"):
             if positions_BK is not None:
                 h = torch.gather(h, 1, positions_BK[..., None].expand(-1, -1, h.shape[-1]))
-            return self.lm_head(h)
+            if head == "mlm":
+                return self.lm_head(h)
+            if self.feature_head is None:
+                raise ValueError("head 'masked' needs a model with beat features")
+            return self.lm_head(h), self.feature_head(h)
         if head == "next":
             return self.lm_head(h)
         if head == "beat":
@@ -153,4 +184,6 @@ class HeartLM(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         if not embeddings:
             n -= sum(m.weight.numel() for m in (self.morph_emb, self.rhythm_emb, self.pos_emb))
+            if self.feature_proj is not None:
+                n -= self.feature_proj.weight.numel()
         return n

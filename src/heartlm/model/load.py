@@ -16,7 +16,7 @@ from heartlm.outdir import atomic_write_text
 from heartlm.runinfo import read_json
 
 FORMAT = "heartlm-model"
-VERSION = 1
+VERSION = 2
 
 
 def export_model(

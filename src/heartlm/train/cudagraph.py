@@ -8,14 +8,14 @@ from typing import Any
 import torch
 
 from heartlm.errors import HeartlmError
-from heartlm.train.data import Batch
+from heartlm.train.data import BATCH_FIELDS, Batch
 
 GRAPH_WARMUP = 3
 """eager steps (on a side stream) before the CUDA graph is captured"""
 
 
 def _fields(batch: Batch) -> tuple[torch.Tensor | None, ...]:
-    return (batch.morph, batch.rhythm, batch.aami, batch.rhythm_label, batch.valid, batch.key)
+    return tuple(getattr(batch, f) for f in BATCH_FIELDS)
 
 
 def _clone_batch(batch: Batch) -> Batch:

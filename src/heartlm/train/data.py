@@ -35,10 +35,28 @@ class TokenData:
     vocab_size: int
     rhythm_vocab_size: int
     meta: dict[str, Any] = field(default_factory=dict)
+    features: np.ndarray | None = None
+    """(n_beats, n_features) float16 standardised beat features; None: ids only"""
+
+    @property
+    def n_features(self) -> int:
+        return 0 if self.features is None else int(self.features.shape[1])
 
     @property
     def n_beats(self) -> int:
         return int(self.boundaries[-1] - self.boundaries[0])
+
+    def shape_columns(self, absolute_only: bool = False) -> Tensor | None:
+        """Bool mask of the feature columns that a masked beat hides (None: no features):
+        every shape column, or with `absolute_only` those that are not patient-relative."""
+        from heartlm.tokens.features import absolute_columns, morphology_columns
+
+        if not self.n_features:
+            return None
+        names = self.meta.get("features", [])
+        mask = torch.zeros(self.n_features, dtype=torch.bool)
+        mask[absolute_columns(names) if absolute_only else morphology_columns(names)] = True
+        return mask
 
     def record_lengths(self) -> np.ndarray:
         return np.diff(self.boundaries)
@@ -59,6 +77,7 @@ class TokenData:
             vocab_size=self.vocab_size,
             rhythm_vocab_size=self.rhythm_vocab_size,
             meta=self.meta,
+            features=None if self.features is None else np.asarray(self.features[take]),
         )
 
 
@@ -69,6 +88,8 @@ def load_tokens(folder: str | Path) -> TokenData:
     ts = TokenSet.load(folder, mmap=False)
     meta = dict(ts.meta)
     records = [str(r.get("name", i)) for i, r in enumerate(ts.records)]
+    if not np.isfinite(ts.features).all():
+        raise HeartlmError("holds non-finite beat features", ts.folder / "features.bin")
     return TokenData(
         morph=np.asarray(ts.morph).astype(np.int32),
         rhythm=np.asarray(ts.rhythm).astype(np.int32),
@@ -79,6 +100,7 @@ def load_tokens(folder: str | Path) -> TokenData:
         vocab_size=ts.vocab_size,
         rhythm_vocab_size=ts.rhythm_vocab_size,
         meta=meta,
+        features=np.asarray(ts.features),
     )
 
 
@@ -100,15 +122,14 @@ class Batch:
     rhythm_label: Tensor  # (B, W) int64, -1 = padding
     valid: Tensor | None  # (B, W) bool; None: every beat is real
     key: Tensor  # (B,) int64: stream position, seeds per-window randomness
+    features: Tensor | None = None  # (B, W, F) float16; None: the data has no features
 
     def to(self, device: torch.device | str) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(
-            *(
-                move(getattr(self, f))
-                for f in ("morph", "rhythm", "aami", "rhythm_label", "valid", "key")
-            )
-        )
+        return Batch(*(move(getattr(self, f)) for f in BATCH_FIELDS))
+
+
+BATCH_FIELDS = ("morph", "rhythm", "aami", "rhythm_label", "valid", "key", "features")
 
 
 def window_starts(
@@ -163,6 +184,10 @@ class WindowSampler:
         self._rhythm = torch.from_numpy(np.append(data.rhythm, PAD).astype(np.int32)).to(dev)
         self._aami = torch.from_numpy(np.append(data.aami, -1).astype(np.int8)).to(dev)
         self._rlabel = torch.from_numpy(np.append(data.rhythm_label, -1).astype(np.int8)).to(dev)
+        self._features = None
+        if data.features is not None:  # a zero row at the end for padding
+            rows = np.concatenate([data.features, np.zeros((1, data.n_features), np.float16)])
+            self._features = torch.from_numpy(rows).to(dev)
         self._starts = torch.from_numpy(self.starts).to(dev)
         self._lengths = torch.from_numpy(self.lengths).to(dev)
         self._ar = torch.arange(window, device=dev)
@@ -233,6 +258,7 @@ class WindowSampler:
             rhythm_label=self._rlabel[idx].long(),
             valid=valid,
             key=key,
+            features=None if self._features is None else self._features[idx],
         )
 
     def eval_batches(
@@ -281,6 +307,9 @@ class WindowDataset(torch.utils.data.Dataset):
             "valid": np.arange(s.window) < length,
             "key": np.int64(p),
         }
+        if d.features is not None:
+            out["features"] = np.zeros((s.window, d.n_features), np.float16)
+            out["features"][:length] = d.features[a : a + length]
         out["morph"][:length] = d.morph[a : a + length]
         out["rhythm"][:length] = d.rhythm[a : a + length]
         out["aami"][:length] = d.aami[a : a + length]
@@ -334,5 +363,11 @@ def dataloader_batches(
     for item in loader:
         valid = item["valid"] if sampler.padded else None
         yield Batch(
-            item["morph"], item["rhythm"], item["aami"], item["rhythm_label"], valid, item["key"]
+            item["morph"],
+            item["rhythm"],
+            item["aami"],
+            item["rhythm_label"],
+            valid,
+            item["key"],
+            item.get("features"),
         ).to(device)

@@ -67,6 +67,16 @@ def vocab_loss(
     return loss, {"loss_sum": loss_sum.detach(), "count": count, "correct": correct}
 
 
+def hide_features(
+    features_BTF: Tensor | None, hide_BT: Tensor, columns: Tensor | None
+) -> Tensor | None:
+    """Zero (the standardised mean) the shape columns of the hidden beats' features."""
+    if features_BTF is None or columns is None:
+        return features_BTF
+    hide_BTF = hide_BT[..., None] & columns.to(features_BTF.device)
+    return features_BTF.masked_fill(hide_BTF, 0.0)
+
+
 def _real_beats(batch: Batch) -> Tensor:
     real = batch.morph >= NUM_SPECIAL
     return real if batch.valid is None else real & batch.valid
@@ -79,6 +89,11 @@ class MaskedBeats:
     mode "bert": of the chosen beats 80 % become MASK, 10 % a random token, 10 % stay;
     mode "mask": all become MASK. Only real beats (not padding or special tokens) are
     chosen while a window has enough of them; picks beyond that carry no label.
+
+    With beat features, a beat whose token was replaced also loses its shape columns
+    (`feature_columns`, a bool mask over the feature columns), and `feature_weight` > 0 adds
+    their reconstruction (mean squared error, standardised units) to the loss: the model
+    must predict the continuous shape and patient-relative deviation, not only the code.
     """
 
     vocab_size: int
@@ -88,6 +103,8 @@ class MaskedBeats:
     seed: int = 0
     gather_head: bool = True
     """run the vocabulary head only at the chosen beats (False: everywhere, then pick)"""
+    feature_columns: Tensor | None = None
+    feature_weight: float = 0.0
     name: str = "masked"
     heads: tuple[str, ...] = ("mlm",)
 
@@ -103,8 +120,9 @@ class MaskedBeats:
     def predicted_per_window(self, window: int) -> int:
         return self.n_masked(window) if self.gather_head else window
 
-    def mask(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
-        """(masked input, chosen positions (B, K), labels (B, K) with IGNORE)."""
+    def mask(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """(masked input, chosen positions (B, K), labels (B, K) with IGNORE, features with the
+        replaced beats' shape columns hidden)."""
         _B, W = batch.morph.shape
         k = self.n_masked(W)
         real = _real_beats(batch)
@@ -123,16 +141,32 @@ class MaskedBeats:
             new = torch.full_like(labels, MASK)
         new = torch.where(picked_real, new, torch.gather(batch.morph, 1, positions).long())
         morph = batch.morph.scatter(1, positions, new.to(batch.morph.dtype))
-        return morph, positions, labels
+        replaced = torch.zeros_like(real).scatter(1, positions, picked_real & (new != labels))
+        features = hide_features(batch.features, replaced, self.feature_columns)
+        return morph, positions, labels, features
 
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        morph, positions, labels = self.mask(batch)
+        morph, positions, labels, features = self.mask(batch)
+        reconstruct = self.feature_weight > 0 and features is not None
         if self.gather_head:
-            logits = model(morph, batch.rhythm, batch.valid, head="mlm", positions_BK=positions)
+            out = model(morph, batch.rhythm, batch.valid, head="masked" if reconstruct else "mlm",
+                        positions_BK=positions, features_BTF=features)  # fmt: skip
+            logits, recon_BKF = out if reconstruct else (out, None)
         else:
-            logits = model(morph, batch.rhythm, batch.valid, head="next")
+            logits = model(morph, batch.rhythm, batch.valid, head="next", features_BTF=features)
             logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
-        return vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+            recon_BKF = None
+        loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        if recon_BKF is None:
+            return loss, sums
+        cols = self.feature_columns.to(recon_BKF.device)
+        idx = positions[..., None].expand(-1, -1, batch.features.shape[-1])
+        target_BKF = torch.gather(batch.features, 1, idx).float()
+        err_BK = ((recon_BKF.float() - target_BKF) ** 2 * cols).sum(-1) / cols.sum().clamp_min(1)
+        mse_sum = torch.where(labels != IGNORE, err_BK, torch.zeros_like(err_BK)).sum()
+        loss_sum = sums["loss_sum"] + self.feature_weight * mse_sum.detach()
+        loss = loss + self.feature_weight * mse_sum / sums["count"].clamp_min(1)
+        return loss, {**sums, "loss_sum": loss_sum}
 
 
 @dataclass
@@ -148,7 +182,8 @@ class NextBeat:
         return window
 
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        logits = model(batch.morph, batch.rhythm, batch.valid, head="next")
+        logits = model(batch.morph, batch.rhythm, batch.valid, head="next",
+                       features_BTF=batch.features)  # fmt: skip
         real = _real_beats(batch)
         labels = torch.where(real, batch.morph.long(), IGNORE)
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
@@ -159,6 +194,7 @@ def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
     if name == "next":
-        kwargs.pop("mask_prob", None), kwargs.pop("mode", None), kwargs.pop("seed", None)
+        for key in ("mask_prob", "mode", "seed", "feature_columns", "feature_weight"):
+            kwargs.pop(key, None)
         return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"--objective must be masked or next, not {name!r}")
