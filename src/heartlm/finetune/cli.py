@@ -104,6 +104,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="P",
         help="training only: replace this share of beats' morphology tokens by MASK (default 0)",
     )
+    g.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        metavar="P",
+        help="the model's dropout while fine-tuning (default: the pretrained run's)",
+    )
+    g.add_argument(
+        "--inputs",
+        default="all",
+        choices=["all", "relative"],
+        help="relative: the model sees only patient-relative features and rhythm (codes and "
+        "absolute beat shape hidden), in training and at evaluation (default all)",
+    )
+    g.add_argument(
+        "--layer-decay",
+        type=float,
+        default=1.0,
+        metavar="D",
+        help="layer-wise learning-rate decay: block i of L learns at D^(L-i) of --lr, the "
+        "embeddings at D^(L+1), the head at --lr (default 1: off)",
+    )
     g.add_argument("--seed", type=int, default=0)
     add_device_arguments(g)
     g.add_argument("--overwrite", action="store_true", help="replace an existing FT")
@@ -128,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             from_scratch=args.from_scratch,
             max_class_weight=args.max_class_weight,
             morph_dropout=args.morph_dropout,
+            dropout=args.dropout,
+            inputs=args.inputs,
             class_weight_power=args.class_weight_power,
             select=args.select,
             seed=args.seed,
@@ -143,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             lr=args.lr,
             warmup_steps=args.warmup,
             weight_decay=args.weight_decay,
+            layer_decay=args.layer_decay,
             val_every=args.val_every,
             log_every=args.log_every,
             seed=args.seed,

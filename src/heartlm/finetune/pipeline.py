@@ -31,6 +31,7 @@ from heartlm.outdir import atomic_write_text, check_writable
 TASKS = ("beats", "afib")
 DEFAULT_WINDOW = {"beats": 128, "afib": 32}
 SELECT = ("f1", "loss")
+INPUTS = ("all", "relative")
 MIN_VAL_SUPPORT = 10
 
 
@@ -59,6 +60,11 @@ class FinetuneConfig:
     """class weights (n / (K n_c)) ** power: 1 balanced, 0.5 square root, 0 none"""
     morph_dropout: float = 0.0
     """training only: share of beats whose morphology token is replaced by MASK"""
+    dropout: float | None = None
+    """the model's dropout while fine-tuning (default: the pretrained run's)"""
+    inputs: str = "all"
+    """all: codes and every feature; relative: only the patient-relative features and rhythm
+    (codes read as MASK, absolute shape columns as zero), in training and at evaluation"""
     seed: int = 0
     device: str | None = None
     """cuda or cpu (default: cuda when available)"""
@@ -85,6 +91,10 @@ class FinetuneConfig:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
         if self.max_class_weight < 1.0:
             raise ValueError("--max-class-weight must be >= 1")
+        if self.inputs not in INPUTS:
+            raise ValueError(f"--inputs must be one of {', '.join(INPUTS)}, not {self.inputs!r}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must be in [0, 1), not {self.dropout}")
 
 
 def record_refs(data: Any, task: str) -> list[RecordRef]:
@@ -116,7 +126,15 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig, window: int | None):
     from heartlm.model import HeartLM, ModelConfig, load_pretrained
 
     torch.manual_seed(cfg.seed)
-    model, saved = load_pretrained(run, vocab_size=data.vocab_size, causal=False)
+    overrides: dict[str, Any] = {"causal": False}
+    if cfg.dropout is not None:
+        overrides["dropout"] = cfg.dropout
+    if cfg.inputs == "relative":
+        from heartlm.tokens.features import absolute_columns
+
+        overrides["relative_only"] = True
+        overrides["absolute_columns"] = tuple(absolute_columns(data.meta.get("features", [])))
+    model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
     # byte for byte and still be the same vocabulary.
     for key in ("codebook_hash",):
@@ -146,9 +164,7 @@ def _class_weights(train_d: Any, cfg: FinetuneConfig, window: int, stride: int) 
             cfg.max_class_weight,
             cfg.class_weight_power,
         )
-    streams = fdata.Streams(
-        train_d.morph, train_d.rhythm, train_d.aami, train_d.rhythm_label, train_d.boundaries
-    )
+    streams = fdata.streams_of(train_d)
     w = fdata.cut_windows(streams, range(len(train_d.records)), window, stride, "afib")
     return fdata.class_weights(w.window_label, 2, cfg.max_class_weight, cfg.class_weight_power)
 
@@ -186,15 +202,21 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
     env = init_distributed(device=cfg.device)
     try:
         train_s = WindowSampler(train_d, window, stride, cfg.seed, env.device, pad_short=True)
+        columns = data.shape_columns(absolute_only=True)
         if cfg.task == "beats":
-            objective = BeatClasses(weights, cfg.morph_dropout)
+            objective = BeatClasses(weights, cfg.morph_dropout, columns)
         else:
             table = None
             if cfg.label_fraction < 1.0:
                 n_positions = _total_steps(tcfg, train_s) * tcfg.batch
                 table = keep_table(train_s, n_positions, cfg.label_fraction, cfg.seed)
             objective = AfibWindows(
-                weights, cfg.label_fraction, cfg.seed, cfg.morph_dropout, keep_by_position=table
+                weights,
+                cfg.label_fraction,
+                cfg.seed,
+                cfg.morph_dropout,
+                keep_by_position=table,
+                shape_columns=columns,
             )
         val_s = None
         if split.val:
@@ -221,7 +243,7 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
         scorer = None
         if val_s is not None and cfg.select == "f1":
             scorer = _val_scorer(val_d, cfg.task, window, env.device)
-        best = _export_best(stage, model, env, scorer) if val_s is not None else None
+        best = _export_best(stage, model, env, tcfg, scorer) if val_s is not None else None
         if not env.is_main:
             return {}
         info = _finish(run, tokens, out, stage, cfg, tcfg, split, weights, window, stride, best)
@@ -245,9 +267,7 @@ def _val_scorer(val_d: Any, task: str, window: int, device: Any) -> Any:
     whose centre is nearest); afib, the F1 of non-overlapping windows at probability 0.5."""
     from heartlm.evaluate.predict import afib_scores, beat_predictions
 
-    streams = fdata.Streams(
-        val_d.morph, val_d.rhythm, val_d.aami, val_d.rhythm_label, val_d.boundaries
-    )
+    streams = fdata.streams_of(val_d)
     records = range(len(val_d.records))
     if task == "beats":
         windows = fdata.cut_windows(streams, records, window, max(1, window // 2), task)
@@ -280,7 +300,9 @@ def _f1(truth: np.ndarray, pred: np.ndarray) -> float:
     return 2.0 * tp / denom if denom else 0.0
 
 
-def _export_best(stage: Path, model: Any, env: Any, scorer: Any = None) -> dict[str, Any] | None:
+def _export_best(
+    stage: Path, model: Any, env: Any, tcfg: Any, scorer: Any = None
+) -> dict[str, Any] | None:
     """Replace the exported weights by those of the best validation step: the highest
     `scorer(model)` (validation F1), or without a scorer the lowest validation loss."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -297,7 +319,11 @@ def _export_best(stage: Path, model: Any, env: Any, scorer: Any = None) -> dict[
     if not vals:
         return None
     path = ckpt.list_checkpoints(stage / "checkpoints")
-    optimizer = build_adamw(model, 1e-4, 0.0, (0.9, 0.95), fused=False)
+    # Same parameter groups as training, so the checkpoints' optimizer state fits.
+    optimizer = build_adamw(
+        model, 1e-4, 0.0, (0.9, 0.95), fused=False, layer_decay=tcfg.layer_decay,
+        n_layers=model.cfg.n_layers,
+    )  # fmt: skip
 
     def checkpoint(step: int) -> Path:
         chosen = next((p for p in path if p.name == f"step_{step:08d}"), None)

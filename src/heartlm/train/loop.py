@@ -64,6 +64,8 @@ class TrainConfig:
     step_gamma: float = 0.5
     exp_gamma: float = 0.999
     weight_decay: float = 0.1
+    layer_decay: float = 1.0
+    """< 1: layer-wise learning-rate decay (fine-tuning; see `build_adamw`)"""
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     val_every: int = 0
@@ -115,6 +117,8 @@ class TrainConfig:
             raise ValueError(f"--log-every must be >= 1, not {self.log_every}")
         if self.patience < 0:
             raise ValueError(f"--patience must be >= 0, not {self.patience}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
 
 
 @dataclass
@@ -266,7 +270,14 @@ def train(
     )
     lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
     optimizer = build_adamw(
-        wrapped, lr, cfg.weight_decay, cfg.betas, fused=cuda, capturable=cfg.cudagraph
+        wrapped,
+        lr,
+        cfg.weight_decay,
+        cfg.betas,
+        fused=cuda,
+        capturable=cfg.cudagraph,
+        layer_decay=cfg.layer_decay,
+        n_layers=model.cfg.n_layers,
     )
     schedule = Schedule(
         lr,

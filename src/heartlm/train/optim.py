@@ -56,6 +56,17 @@ def scaled_lr(lr: float, global_batch: int, scale: bool) -> float:
     return lr * global_batch / REFERENCE_BATCH if scale else lr
 
 
+def layer_depth(name: str, n_layers: int) -> int:
+    """0 for the input embeddings, i + 1 for transformer block i, n_layers + 1 for the final
+    norm and the heads (wrapper prefixes such as `module.` or `_orig_mod.` are ignored)."""
+    parts = name.split(".")
+    if "blocks" in parts:
+        return int(parts[parts.index("blocks") + 1]) + 1
+    if any(p.endswith(("_emb", "feature_proj")) for p in parts):
+        return 0
+    return n_layers + 1
+
+
 def build_adamw(
     model: nn.Module,
     lr: float,
@@ -63,22 +74,35 @@ def build_adamw(
     betas: tuple[float, float],
     fused: bool,
     capturable: bool = False,
+    layer_decay: float = 1.0,
+    n_layers: int = 0,
 ) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms, biases or embeddings).
 
+    `layer_decay` < 1 (fine-tuning) scales the rate of a parameter at `layer_depth` d by
+    layer_decay ** (n_layers + 1 - d): the heads learn at the full rate, the blocks below
+    more and more slowly, the embeddings slowest, so pretrained features are kept.
     `capturable` (CUDA graphs) keeps the step count on the device; pair it with
     `device_lr` so that the learning rate is read from device memory too.
     """
-    decay, no_decay = [], []
+    groups: dict[tuple[bool, int], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (decay if p.ndim >= 2 and "emb" not in name else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        decays = p.ndim >= 2 and "emb" not in name
+        depth = layer_depth(name, n_layers) if layer_decay != 1.0 else 0
+        groups.setdefault((decays, depth), []).append(p)
+    param_groups = [
+        {
+            "params": params,
+            "weight_decay": weight_decay if decays else 0.0,
+            "lr_scale": layer_decay ** (n_layers + 1 - depth) if layer_decay != 1.0 else 1.0,
+        }
+        for (decays, depth), params in sorted(groups.items())
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused or None, capturable=capturable)
+    return torch.optim.AdamW(
+        param_groups, lr=lr, betas=betas, fused=fused or None, capturable=capturable
+    )
 
 
 def device_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -86,9 +110,12 @@ def device_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
 
     A captured optimizer step then reads the rate that `set_lr` writes before each replay.
     """
-    lr = torch.tensor(float(optimizer.param_groups[0]["lr"]), device=device)
+    rates: dict[float, torch.Tensor] = {}
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        scale = group.get("lr_scale", 1.0)
+        if scale not in rates:
+            rates[scale] = torch.tensor(float(group["lr"]) * scale, device=device)
+        group["lr"] = rates[scale]
 
 
 def host_lr(optimizer: torch.optim.Optimizer) -> None:
@@ -115,13 +142,14 @@ def float_lr(optimizer: torch.optim.Optimizer) -> Iterator[None]:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set every group's rate; a device tensor rate (`device_lr`) is filled in place."""
+    """Set every group's rate (times its `lr_scale`); a device tensor rate (`device_lr`) is
+    filled in place."""
     done: set[int] = set()
     for group in optimizer.param_groups:
-        current = group["lr"]
+        current, rate = group["lr"], lr * group.get("lr_scale", 1.0)
         if isinstance(current, torch.Tensor):
             if id(current) not in done:
-                current.fill_(lr)
+                current.fill_(rate)
                 done.add(id(current))
         else:
-            group["lr"] = lr
+            group["lr"] = rate
