@@ -111,17 +111,27 @@ def test_text_report_and_figures(tmp_path):
     from heartlm.evaluate import plots
     from heartlm.evaluate.cli import format_report
 
-    rep = metrics.beat_report(np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2]))
-    text = format_report({**rep, "task": "beats", "data": "d", "scope": "all 1 records"})
-    # title, counts, 6-line class table, 7-line confusion matrix with its two header lines
-    assert "accuracy 0.7500" in text and len(text.splitlines()) == 2 + 6 + 7
+    ref, pred = np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])
+    rep = metrics.beat_report(ref, pred)
+    rep["per_record"] = metrics.per_record_beats(ref, pred, np.array([0, 0, 1, 1]), ["a", "b"])
+    text = format_report({**rep, "task": "beats", "data": "d", "scope": "all 2 records"})
+    # title, counts, 6-line class table, 7-line confusion matrix, 2 + 2 lines per record
+    assert "accuracy 0.7500" in text and len(text.splitlines()) == 2 + 6 + 7 + 4
+    assert text.splitlines()[-2].split()[:3] == ["a", "2", "0.5000"]
     plots.confusion_png(
         np.array(rep["confusion"]), ("N", "S", "V", "F", "Q"), tmp_path / "c.png", "t"
     )
     plots.roc_png(np.array([0, 1, 1]), np.array([0.2, 0.9, 0.4]), tmp_path / "r.png", "t")
     for name in ("c.png", "r.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    afib = {"task": "afib", "data": "d", "scope": "s", "n_windows": 3, "n_afib_windows": 1,
-            "window": 8, "rule": "r", "accuracy": 1.0,
-            "afib": {"f1": 1.0, "se": 1.0, "ppv": 1.0, "auroc": None}}  # fmt: skip
-    assert "AUROC n/a (one class)" in format_report(afib)
+    labels, called, record = np.array([1, 1, 0, 1]), np.array([0, 1, 1, 0]), np.zeros(4, int)
+    afib = {"task": "afib", "data": "d", "scope": "s", "n_windows": 4, "n_afib_windows": 3,
+            "window": 8, "rule": "r", "accuracy": 0.25,
+            "afib": {"f1": 1.0, "se": 1.0, "ppv": 1.0, "auroc": None},
+            "afib_episodes": metrics.afib_episode_scores(labels, called, record),
+            "per_record": metrics.per_record_afib(labels, called, record, ["a"])}  # fmt: skip
+    text = format_report(afib)
+    assert "AUROC n/a (one class)" in text
+    # two reference episodes, the first found; one called run, overlapping the first
+    assert "2 found with Se 0.5000; 1 called with +P 1.0000" in text
+    assert text.splitlines()[-1].split() == ["a", "4", "3", "1", "1", "2"]

@@ -110,6 +110,15 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("      " + "".join(f"{n:>8}" for n in AAMI_CLASSES))
         for name, row in zip(AAMI_CLASSES, report["confusion"], strict=True):
             lines.append(f"{name:<6}" + "".join(f"{v:>8}" for v in row))
+        lines.append("per record")
+        lines.append(f"{'record':<10}{'beats':>7}{'acc':>8}{'S n':>6}{'S Se':>7}{'S +P':>7}"
+                     f"{'V n':>6}{'V Se':>7}{'V +P':>7}")  # fmt: skip
+        for r in report["per_record"]:
+            s, v = r["S"], r["V"]
+            lines.append(
+                f"{r['record']:<10}{r['n_beats']:>7}{r['accuracy']:>8.4f}{s['support']:>6}"
+                f"{s['se']:>7.3f}{s['ppv']:>7.3f}{v['support']:>6}{v['se']:>7.3f}{v['ppv']:>7.3f}"
+            )
     else:
         a = report["afib"]
         auroc = "n/a (one class)" if a["auroc"] is None else f"{a['auroc']:.4f}"
@@ -121,4 +130,16 @@ def format_report(report: dict[str, Any]) -> str:
             f"AFIB F1 {a['f1']:.4f}  Se {a['se']:.4f}  +P {a['ppv']:.4f}  AUROC {auroc}  "
             f"accuracy {report['accuracy']:.4f}"
         )
+        e = report["afib_episodes"]
+        lines.append(
+            f"AFIB episodes: {e['episodes']} found with Se {e['se']:.4f}; "
+            f"{e['calls']} called with +P {e['ppv']:.4f}"
+        )
+        lines.append("per record")
+        lines.append(f"{'record':<10}{'windows':>8}{'AFIB':>6}{'tp':>6}{'fp':>6}{'fn':>6}")
+        for r in report["per_record"]:
+            lines.append(
+                f"{r['record']:<10}{r['n_windows']:>8}{r['n_afib']:>6}{r['tp']:>6}{r['fp']:>6}"
+                f"{r['fn']:>6}"
+            )
     return "\n".join(lines)

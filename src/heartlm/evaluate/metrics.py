@@ -93,3 +93,59 @@ def beat_report(reference: np.ndarray, predicted: np.ndarray) -> dict:
         "confusion": cm.tolist(),
         "n_beats": int(cm.sum()),
     }
+
+
+def per_record_beats(
+    reference: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
+) -> list[dict]:
+    """One row per record: beats, accuracy, and Se / +P of the S and V classes (EC57 lists
+    per-record figures beside the gross ones)."""
+    rows = []
+    for r in np.unique(record):
+        keep = record == r
+        cm = confusion_matrix(reference[keep], predicted[keep], len(AAMI_CLASSES))
+        scores = class_scores(cm)
+        row = {"record": names[int(r)], "n_beats": int(cm.sum()), "accuracy": accuracy(cm)}
+        for c in ("S", "V"):
+            row[c] = {k: scores[c][k] for k in ("support", "se", "ppv")}
+        rows.append(row)
+    return rows
+
+
+def episodes(flags: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) runs of True in a 1-D bool array."""
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True))
+
+
+def afib_episode_scores(labels: np.ndarray, predicted: np.ndarray, record: np.ndarray) -> dict:
+    """Episode-level AFIB (runs of consecutive AFIB windows of one record): an episode is
+    found when any of its windows is called AFIB (Se); a called run is true when it overlaps
+    a reference episode (+P)."""
+    found = n_ref = true_calls = n_calls = 0
+    for r in np.unique(record):
+        keep = record == r
+        ref, pred = labels[keep].astype(bool), predicted[keep].astype(bool)
+        ref_runs, pred_runs = episodes(ref), episodes(pred)
+        n_ref += len(ref_runs)
+        found += sum(bool(pred[a:b].any()) for a, b in ref_runs)
+        n_calls += len(pred_runs)
+        true_calls += sum(bool(ref[a:b].any()) for a, b in pred_runs)
+    return {"episodes": n_ref, "se": _ratio(found, n_ref), "calls": n_calls,
+            "ppv": _ratio(true_calls, n_calls)}  # fmt: skip
+
+
+def per_record_afib(
+    labels: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
+) -> list[dict]:
+    """One row per record: windows, AFIB windows, and the window counts tp, fp, fn."""
+    rows = []
+    for r in np.unique(record):
+        keep = record == r
+        ref, pred = labels[keep].astype(bool), predicted[keep].astype(bool)
+        rows.append({
+            "record": names[int(r)], "n_windows": int(keep.sum()), "n_afib": int(ref.sum()),
+            "tp": int((ref & pred).sum()), "fp": int((~ref & pred).sum()),
+            "fn": int((ref & ~pred).sum()),
+        })  # fmt: skip
+    return rows

@@ -12,7 +12,7 @@ from heartlm.errors import HeartlmError
 from heartlm.evaluate import metrics
 from heartlm.evaluate.predict import afib_scores, beat_predictions
 from heartlm.evaluate.prepare import token_folder
-from heartlm.finetune.data import AFIB_RULE, IGNORE, Streams, cut_windows
+from heartlm.finetune.data import AFIB_RULE, IGNORE, cut_windows, streams_of
 from heartlm.finetune.lineage import read_finetune_info, read_lineage
 from heartlm.finetune.splits import MITDB_DS2, RecordRef, is_mitdb
 
@@ -97,18 +97,22 @@ def evaluate(
         hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
-    streams = Streams(data.morph, data.rhythm, data.aami, data.rhythm_label, data.boundaries)
+    streams = streams_of(data)
     stride = window // 2 if task == "beats" else window
     windows = cut_windows(streams, [r.index for r in chosen], window, max(1, stride), task)
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
+    names = data.records
     if task == "beats":
         beat, pred = beat_predictions(model, windows, batch, dev)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
             raise HeartlmError("the scored records have no AAMI beat labels", data_path)
-        report = {**common, **metrics.beat_report(reference[labelled], pred[labelled])}
-        return {"report": report, "labels": reference[labelled], "scores": pred[labelled]}
+        ref, pred = reference[labelled], pred[labelled]
+        record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
+        report = {**common, **metrics.beat_report(ref, pred)}
+        report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
+        return {"report": report, "labels": ref, "scores": pred}
     scores = afib_scores(model, windows, batch, dev)
     labelled = windows.window_label != IGNORE
     if not labelled.any():
@@ -127,4 +131,8 @@ def evaluate(
         "rule": AFIB_RULE,
         "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
     }
+    called = scores[labelled] >= 0.5
+    record = windows.record[labelled]
+    report["afib_episodes"] = metrics.afib_episode_scores(labels, called, record)
+    report["per_record"] = metrics.per_record_afib(labels, called, record, names)
     return {"report": report, "labels": labels, "scores": scores[labelled]}
