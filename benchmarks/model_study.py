@@ -1,0 +1,386 @@
+"""Model quality: choose on MIT-BIH DS1, score on DS2 once, three seeds, the tree floor beside.
+
+    python benchmarks/model_study.py prepare  --ecg ../shared/ecg --work W
+    python benchmarks/model_study.py pretrain --work W
+    python benchmarks/model_study.py select   --work W      # DS1, two record-wise folds
+    python benchmarks/model_study.py final    --work W      # DS2, 3 seeds, 100/10/1 % labels
+
+Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
+builds the token folders: the codebook and feature space are learnt on the unlabelled
+pretraining corpus (MIT-BIH outside DS2, NSTDB, LUDB, a synthetic corpus); MIT-BIH and the
+AFIB training set are tokenized with it. `select` compares fine-tuning configurations on
+two record-wise folds of DS1 (train on one, score the other, confusion matrices summed);
+DS2 is not read. `final` runs the chosen configuration on DS1 -> DS2 with seeds 0, 1, 2,
+pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, for beat classes and
+AFIB windows, with the LightGBM floor of `tree_floor.py` on the same inputs and labels.
+Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2, MITDB_PACED
+from heartlm.runinfo import versions
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+# Two record-wise folds of DS1, balanced by hand for S (209/118/124 vs 201/207/220/223) and
+# V beats (106/208 vs 119/203/223/201) so each fold trains on every class.
+FOLDS = (
+    ("101", "106", "108", "109", "112", "115", "118", "124", "208", "209", "230"),
+    ("114", "116", "119", "122", "201", "203", "205", "207", "215", "220", "223"),
+)
+assert sorted(FOLDS[0] + FOLDS[1]) == sorted(MITDB_DS1)
+GOALS = {"accuracy": 0.95, "V_f1": 0.93, "S_f1": 0.70, "afib_f1": 0.90}
+PRETRAIN = [
+    "--preset",
+    "small",
+    "--window",
+    "256",
+    "--stride",
+    "32",
+    "--batch",
+    "256",
+    "--steps",
+    "2000",
+    "--warmup",
+    "200",
+    "--lr",
+    "6e-4",
+    "--val-every",
+    "500",
+]
+BEATS = [
+    "--window",
+    "128",
+    "--stride",
+    "32",
+    "--epochs",
+    "20",
+    "--batch",
+    "64",
+    "--lr",
+    "3e-4",
+    "--warmup",
+    "100",
+]
+AFIB = [
+    "--window",
+    "32",
+    "--stride",
+    "16",
+    "--epochs",
+    "5",
+    "--batch",
+    "64",
+    "--lr",
+    "3e-4",
+    "--warmup",
+    "100",
+]
+REL = ["--inputs", "relative", "--dropout", "0.1"]
+CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
+    "pretrained": [],
+    "pretrained_shape_dropout_0.3": ["--dropout", "0.1", "--morph-dropout", "0.3"],
+    "pretrained_shape_dropout_0.6": ["--dropout", "0.1", "--morph-dropout", "0.6"],
+    "pretrained_relative": REL,
+    "pretrained_relative_decay": [*REL, "--layer-decay", "0.7"],
+    "pretrained_relative_balanced": [*REL, "--class-weight-power", "1.0"],
+    "pretrained_relative_window32": [*REL, "--window", "32", "--stride", "8"],
+    "scratch_relative": ["--from-scratch", *REL],
+}
+FINAL = "auto"
+"""The configuration `final` scores on DS2; auto: the transformer configuration with the best
+mean of S F1 and V F1 in W/select.json (DS1 folds only), a rule fixed before DS2 is read."""
+SEEDS = (0, 1, 2)
+FRACTIONS = (1.0, 0.1, 0.01)
+
+
+def quick() -> None:
+    """--quick: a pipeline check on the CPU (tiny model, a few steps); its numbers mean nothing."""
+    global SEEDS, FRACTIONS
+    PRETRAIN[PRETRAIN.index("small")] = "tiny"
+    PRETRAIN[PRETRAIN.index("--steps") + 1] = "20"
+    for flags in (BEATS, AFIB):
+        flags[flags.index("--epochs")] = "--steps"
+        flags[flags.index("--steps") + 1] = "6"
+    BEATS[BEATS.index("--window") + 1] = AFIB[AFIB.index("--window") + 1] = "16"
+    SEEDS, FRACTIONS = (0,), (1.0, 0.1)
+
+
+class Runner:
+    """Runs heartlm commands in the work folder, logging each with its wall time."""
+
+    def __init__(self, work: Path, device: str, jobs: int) -> None:
+        self.work, self.device, self.jobs = work, device, jobs
+        self.commands: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
+        argv = [sys.executable, "-m", "heartlm", *map(str, args)]
+        shown = "heartlm " + shlex.join(argv[3:])
+        if done is not None and (self.work / done).exists():
+            return ""
+        print(f"$ {shown}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        env = {**os.environ, "HEARTLM_PROGRESS": "0"}
+        result = subprocess.run(
+            argv, cwd=self.work, text=True, env=env, stdout=subprocess.PIPE if capture else None
+        )
+        with self.lock:
+            self.commands.append({"command": shown, "seconds": round(time.perf_counter() - t0, 1)})
+        if result.returncode != 0:
+            raise SystemExit(f"failed ({result.returncode}): {shown}")
+        return result.stdout or ""
+
+    def finetune(self, name: str, task: str, data: str, *extra: Any) -> None:
+        flags = BEATS if task == "beats" else AFIB
+        self.heartlm(
+            "finetune",
+            "pre",
+            "--task",
+            task,
+            "--data",
+            data,
+            "--out",
+            name,
+            *flags,
+            *extra,
+            "--device",
+            self.device,
+            "--no-compile",
+            done=name,
+        )
+
+    def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
+        out = self.heartlm(
+            "evaluate", name, data, "--json", "--device", self.device, *extra, capture=True
+        )
+        return json.loads(out)
+
+    def parallel(self, jobs: list[Any]) -> list[Any]:
+        with ThreadPoolExecutor(self.jobs) as pool:
+            return list(pool.map(lambda job: job(), jobs))
+
+
+def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
+    mitdb, nstdb, ludb = ecg / "mitdb", ecg / "nstdb", ecg / "ludb"
+    r.heartlm(
+        "synth",
+        "synth",
+        "--records",
+        synth_records,
+        "--minutes",
+        30,
+        "--fs",
+        360,
+        "--seed",
+        0,
+        done="synth",
+    )
+    pre = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), nstdb, ludb, "synth"]
+    r.heartlm("ingest", *pre, "--out", "store_pre", done="store_pre")
+    r.heartlm(
+        "tokenize", "store_pre", "--out", "tok_pre", "--vocab", 512, "--seed", 0, done="tok_pre"
+    )
+    r.heartlm("ingest", mitdb, "--out", "store_mitdb", done="store_mitdb")
+    r.heartlm(
+        "tokenize", "store_mitdb", "--out", "tok_mitdb", "--codebook", "tok_pre", done="tok_mitdb"
+    )
+    afib = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb, "synth"]
+    r.heartlm("ingest", *afib, "--out", "store_afib", done="store_afib")
+    r.heartlm(
+        "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
+    )
+
+
+def pretrain(r: Runner) -> None:
+    r.heartlm(
+        "pretrain",
+        "tok_pre",
+        "--out",
+        "pre",
+        *PRETRAIN,
+        "--device",
+        r.device,
+        done="pre/model.safetensors",
+    )
+
+
+def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    from heartlm.evaluate import metrics
+
+    cm = np.sum([np.asarray(rep["confusion"]) for rep in reports], axis=0)
+    return {
+        "accuracy": metrics.accuracy(cm),
+        "per_class": metrics.class_scores(cm),
+        "confusion": cm.tolist(),
+        "n_beats": int(cm.sum()),
+    }
+
+
+def select(r: Runner) -> dict[str, Any]:
+    """Every configuration on both DS1 folds (train on one, score the other), summed."""
+    from tree_floor import beat_floor
+
+    from heartlm.train.data import load_tokens
+
+    def one(config: str, k: int) -> tuple[str, dict[str, Any]]:
+        name = f"sel_{config}_fold{k}"
+        train, test = FOLDS[k], FOLDS[1 - k]
+        r.finetune(name, "beats", "tok_mitdb", "--records", *train, *CONFIGS[config])
+        return config, r.evaluate(name, "tok_mitdb", "--records", *test)
+
+    found = r.parallel([lambda c=c, k=k: one(c, k) for c in CONFIGS for k in (0, 1)])
+    rows = {c: _sum_reports([rep for cc, rep in found if cc == c]) for c in CONFIGS}
+    data = load_tokens(r.work / "tok_mitdb")
+    rows["tree floor"] = _sum_reports(
+        [beat_floor(data, list(FOLDS[k]), list(FOLDS[1 - k])) for k in (0, 1)]
+    )
+    return {"folds": FOLDS, "configs": {**CONFIGS, "tree floor": "tree_floor.py"}, "beats": rows}
+
+
+def final(r: Runner) -> dict[str, Any]:
+    """DS1 -> DS2 for beats, non-DS2 + LUDB + synth -> DS2 for AFIB; 3 seeds each."""
+    from tree_floor import afib_floor, beat_floor
+
+    from heartlm.finetune.data import keep_label_fraction
+    from heartlm.train.data import load_tokens
+
+    chosen = FINAL if FINAL != "auto" else _best_selected(r.work / "select.json")
+    extra = CONFIGS[chosen]
+
+    def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        name = f"ft_beats_{init}_{fraction:g}_s{seed}"
+        flags = [f for f in extra if f != "--from-scratch"]
+        scratch = ["--from-scratch"] if init == "scratch" else []
+        r.finetune(
+            name,
+            "beats",
+            "tok_mitdb",
+            "--label-fraction",
+            fraction,
+            "--seed",
+            seed,
+            *flags,
+            *scratch,
+        )
+        rep = r.evaluate(name, "tok_mitdb")
+        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
+
+    def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
+        scratch = ["--from-scratch"] if init == "scratch" else []
+        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed, *scratch)
+        rep = r.evaluate(name, "tok_mitdb")
+        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
+
+    grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
+    beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
+    afib_rows = r.parallel([lambda g=g: afib(*g) for g in grid])
+
+    mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
+    afib_train = [n for n in afib_data.records if n not in MITDB_DS2]
+    for fraction in FRACTIONS:
+        for seed in SEEDS:
+            data = mitdb
+            if fraction < 1.0:  # the tree sees the same share of labels, drawn the same way
+                data = mitdb.subset(np.arange(len(mitdb.records)))
+                data.aami = keep_label_fraction(mitdb.aami, fraction, seed)
+            rep = beat_floor(data, list(MITDB_DS1), list(MITDB_DS2), seed)
+            beat_rows.append(
+                {"init": "tree floor", "label_fraction": fraction, "seed": seed, **rep}
+            )
+            rep = afib_floor(
+                afib_data, afib_train, mitdb, list(MITDB_DS2), seed=seed, fraction=fraction
+            )
+            afib_rows.append(
+                {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
+            )
+    return {"config": {chosen: extra}, "beats": beat_rows, "afib": afib_rows}
+
+
+def _best_selected(path: Path) -> str:
+    if not path.is_file():
+        raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
+    rows = json.loads(path.read_text())["beats"]
+
+    def score(name: str) -> float:
+        c = rows[name]["per_class"]
+        return (c["S"]["f1"] + c["V"]["f1"]) / 2
+
+    return max((name for name in rows if name in CONFIGS), key=score)
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    info = {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stages", nargs="+", choices=["prepare", "pretrain", "select", "final"])
+    ap.add_argument("--ecg", type=Path, default=REPO.parent / "shared" / "ecg")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--jobs", type=int, default=4, help="fine-tuning runs at once")
+    ap.add_argument("--synth-records", type=int, default=100)
+    ap.add_argument("--quick", action="store_true", help="tiny pipeline check; no results")
+    args = ap.parse_args()
+    if args.quick:
+        quick()
+    args.work.mkdir(parents=True, exist_ok=True)
+    r = Runner(args.work.resolve(), args.device, args.jobs)
+    for stage in args.stages:
+        t0 = time.perf_counter()
+        if stage == "prepare":
+            prepare(r, args.ecg.resolve(), args.synth_records)
+            continue
+        if stage == "pretrain":
+            pretrain(r)
+            continue
+        found = select(r) if stage == "select" else final(r)
+        results = {
+            "stage": stage,
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            "machine": machine(),
+            "versions": versions(),
+            "goals": GOALS,
+            "pretrain": PRETRAIN,
+            "finetune": {"beats": BEATS, "afib": AFIB},
+            "seconds": round(time.perf_counter() - t0, 1),
+            **found,
+            "commands": r.commands,
+        }
+        from model_tables import markdown
+
+        text = json.dumps(results, indent=1) + "\n"
+        (args.work / f"{stage}.json").write_text(text)
+        (args.work / f"{stage}.md").write_text(markdown(results))
+        print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

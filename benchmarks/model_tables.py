@@ -1,0 +1,111 @@
+"""Markdown tables of `model_study.py` results: DS1 selection, DS2 mean ± spread over seeds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+BEAT_COLUMNS = (
+    ("accuracy", lambda r: r["accuracy"]),
+    ("N F1", lambda r: r["per_class"]["N"]["f1"]),
+    ("S Se", lambda r: r["per_class"]["S"]["se"]),
+    ("S +P", lambda r: r["per_class"]["S"]["ppv"]),
+    ("S F1", lambda r: r["per_class"]["S"]["f1"]),
+    ("V Se", lambda r: r["per_class"]["V"]["se"]),
+    ("V +P", lambda r: r["per_class"]["V"]["ppv"]),
+    ("V F1", lambda r: r["per_class"]["V"]["f1"]),
+    ("F F1", lambda r: r["per_class"]["F"]["f1"]),
+)
+AFIB_COLUMNS = (
+    ("F1", lambda r: r["afib"]["f1"]),
+    ("Se", lambda r: r["afib"]["se"]),
+    ("+P", lambda r: r["afib"]["ppv"]),
+    ("AUROC", lambda r: r["afib"]["auroc"] if r["afib"]["auroc"] is not None else np.nan),
+)
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    machine = ", ".join(f"{k} {v}" for k, v in results["machine"].items())
+    soft = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+    return [
+        f"{results['date']} on {machine}; {soft}",
+        "",
+        f"Command: `{results['command']}` ({results['seconds']} s)",
+        "",
+        f"Pretraining: `heartlm pretrain tok_pre {' '.join(results['pretrain'])}`; fine-tuning "
+        f"flags: beats `{' '.join(results['finetune']['beats'])}`, AFIB "
+        f"`{' '.join(results['finetune']['afib'])}`.",
+        "",
+    ]
+
+
+def _table(first: list[str], rows: list[tuple[list[str], list[str]]], columns) -> list[str]:
+    names = [*first, *(c[0] for c in columns)]
+    lines = ["| " + " | ".join(names) + " |", "|" + " --- |" * len(names)]
+    lines += ["| " + " | ".join([*keys, *cells]) + " |" for keys, cells in rows]
+    return lines
+
+
+def _select(results: dict[str, Any]) -> list[str]:
+    rows = [
+        (
+            [name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
+            [f"{f(rep):.3f}" for _, f in BEAT_COLUMNS],
+        )
+        for name, rep in results["beats"].items()
+    ]
+    folds = " / ".join(" ".join(f) for f in results["folds"])
+    return [
+        "# Model selection on MIT-BIH DS1 (two record-wise folds; DS2 not read)",
+        "",
+        *_header(results),
+        f"Folds: {folds}. Each configuration trains on one fold (validation records carved "
+        "from it) and is scored on the other; confusion matrices summed over both folds.",
+        "",
+        *_table(["configuration", "flags"], rows, BEAT_COLUMNS),
+    ]
+
+
+def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[str]]]:
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["init"], row["label_fraction"])].append(row)
+    out = []
+    for (init, fraction), members in sorted(groups.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+        cells = []
+        for _, f in columns:
+            values = np.array([f(m) for m in members], dtype=np.float64)
+            cells.append(f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}")
+        out.append(([f"{fraction:.0%}", init, str(len(members))], cells))
+    return out
+
+
+def _final(results: dict[str, Any]) -> list[str]:
+    g = results["goals"]
+    return [
+        "# MIT-BIH DS2: beat classes and AFIB windows (scored once; mean ± std over seeds)",
+        "",
+        *_header(results),
+        f"Configuration: {results['config']}. Goals: accuracy >= {g['accuracy']}, "
+        f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
+        "",
+        "## Beat classes: trained on DS1, scored on all DS2 beats",
+        "",
+        *_table(
+            ["DS1 labels", "init", "seeds"], _grouped(results["beats"], BEAT_COLUMNS), BEAT_COLUMNS
+        ),
+        "",
+        "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, synthetic),"
+        " scored on DS2",
+        "",
+        *_table(["labels", "init", "seeds"], _grouped(results["afib"], AFIB_COLUMNS), AFIB_COLUMNS),
+    ]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = _select(results) if results["stage"] == "select" else _final(results)
+    lines += ["", "## Commands (in the work folder, in order)", ""]
+    lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
+    return "\n".join(lines) + "\n"

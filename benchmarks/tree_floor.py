@@ -1,0 +1,153 @@
+"""The floor under every model result: a gradient-boosted tree on the model's own inputs.
+
+Beats: each beat's standardised feature row (`features.bin`) and its rhythm token, with the
+same for one neighbour on each side. AFIB: the per-column mean and standard deviation of
+the feature rows of exactly the windows the transformer is scored on. LightGBM, untuned
+(300 rounds, learning rate 0.05, 31 leaves), class weights (n / (K n_c))^0.5 as the
+fine-tuning default. A transformer below this floor is a defect, not a result.
+
+    python benchmarks/tree_floor.py TOKENS --task beats --train 101 106 ... --test 100 103 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.evaluate import metrics
+from heartlm.finetune.data import IGNORE, cut_windows, keep_label_fraction, streams_of
+from heartlm.train.data import TokenData, load_tokens
+
+PARAMS = {
+    "learning_rate": 0.05,
+    "num_leaves": 31,
+    "bagging_fraction": 0.8,
+    "bagging_freq": 1,
+    "feature_fraction": 0.8,
+    "verbose": -1,
+}
+ROUNDS = 300
+
+
+def _indices(data: TokenData, names: list[str]) -> list[int]:
+    wanted = set(names)
+    found = [i for i, r in enumerate(data.records) if r in wanted]
+    missing = wanted - {data.records[i] for i in found}
+    if missing:
+        raise SystemExit(f"records not in the token folder: {sorted(missing)}")
+    return found
+
+
+def _beats(data: TokenData, records: list[int]) -> np.ndarray:
+    return np.concatenate(
+        [np.arange(data.boundaries[r], data.boundaries[r + 1]) for r in records]
+    ).astype(np.int64)
+
+
+def beat_inputs(data: TokenData) -> np.ndarray:
+    """(n_beats, 3 * (F + 1)) rows: beat, previous and next beat (NaN across records)."""
+    rows = np.concatenate(
+        [np.asarray(data.features, np.float32), np.asarray(data.rhythm, np.float32)[:, None]],
+        axis=1,
+    )
+    record = np.repeat(np.arange(len(data.records)), np.diff(data.boundaries))
+    columns = [rows]
+    for shift in (1, -1):
+        neighbour = np.roll(rows, shift, axis=0)
+        neighbour[np.roll(record, shift) != record] = np.nan
+        columns.append(neighbour)
+    return np.concatenate(columns, axis=1)
+
+
+def window_inputs(data: TokenData, records: list[int], window: int) -> tuple[np.ndarray, ...]:
+    """(inputs, labels) of the non-overlapping windows `heartlm evaluate` scores for AFIB."""
+    w = cut_windows(streams_of(data), records, window, window, "afib")
+    feats = w.features.astype(np.float32)
+    real = ~w.pad
+    count = real.sum(axis=1, keepdims=True).clip(min=1)
+    mean = (feats * real[..., None]).sum(axis=1) / count
+    var = (((feats - mean[:, None]) ** 2) * real[..., None]).sum(axis=1) / count
+    keep = w.window_label != IGNORE
+    return np.concatenate([mean, np.sqrt(var)], axis=1)[keep], w.window_label[keep]
+
+
+def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
+    present = counts > 0
+    w = np.zeros(n_classes)
+    w[present] = (counts[present].sum() / (present.sum() * counts[present])) ** 0.5
+    return w[labels]
+
+
+def _fit(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: int) -> Any:
+    import lightgbm as lgb
+
+    params = {**PARAMS, "seed": seed, "num_threads": threads}
+    params.update(
+        {"objective": "multiclass", "num_class": n_classes}
+        if n_classes > 2
+        else {"objective": "binary"}
+    )
+    return lgb.train(params, lgb.Dataset(x, y, weight=_weights(y, n_classes)), ROUNDS)
+
+
+def beat_floor(
+    data: TokenData, train: list[str], test: list[str], seed: int = 0, threads: int = 0
+) -> dict[str, Any]:
+    """The tree's per-class beat report on `test`, trained on `train` (record names)."""
+    x = beat_inputs(data)
+    aami = np.asarray(data.aami).astype(np.int64)
+    tr, te = _beats(data, _indices(data, train)), _beats(data, _indices(data, test))
+    tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
+    n_classes = len(AAMI_CLASSES)
+    model = _fit(x[tr], aami[tr], n_classes, seed, threads)
+    predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
+    return metrics.beat_report(aami[te], predicted)
+
+
+def afib_floor(
+    train_data: TokenData,
+    train: list[str],
+    test_data: TokenData,
+    test: list[str],
+    window: int = 32,
+    seed: int = 0,
+    threads: int = 0,
+    fraction: float = 1.0,
+) -> dict[str, Any]:
+    """The tree's AFIB window scores on `test`, trained on `train` (record names) with a
+    seeded `fraction` of the training windows' labels."""
+    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window)
+    if fraction < 1.0:
+        keep = keep_label_fraction(y_tr, fraction, seed) >= 0
+        x_tr, y_tr = x_tr[keep], y_tr[keep]
+    x_te, y_te = window_inputs(test_data, _indices(test_data, test), window)
+    model = _fit(x_tr, y_tr, 2, seed, threads)
+    scores = model.predict(x_te)
+    return metrics.binary_scores(y_te, scores)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tokens")
+    ap.add_argument("--task", choices=["beats", "afib"], default="beats")
+    ap.add_argument("--train", nargs="+", required=True)
+    ap.add_argument("--test", nargs="+", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    data = load_tokens(args.tokens)
+    if args.task == "beats":
+        report = beat_floor(data, args.train, args.test, args.seed)
+    else:
+        report = afib_floor(data, args.train, data, args.test, seed=args.seed)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
