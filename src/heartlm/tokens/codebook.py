@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from heartlm.errors import HeartlmError
 from heartlm.log import progress
 from heartlm.outdir import atomic_write_text
+from heartlm.runinfo import parse_json_file
+from heartlm.tensorfile import save_tensors
 from heartlm.tokens.normalize import Normalization
 
 FORMAT = "heartlm.codebook"
@@ -50,9 +53,9 @@ class Codebook:
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
-        save_file(
+        save_tensors(
             {"centroids": torch.from_numpy(np.ascontiguousarray(self.centroids, np.float32))},
-            str(folder / "codebook.safetensors"),
+            folder / "codebook.safetensors",
             metadata={"format": FORMAT, "version": str(VERSION), "hash": self.content_hash},
         )
         info = {
@@ -79,7 +82,7 @@ class Codebook:
             if not p.is_file():
                 raise HeartlmError("codebook file is missing", p)
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = parse_json_file(meta_path)
             centroids = load_file(str(tensor_path))["centroids"].numpy()
             book = cls(
                 centroids=centroids,
@@ -90,7 +93,7 @@ class Codebook:
                 seed=int(meta["seed"]),
                 trained_on=dict(meta.get("trained_on", {})),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as exc:
+        except (KeyError, TypeError, ValueError, OSError, SafetensorError) as exc:
             raise HeartlmError(f"not a readable heartlm codebook ({exc})", folder) from None
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise HeartlmError(f"unsupported codebook {meta.get('format')}", meta_path)
