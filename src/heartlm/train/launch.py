@@ -201,6 +201,9 @@ def relaunch_under_torchrun(
             raise
     reader.join(timeout=5)
     if code == 0:
+        failed = relay.errors or list(relay.last_exception.values())
+        if failed:  # a group that torchrun restarted (--max-restarts): say what happened
+            logger.warning("workers failed and were restarted: %s", "; ".join(failed)[:500])
         return 0
     if relay.rendezvous_timeout:
         raise HeartlmError(
