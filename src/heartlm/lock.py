@@ -42,23 +42,25 @@ def held_by_parent(out: str | Path) -> bool:
 
 
 @contextlib.contextmanager
-def output_lock(out: str | Path) -> Iterator[None]:
-    """Hold the lock of output folder `out`; refuse if another process holds it."""
+def output_lock(out: str | Path) -> Iterator[bool]:
+    """Hold the lock of output folder `out`; refuse if another process holds it. Yields
+    whether this process took it (not where the file system has no locks, nor where the
+    launcher that started us holds it)."""
     path = lock_path(out)
     if held_by_parent(out):
-        yield
+        yield False
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _acquire(path, out)
     if fd is None:
-        yield
+        yield False
         return
     holder = f"pid {os.getpid()} on {platform.node()}, since {dt.datetime.now():%Y-%m-%d %H:%M}"
     os.ftruncate(fd, 0)
     os.write(fd, holder.encode())
     _held.append(str(path))
     try:
-        yield
+        yield True
     finally:
         _held.remove(str(path))
         with contextlib.suppress(OSError):

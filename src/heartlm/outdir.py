@@ -67,8 +67,9 @@ def claimed(out: str | Path) -> Iterator[Path]:
     An OSError without a file name (a write that failed on a full disk) is put on `out`.
     """
     out = absolute(out)
-    with output_lock(out):
-        _clear_leftovers(out)
+    with output_lock(out) as locked:
+        if locked:  # otherwise leftovers may belong to a live writer
+            _clear_leftovers(out)
         try:
             yield out
         except OSError as exc:
