@@ -46,7 +46,7 @@ def damage(folder: str | Path) -> str | None:
     try:
         info: Any = json.loads((folder / MANIFEST).read_bytes())
     except FileNotFoundError:
-        return f"no {MANIFEST}"
+        return f"no {MANIFEST}: written before heartlm checked digests, or cut off"
     except (OSError, ValueError) as exc:
         return f"unreadable {MANIFEST} ({exc})"
     files = info.get("files") if isinstance(info, dict) else None
