@@ -99,7 +99,8 @@ def test_multi_node_script_runs_torchrun_on_the_head_node(tmp_path: Path) -> Non
     assert "--rdzv-endpoint=gpu-017:29500" in argv
     assert "--nnodes=2" in argv
     assert "--rdzv-id=4242" in argv
-    assert argv[-len(heartlm_args) :] == list(heartlm_args)
+    # A requeued job continues from its checkpoint.
+    assert argv[-len(heartlm_args) - 1 :] == [*heartlm_args, "--resume"]
 
 
 def test_apptainer_definition(tmp_path: Path) -> None:
@@ -126,7 +127,8 @@ def test_heartlm_args_are_quoted(tmp_path: Path) -> None:
     assert _slurm(tmp_path / "s", heartlm=args) == 0
     text = (tmp_path / "s" / "single_node.sbatch").read_text()
     line = next(line for line in text.splitlines() if "-m heartlm" in line)
-    assert shlex.split(line.split("-m heartlm", 1)[1]) == list(args)
+    assert line.endswith(" &")  # in the background, so the time-limit trap can run
+    assert shlex.split(line.split("-m heartlm", 1)[1][:-2]) == [*args, "--resume"]
 
 
 def test_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -294,7 +294,8 @@ def test_edf_with_signals_at_different_rates(tmp_path, capsys):
                         physical_dimension="%"),
         edfio.EdfSignal(x * 1000, 500, label="ECG II", physical_dimension="uV"),
     ]  # fmt: skip
-    path = tmp_path / "night.edf"
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "night.edf"
     edfio.Edf(signals, data_record_duration=1).write(path)
     written = edfio.read_edf(path).signals[1].data / 1000
     written_beats = detect_qrs(written, 500)
@@ -304,7 +305,7 @@ def test_edf_with_signals_at_different_rates(tmp_path, capsys):
     assert rec["fs"] == 500 and rec["lead"] == "ECG II"
     assert _near(rec["positions"], written_beats)
 
-    store, _ = _ingest([tmp_path], tmp_path / "store", align=0)  # the ECG, without --lead
+    store, _ = _ingest([tmp_path / "data"], tmp_path / "store", align=0)  # ECG, no --lead
     (entry,) = store.records
     assert entry.name == "night.edf" and entry.lead == "ECG II" and entry.fs_source == 500
     assert entry.beat_source == "detect"
@@ -312,12 +313,12 @@ def test_edf_with_signals_at_different_rates(tmp_path, capsys):
     assert 0.5 < np.abs(store.beats[:, store.pre_samples]).mean() < 5  # mV, not µV
 
     # Beside the EDF file, annotations that state their time resolution are the reference.
-    wfdb.wrann("night", "atr", sample, symbol, fs=500, write_dir=str(tmp_path))
+    wfdb.wrann("night", "atr", sample, symbol, fs=500, write_dir=str(path.parent))
     store, _ = _ingest([path], tmp_path / "store2", align=0)
     assert store.records[0].beat_source == "annotations"
     assert set(store.table["sample"].tolist()) <= set(np.rint(sample / 2).tolist())
     # Without it, their sample numbers have no rate: refused, naming the file.
-    wfdb.wrann("night", "qrs", sample, symbol, write_dir=str(tmp_path))
+    wfdb.wrann("night", "qrs", sample, symbol, write_dir=str(path.parent))
     argv = ["ingest", str(path), "--annotations", "qrs", "--out", str(tmp_path / "s3")]
     _one_line_error(capsys, argv, "night.qrs", "no time resolution")
     # A file cut short is refused like a short .dat (edfio itself only warns).

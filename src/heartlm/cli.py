@@ -51,6 +51,12 @@ def _version() -> str:
     return f"heartlm {__version__}"
 
 
+def describe_os_error(exc: OSError) -> str:
+    """One line naming the path and the cause (`heartlm.outdir.claimed` names the output
+    folder where the failing call gave no file name)."""
+    return f"{exc.filename or 'cannot write'}: {exc.strerror or exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # wfdb 4.3 calls pandas in ways pandas now deprecates: noise for our users.
@@ -65,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.run(args) or 0)
     except HeartlmError as exc:
         print(f"heartlm: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the machine, not the input: a full or read-only disk, a limit
+        print(f"heartlm: error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("heartlm: interrupted", file=sys.stderr)

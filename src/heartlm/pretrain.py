@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import shutil
+import math
+import os
 import time
-from pathlib import Path
 from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-
-RUN_MARKERS = ("run.json", "metrics.jsonl", "checkpoints", "model.safetensors")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,18 +110,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_launch_arguments(p)
 
 
-def _prepare_run_dir(out: Path, resume: bool, overwrite: bool, is_main: bool) -> None:
-    holds_run = out.is_dir() and any((out / m).exists() for m in RUN_MARKERS)
-    if out.exists() and not out.is_dir():
-        raise HeartlmError("exists and is not a folder", out)
-    if holds_run and not (resume or overwrite):
-        raise HeartlmError("already holds a run (use --resume to continue it or --overwrite)", out)
-    if out.is_dir() and any(out.iterdir()) and not holds_run and not overwrite:
-        raise HeartlmError("is not empty and holds no heartlm run (use --overwrite)", out)
-    if is_main:
-        if overwrite and not resume and out.is_dir():
-            shutil.rmtree(out)
-        out.mkdir(parents=True, exist_ok=True)
+def _world_size(args: argparse.Namespace) -> int:
+    """Processes the run will have: --nproc, or torchrun's WORLD_SIZE inside a worker."""
+    if "LOCAL_RANK" in os.environ:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    return max(1, getattr(args, "nproc", 1))
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags TrainConfig does not hold, and how the batch splits over the processes."""
+    from heartlm.train.loop import resolve_batch
+
+    if args.window < 1:
+        raise HeartlmError(f"--window must be >= 1, not {args.window}")
+    if args.stride is not None and args.stride < 1:
+        raise HeartlmError(f"--stride must be >= 1, not {args.stride}")
+    if not 0.0 <= args.val_fraction < 1.0:
+        raise HeartlmError(f"--val-fraction must be in [0, 1), not {args.val_fraction}")
+    if not 0.0 <= args.label_smoothing < 1.0:
+        raise HeartlmError(f"--label-smoothing must be in [0, 1), not {args.label_smoothing}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise HeartlmError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if getattr(args, "nproc", 1) < 1:
+        raise HeartlmError(f"--nproc must be at least 1, got {args.nproc}")
+    resolve_batch(args.batch, args.micro_batch, _world_size(args))
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
@@ -143,9 +153,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
             ) from None
     if args.steps is None and args.epochs is None:
         args.steps = 1000
-    nproc = max(1, getattr(args, "nproc", 1))
-    if args.batch % nproc:
-        raise HeartlmError(f"--batch {args.batch} is not divisible by --nproc {nproc}")
+    _check_flags(args)
     data = load_tokens(args.tokens)
     cfg = TrainConfig(
         steps=args.steps,
@@ -215,32 +223,91 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     return data, cfg, objective, mcfg
 
 
+def _expected_meta(args: argparse.Namespace, data: Any, mcfg: Any) -> dict[str, Any]:
+    """What a checkpoint of this run records (train() adds the same keys)."""
+    return {
+        "model": mcfg.to_dict(),
+        "window": args.window,
+        "objective": args.objective,
+        "codebook_hash": data.meta.get("codebook_hash"),
+    }
+
+
+def _nothing_to_do(
+    plan: Any, cfg: Any, train_d: Any, args: argparse.Namespace, expected: dict[str, Any]
+) -> str | None:
+    """Why a --resume has nothing to train (the run reached its last step), or None.
+    A damaged or incompatible checkpoint is refused here, before anything is written."""
+    from heartlm.train import checkpoint as ckpt
+    from heartlm.train.data import window_starts
+
+    latest = ckpt.select_checkpoint(plan.checkpoints, quiet=True)
+    if latest is None:
+        return None
+    meta = ckpt.read_meta(latest)
+    ckpt.check_compatible(meta, expected, latest)
+    n = window_starts(
+        train_d.boundaries, args.window, args.stride or args.window, not args.skip_short
+    )
+    total = cfg.total_steps(-(-n[0].size // cfg.batch))
+    target = min(total, cfg.stop_at or total)
+    if meta["step"] < target:
+        return None
+    if target == total and not (plan.work / "model.safetensors").is_file():
+        return None  # the export after the last checkpoint is still to be written
+    if target < total:
+        return f"already at step {meta['step']} (--stop-at {cfg.stop_at}): nothing to do"
+    return (
+        f"already finished at step {meta['step']} (--steps {total}): nothing to do; "
+        "raise --steps to train further"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    from heartlm.outdir import check_separate
+    from heartlm.train import rundir
+    from heartlm.train.data import split_records
     from heartlm.train.launch import maybe_relaunch
 
-    out = Path(args.out)
-    # Bad flags fail once here, before any relaunch, not once per process.
+    # Every flag, the tokens and the run folder are checked once here, before anything is
+    # written and before any relaunch.
     data, cfg, objective, mcfg = _resolve(args)
-    _prepare_run_dir(out, cfg.resume, args.overwrite, is_main=False)
-    code = maybe_relaunch(args)
-    if code is not None:
-        return code
+    plan = rundir.plan_pretrain(args.out, cfg.resume, args.overwrite)
+    check_separate(plan.out, [args.tokens])
+    splits = split_records(data, args.val_fraction, args.seed)
+    if cfg.resume:
+        why = _nothing_to_do(plan, cfg, splits[0], args, _expected_meta(args, data, mcfg))
+        if why:
+            logger.info("%s: %s", plan.out, why)
+            return 0
 
+    def body() -> int:
+        code = maybe_relaunch(args)
+        return _train(args, plan, data, splits, cfg, objective, mcfg) if code is None else code
+
+    return rundir.run_owned(plan, body)
+
+
+def _train(
+    args: argparse.Namespace, plan: Any, data: Any, splits: Any, cfg: Any, objective: Any, mcfg: Any
+) -> int:
+    """One process's part of the run (all of it without torchrun)."""
     import torch
 
     from heartlm.model import HeartLM
     from heartlm.runinfo import write_run_json
-    from heartlm.train.data import WindowSampler, split_records
-    from heartlm.train.distributed import barrier, init_distributed, shutdown
+    from heartlm.train import stopsignal
+    from heartlm.train.data import WindowSampler
+    from heartlm.train.distributed import barrier, collective_errors, init_distributed, shutdown
     from heartlm.train.loop import train
 
     t0 = time.perf_counter()
-    resume = cfg.resume
+    out = plan.work
     env = init_distributed(args.timeout, None if args.device == "auto" else args.device)
+    ok = False
     try:
-        _prepare_run_dir(out, resume, args.overwrite, env.is_main)
-        barrier(env)
-        train_d, val_d = split_records(data, args.val_fraction, args.seed)
+        barrier(env)  # the owner (rank 0) has prepared the folder
+        train_d, val_d = splits
         pad = not args.skip_short
         train_s = WindowSampler(train_d, args.window, args.stride, args.seed, env.device, pad)
         val_s = None
@@ -285,7 +352,8 @@ def run(args: argparse.Namespace) -> int:
             args.window,
             env.world_size,
         )
-        result = train(cfg, model, objective, train_s, val_s, out, env, info)
+        with stopsignal.handling(), collective_errors(env, args.timeout):
+            result = train(cfg, model, objective, train_s, val_s, out, env, info)
         if env.is_main:
             write_run_json(
                 out,
@@ -301,6 +369,11 @@ def run(args: argparse.Namespace) -> int:
             result.loss,
             "" if result.val_loss is None else f", val_loss {result.val_loss:.4f}",
         )
+        ok = True
     finally:
-        shutdown(env)
+        if ok:  # after a failure, a process-group teardown could wait on the failed peers
+            shutdown(env)
+    if result.interrupted:
+        logger.info("%s: stopped at step %d; continue with --resume", plan.out, result.step)
+        return stopsignal.EXIT_STOPPED
     return 0

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from heartlm.log import logger, progress
-from heartlm.outdir import check_writable
+from heartlm.outdir import absolute, staged_dir
 from heartlm.scale.corpus import heartlm_cli
 from heartlm.scale.environment import gpu_count
 
@@ -77,15 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = check_writable(args.out, args.overwrite).resolve()
-    if out.is_dir():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    plan = stages(out, QuickstartConfig(), scale_gpus())
-    for i, (name, argv) in enumerate(progress(plan, total=len(plan), desc="quickstart"), 1):
-        logger.info("quickstart [%d/%d] %s", i, len(plan), name)
-        heartlm_cli(argv, f"quickstart {name}")
-    report = out / "scale" / "report.md"
+    # Built in a staging folder with paths relative to it, so that it still holds together
+    # once it replaces OUT (and OUT's old contents stay until then).
+    with staged_dir(args.out, args.overwrite) as stage:
+        plan = stages(Path(), QuickstartConfig(), scale_gpus())
+        for i, (name, argv) in enumerate(progress(plan, total=len(plan), desc="quickstart"), 1):
+            logger.info("quickstart [%d/%d] %s", i, len(plan), name)
+            heartlm_cli(argv, f"quickstart {name}", cwd=stage)
+    report = absolute(args.out) / "scale" / "report.md"
     logger.info("quickstart: done; the scaling report is %s", report)
     print(report)
     return 0

@@ -83,10 +83,17 @@ def read_json(folder: str | Path, name: str, missing: str) -> Any:
     path = Path(folder) / name
     if not path.is_file():
         raise HeartlmError(missing, folder)
+    return parse_json_file(path)
+
+
+def parse_json_file(path: Path) -> Any:
+    """The JSON in `path`; text that is not UTF-8 or not JSON is one line naming the file."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise HeartlmError(f"{path.name} is not UTF-8 text (byte {exc.start})", path) from None
     except json.JSONDecodeError as exc:
-        raise HeartlmError(f"{name} is not valid JSON ({exc.msg})", path) from None
+        raise HeartlmError(f"{path.name} is not valid JSON ({exc.msg})", path) from None
 
 
 def read_run_json(folder: str | Path, stage: str | None = None) -> dict[str, Any]:

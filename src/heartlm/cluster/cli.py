@@ -21,6 +21,10 @@ APPTAINER_DEF = "heartlm.def"
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 # Flags that the scripts set through torchrun; passing them to heartlm too would relaunch.
 _LAUNCHER_FLAGS = ("--nproc", "--max-restarts", "--rdzv-timeout")
+# Commands that checkpoint on SIGTERM and continue with --resume after a requeue.
+_RESUMABLE = ("pretrain", "finetune")
+GRACE_S = 120
+"""seconds between SLURM's warning (USR1) and the time limit"""
 
 
 @dataclass
@@ -114,6 +118,14 @@ def default_source() -> Path:
     return here if (here / "pyproject.toml").is_file() else Path.cwd()
 
 
+def resumable(heartlm_args: list[str]) -> list[str]:
+    """A training command with --resume, so the requeued job continues where it stopped
+    (the first run says there is no checkpoint yet and starts at step 0)."""
+    if heartlm_args[:1] and heartlm_args[0] in _RESUMABLE and "--resume" not in heartlm_args:
+        return [*heartlm_args, "--resume"]
+    return list(heartlm_args)
+
+
 def render_all(config: SlurmConfig) -> dict[str, str]:
     """File name -> text of every file `heartlm slurm` writes."""
     container = f"apptainer exec --nv {shlex.quote(config.image)} " if config.container else ""
@@ -130,7 +142,9 @@ def render_all(config: SlurmConfig) -> dict[str, str]:
         sbatch_extra=extra.rstrip("\n"),
         container=container,
         max_restarts=config.max_restarts,
-        heartlm_args=shlex.join(config.heartlm_args),
+        heartlm_args=shlex.join(resumable(config.heartlm_args)),
+        grace=GRACE_S,
+        shutdown=GRACE_S - 20,
     )
     return {
         SINGLE_NODE_SCRIPT: templates.render(

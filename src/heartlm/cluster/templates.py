@@ -14,6 +14,8 @@ _HEADER = """\
 #SBATCH --cpus-per-task=@CPUS@
 #SBATCH --time=@TIME@
 #SBATCH --output=%x-%j.out
+#SBATCH --signal=B:USR1@@GRACE@
+#SBATCH --requeue
 @SBATCH_EXTRA@
 set -euo pipefail
 cd "${SLURM_SUBMIT_DIR:-.}"
@@ -32,11 +34,26 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 # or it may read stale addresses and fail to connect (pytorch/pytorch#135712).
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# Time for the workers to write their checkpoint once told to stop (torchrun's grace).
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=@SHUTDOWN@
+export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1
 # Site-specific, for InfiniBand between nodes (ask your admins, check `ibstat`):
 # export NCCL_IB_HCA=mlx5              # which HCAs NCCL may use
 # export NCCL_IB_GID_INDEX=3           # RoCE clusters usually need this
 # export NCCL_SOCKET_IFNAME=ib0        # interface for bootstrap / TCP fallback
 # export NCCL_IB_DISABLE=1             # no InfiniBand: use TCP sockets
+
+# The time limit: SLURM sends USR1 to this script @GRACE@ s before it (--signal above). The
+# workers then get SIGTERM (srun -> torchrun -> workers), write a checkpoint at the next
+# step boundary and exit with code 75; the job is requeued and continues there (--resume).
+requeue() {
+    echo "heartlm: time limit near: checkpointing, then requeueing job $SLURM_JOB_ID" >&2
+    kill -TERM "$step" 2>/dev/null || true
+    wait "$step" || true
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+}
+trap requeue USR1
 """
 
 SINGLE_NODE = (
@@ -48,7 +65,9 @@ srun --cpu-bind=cores @CONTAINER@torchrun \\
     --nnodes=1 \\
     --nproc-per-node=@GPUS@ \\
     --max-restarts=@MAX_RESTARTS@ \\
-    -m heartlm @HEARTLM_ARGS@
+    -m heartlm @HEARTLM_ARGS@ &
+step=$!
+wait "$step"
 """
 )
 
@@ -68,7 +87,9 @@ srun --cpu-bind=cores @CONTAINER@torchrun \\
     --rdzv-id="$SLURM_JOB_ID" \\
     --rdzv-conf=join_timeout=@RDZV_TIMEOUT@ \\
     --max-restarts=@MAX_RESTARTS@ \\
-    -m heartlm @HEARTLM_ARGS@
+    -m heartlm @HEARTLM_ARGS@ &
+step=$!
+wait "$step"
 """
 )
 

@@ -47,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise HeartlmError("--batch must be positive")
     if args.out is not None:
-        from heartlm.outdir import check_writable
+        from heartlm.outdir import check_separate, check_writable
 
         check_writable(args.out, args.overwrite)
+        check_separate(args.out, [args.run, args.data])
     t0 = time.perf_counter()
     result = evaluate(
         args.run,

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from heartlm.errors import HeartlmError
+from heartlm.log import logger
 
 DEFAULT_EPOCHS = 10.0
 
@@ -129,12 +130,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     add_device_arguments(g)
     g.add_argument("--overwrite", action="store_true", help="replace an existing FT")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run from its last checkpoint",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a stuck rendezvous or collective fails",
+    )
     add_launch_arguments(p)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    from heartlm.finetune.pipeline import FinetuneConfig, finetune, prepare_out
-    from heartlm.train.launch import maybe_relaunch
+    from heartlm.finetune.lineage import FINETUNE_INFO
+    from heartlm.finetune.pipeline import FinetuneConfig
+    from heartlm.outdir import check_separate
+    from heartlm.train import rundir
+    from heartlm.train.launch import is_elastic_restart, maybe_relaunch
     from heartlm.train.loop import TrainConfig
 
     if args.steps is None and args.epochs is None:
@@ -157,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             device=None if args.device == "auto" else args.device,
             overwrite=args.overwrite,
+            timeout_s=args.timeout,
         )
         cfg.validate()
         tcfg = TrainConfig(
@@ -173,15 +189,32 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             compile=args.compile,
             precision=args.precision,
+            resume=args.resume or is_elastic_restart(),
         )
         tcfg.validate()
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
     if args.val_every < 0:
         raise HeartlmError("--val-every must be >= 0")
-    prepare_out(args.out, args.overwrite)
-    code = maybe_relaunch(args)
-    if code is not None:
-        return code
-    finetune(args.run, args.data, args.out, cfg, tcfg)
+    plan = rundir.plan_finetune(args.out, tcfg.resume, args.overwrite, FINETUNE_INFO)
+    check_separate(plan.out, [args.run, args.data])
+    if plan.finished:
+        logger.info("%s: already finished: nothing to do", plan.out)
+        return 0
+
+    def body() -> int:
+        code = maybe_relaunch(args)
+        return _finetune(args, plan.out, cfg, tcfg) if code is None else code
+
+    return rundir.run_owned(plan, body)
+
+
+def _finetune(args: argparse.Namespace, out: Path, cfg: object, tcfg: object) -> int:
+    from heartlm.finetune.pipeline import finetune
+    from heartlm.train.stopsignal import EXIT_STOPPED
+
+    info = finetune(args.run, args.data, out, cfg, tcfg)
+    if info.get("interrupted"):
+        logger.info("%s: stopped; continue with --resume", out)
+        return EXIT_STOPPED
     return 0

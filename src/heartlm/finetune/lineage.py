@@ -17,7 +17,7 @@ from typing import Any
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import read_run_json
+from heartlm.runinfo import parse_json_file, read_json, read_run_json
 
 LINEAGE = "lineage.json"
 FINETUNE_INFO = "finetune.json"
@@ -42,7 +42,7 @@ def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
                 f"token folder has no {name}: cannot make a self-contained run", tokens
             )
         shutil.copy2(tokens / name, out / name)
-    meta = json.loads((tokens / "tokens.json").read_text())
+    meta = parse_json_file(tokens / "tokens.json")
     store = _store_folder(tokens, meta)
     ingest = None
     if store is None:
@@ -67,21 +67,9 @@ def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
 
 
 def read_lineage(run: Path) -> dict[str, Any]:
-    path = run / LINEAGE
-    if not path.is_file():
-        raise HeartlmError(f"no {LINEAGE}: not a fine-tuned heartlm run", run)
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeartlmError(f"{LINEAGE} is not valid JSON ({exc.msg})", path) from None
+    return read_json(run, LINEAGE, f"no {LINEAGE}: not a fine-tuned heartlm run")
 
 
 def read_finetune_info(run: Path) -> dict[str, Any]:
     """`finetune.json` of a fine-tuned run: task, window, splits, class weights, best step."""
-    path = run / FINETUNE_INFO
-    if not path.is_file():
-        raise HeartlmError(f"no {FINETUNE_INFO}: not a fine-tuned heartlm run", run)
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeartlmError(f"{FINETUNE_INFO} is not valid JSON ({exc.msg})", path) from None
+    return read_json(run, FINETUNE_INFO, f"no {FINETUNE_INFO}: not a fine-tuned heartlm run")

@@ -9,7 +9,6 @@ validation loss (the loop exports the last; `_export_best` replaces it).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ from heartlm.finetune.lineage import FINETUNE_INFO, copy_lineage
 from heartlm.finetune.objectives import AfibWindows, BeatClasses, keep_table
 from heartlm.finetune.splits import RecordRef, Split, split_records
 from heartlm.log import logger
-from heartlm.outdir import atomic_write_text, check_writable
+from heartlm.outdir import atomic_write_text, check_writable, partial_dir, swap_in
 
 TASKS = ("beats", "afib")
 DEFAULT_WINDOW = {"beats": 128, "afib": 32}
@@ -69,6 +68,8 @@ class FinetuneConfig:
     device: str | None = None
     """cuda or cpu (default: cuda when available)"""
     overwrite: bool = False
+    timeout_s: float = 600.0
+    """seconds before a stuck rendezvous or collective fails"""
 
     def validate(self) -> None:
         if self.task not in TASKS:
@@ -95,6 +96,10 @@ class FinetuneConfig:
             raise ValueError(f"--inputs must be one of {', '.join(INPUTS)}, not {self.inputs!r}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout must be in [0, 1), not {self.dropout}")
+        if not self.timeout_s > 0:
+            raise ValueError(
+                f"--timeout must be a positive number of seconds, not {self.timeout_s}"
+            )
 
 
 def record_refs(data: Any, task: str) -> list[RecordRef]:
@@ -118,6 +123,16 @@ def _check_labels(refs: list[RecordRef], task: str, tokens: Path) -> None:
     if not any(r.has_labels for r in refs):
         what = "AAMI beat labels" if task == "beats" else "rhythm labels (no (AFIB/(N episodes)"
         raise HeartlmError(f"holds no {what}: nothing to fine-tune --task {task} on", tokens)
+
+
+def _check_afib(split: Split, task: str, tokens: Path) -> None:
+    """AFIB windows must exist in training, or the model learns to never say AFIB."""
+    if task == "afib" and not any(r.positive for r in split.train):
+        raise HeartlmError(
+            "its training records hold no (AFIB episode: --task afib would learn only "
+            "'not AFIB' (F1 0); add records with atrial fibrillation",
+            tokens,
+        )
 
 
 def build_model(run: Path, data: Any, cfg: FinetuneConfig, window: int | None):
@@ -169,22 +184,13 @@ def _class_weights(train_d: Any, cfg: FinetuneConfig, window: int, stride: int) 
     return fdata.class_weights(w.window_label, 2, cfg.max_class_weight, cfg.class_weight_power)
 
 
-def partial_dir(out: Path) -> Path:
-    """Where a fine-tuning run is built before it is renamed to `out` (same on every rank)."""
-    return out.parent / f".{out.name}.partial"
-
-
-def prepare_out(out: Path, overwrite: bool) -> None:
-    """In the launching process only: refuse a used `out`, clear a failed run's leftovers."""
-    check_writable(out, overwrite)
-    if int(os.environ.get("RANK", "0")) == 0:
-        shutil.rmtree(partial_dir(out), ignore_errors=True)
-
-
 def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any) -> dict:
-    """Fine-tune `run` on `tokens` into `out`; returns what run.json holds (rank 0)."""
+    """Fine-tune `run` on `tokens` into `out` (built in its partial folder, which
+    `tcfg.resume` continues); returns what run.json holds (rank 0), or {"interrupted":
+    True} when a stop signal ended it after a checkpoint."""
+    from heartlm.train import stopsignal
     from heartlm.train.data import WindowSampler, load_tokens
-    from heartlm.train.distributed import barrier, init_distributed, shutdown
+    from heartlm.train.distributed import barrier, collective_errors, init_distributed, shutdown
     from heartlm.train.loop import train
 
     t0 = time.perf_counter()
@@ -193,13 +199,15 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
     refs = record_refs(data, cfg.task)
     _check_labels(refs, cfg.task, tokens)
     split = split_records(refs, cfg.task, cfg.val_fraction, cfg.seed, cfg.records)
+    _check_afib(split, cfg.task, tokens)
     model, window = build_model(run, data, cfg, cfg.window)
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
         train_d.aami = fdata.keep_label_fraction(train_d.aami, cfg.label_fraction, cfg.seed)
     weights = _class_weights(train_d, cfg, window, stride)
-    env = init_distributed(device=cfg.device)
+    env = init_distributed(cfg.timeout_s, device=cfg.device)
+    ok = False
     try:
         train_s = WindowSampler(train_d, window, stride, cfg.seed, env.device, pad_short=True)
         columns = data.shape_columns(absolute_only=True)
@@ -227,8 +235,7 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
         if val_s is not None and not tcfg.val_every:
             tcfg.val_every = max(1, train_s.steps_per_epoch(tcfg.batch))
         tcfg.ckpt_every = tcfg.val_every if val_s is not None else 0
-        n_val = -(-_total_steps(tcfg, train_s) // max(1, tcfg.val_every)) + 1
-        tcfg.keep_ckpts = max(tcfg.keep_ckpts, n_val)
+        tcfg.keep_ckpts = 0  # all: the best validation is chosen among them at the end
         tcfg.val_batches = None
         stage = partial_dir(out)
         if env.is_main:
@@ -239,11 +246,16 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
             "codebook_hash": data.meta.get("codebook_hash"),
             "from_scratch": cfg.from_scratch,
         }
-        result = train(tcfg, model, objective, train_s, val_s, stage, env, meta)
+        with stopsignal.handling(), collective_errors(env, cfg.timeout_s):
+            result = train(tcfg, model, objective, train_s, val_s, stage, env, meta)
+        if result.interrupted:
+            ok = True
+            return {"interrupted": True}
         scorer = None
         if val_s is not None and cfg.select == "f1":
             scorer = _val_scorer(val_d, cfg.task, window, env.device)
         best = _export_best(stage, model, env, tcfg, scorer) if val_s is not None else None
+        ok = True
         if not env.is_main:
             return {}
         info = _finish(run, tokens, out, stage, cfg, tcfg, split, weights, window, stride, best)
@@ -251,7 +263,8 @@ def finetune(run: Path, tokens: Path, out: Path, cfg: FinetuneConfig, tcfg: Any)
         logger.info(f"{out}: fine-tuned ({cfg.task}) in {time.perf_counter() - t0:.1f} s")
         return info
     finally:
-        shutdown(env)
+        if ok:  # after a failure, a process-group teardown could wait on the failed peers
+            shutdown(env)
 
 
 def _total_steps(tcfg: Any, sampler: Any) -> int:
@@ -403,7 +416,5 @@ def _finish(
         extra={"run": str(run), "tokens": str(tokens), "lineage": lineage, "finetune": info},
     )
     check_writable(out, cfg.overwrite)
-    if out.exists():
-        shutil.rmtree(out)
-    stage.rename(out)
+    swap_in(stage, out)
     return run_info

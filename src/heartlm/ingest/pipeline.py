@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -20,8 +21,9 @@ from heartlm.ecg.workers import worker_died
 from heartlm.errors import HeartlmError
 from heartlm.ingest.config import IngestConfig
 from heartlm.ingest.record import RecordResult, ingest_record
+from heartlm.lifeline import die_with_parent
 from heartlm.log import logger, progress
-from heartlm.outdir import staged_dir
+from heartlm.outdir import check_separate, check_writable, staged_dir
 from heartlm.runinfo import write_run_json
 from heartlm.store import StoreWriter
 
@@ -39,6 +41,8 @@ def ingest(
 ) -> dict[str, Any]:
     """Ingest WFDB records (files or folders) into a beat store at `out`; returns run.json."""
     t_start = time.perf_counter()
+    check_writable(out, overwrite)
+    check_separate(out, sources)
     records, skipped = _list_records(sources, config)
     if not records:
         raise HeartlmError("no WFDB or EDF records to ingest", sources[0] if sources else None)
@@ -138,7 +142,10 @@ def _run_all(
     if workers == 1:
         yield from (_safe_ingest(p, config) for p in records)
         return
-    pool = ProcessPoolExecutor(max_workers=workers)
+    # Workers end with us even when we are killed outright (they would linger otherwise).
+    pool = ProcessPoolExecutor(
+        max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),)
+    )
     try:
         yield from _ordered(pool.submit, _safe_ingest, records, config, workers)
     finally:  # also when the caller stops early on a bad record: drop what is queued

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from heartlm.errors import HeartlmError
 from heartlm.model.config import ModelConfig
 from heartlm.model.hlm import HeartLM
 from heartlm.outdir import atomic_write_text
 from heartlm.runinfo import read_json
+from heartlm.tensorfile import load_tensors, save_tensors
 
 FORMAT = "heartlm-model"
 VERSION = 2
@@ -25,9 +25,7 @@ def export_model(
     """Write the weights and config (`info`: window, objective, codebook hash, ...)."""
     run_dir = Path(run_dir)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
-    tmp = run_dir / ".model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": FORMAT})
-    tmp.replace(run_dir / "model.safetensors")
+    save_tensors(tensors, run_dir / "model.safetensors", metadata={"format": FORMAT})
     config = {"format": FORMAT, "version": VERSION, "model": cfg.to_dict(), **info}
     atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
 
@@ -71,10 +69,7 @@ def load_pretrained(
     path = run_dir / "model.safetensors"
     if not path.is_file():
         raise HeartlmError("model.safetensors is missing", run_dir)
-    try:
-        state = load_file(str(path))
-    except Exception as exc:  # safetensors raises several types for a damaged file
-        raise HeartlmError(f"cannot read weights ({exc})", path) from None
+    state = load_tensors(path)
     own = model.state_dict()
     mismatched = sorted(set(state) ^ set(own))
     if mismatched:

@@ -58,7 +58,7 @@ class Study:
 def _json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return {}
 
 
@@ -70,6 +70,8 @@ def load_study(folder: Path) -> Study:
         rows = read_results(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise HeartlmError(f"cannot read ({exc})", path) from None
+    if not rows:
+        raise HeartlmError("holds no cells, only a header: nothing to report yet", path)
     missing = [
         c
         for c in ("task", "window", "gpus", "cpus", "scaling", "time_s")

@@ -9,7 +9,10 @@ choice has to happen inside the rank.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+
+from heartlm.lifeline import die_with_parent
 
 
 def parse_groups(spec: str) -> list[set[int]]:
@@ -21,6 +24,8 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] != "--cores" or argv[2] != "--":
         print("usage: python -m heartlm.scale.bind --cores SPEC -- COMMAND...", file=sys.stderr)
         return 2
+    # A rank must not outlive torchrun, even one killed outright: nothing would reap it.
+    die_with_parent(os.getppid(), signal.SIGKILL)
     groups = parse_groups(argv[1])
     if groups:
         rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from heartlm import lifeline
 from heartlm.scale import metrics
 from heartlm.scale.energy import EnergySampler
 
@@ -120,7 +121,7 @@ def read_step_records(run_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -132,7 +133,7 @@ def read_step_records(run_dir: Path) -> list[dict[str, Any]]:
 
 def _count_steps(run_dir: Path) -> int:
     try:
-        return sum(1 for line in open(run_dir / "metrics.jsonl") if '"step_time_s"' in line)
+        return sum(1 for line in open(run_dir / "metrics.jsonl", "rb") if b'"step_time_s"' in line)
     except OSError:
         return 0
 
@@ -180,8 +181,13 @@ def run_launch(launch: Launch, cell: Cell, work: Workload) -> dict[str, Any]:
         open(launch.log, "w") as log,
         EnergySampler(launch.gpu_indices, lambda: _count_steps(launch.run_dir)) as energy,
     ):
+        # Its own session, so a timeout can end the whole group; and it ends with us.
         proc = subprocess.Popen(
-            launch.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            lifeline.wrap(launch.argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         try:
             code = proc.wait(timeout=launch.timeout_s)
@@ -250,8 +256,8 @@ def read_breakdown(run_dir: Path) -> tuple[dict[str, float], range]:
     """Per-step seconds in compute, communication, data wait and other (breakdown.json),
     and the steps (1-based) that were profiled, which are not timed."""
     try:
-        raw = json.loads((run_dir / "breakdown.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        raw = json.loads((run_dir / "breakdown.json").read_bytes())
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return {}, range(0)
     keys = ("step_s", "compute_s", "comm_s", "data_wait_s", "other_s")
     found = {k: float(raw[k]) for k in keys if isinstance(raw.get(k), int | float)}

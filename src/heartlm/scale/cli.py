@@ -10,7 +10,7 @@ from pathlib import Path
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-from heartlm.outdir import atomic_write_text
+from heartlm.outdir import absolute, atomic_write_text, check_separate, claimed, swap_in
 from heartlm.runinfo import write_run_json
 from heartlm.scale import environment
 from heartlm.scale.corpus import heartlm_cli, make_tokens, minutes_for
@@ -164,20 +164,35 @@ def write_csv(grid: Grid) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     data = check_data(args.data)
-    out = args.out.resolve()
-    grid_state(out, cfg, args.overwrite)
-    atomic_write_text(out / "environment.json", json.dumps(environment.capture(), indent=2) + "\n")
+    out = absolute(args.out)
+    check_separate(out, [data])
+    with claimed(out):
+        work = grid_state(out, cfg, args.overwrite)
+        counts, rows = _run_grid(cfg, work, data, args)
+        if work != out and not counts.get("pending"):
+            swap_in(work, out)
+            work = out
+    if work != out:
+        logger.warning("scale: %s stays as it was until the new grid in %s is done", out, work)
+    logger.info("scale: %d cells, results in %s", len(rows), work / "results.csv")
+    print(work / "results.csv")
+    return 0
+
+
+def _run_grid(
+    cfg: ScaleConfig, work: Path, data: Path | None, args: argparse.Namespace
+) -> tuple[dict[str, int], list[dict]]:
+    env = json.dumps(environment.capture(), indent=2) + "\n"
+    atomic_write_text(work / "environment.json", env)
     start = time.monotonic()
-    data = prepare_data(cfg, out, data)
-    grid = Grid(cfg, out, data, prepare_init_run(cfg, out, data), retry_failed=args.retry_failed)
+    data = prepare_data(cfg, work, data)
+    grid = Grid(cfg, work, data, prepare_init_run(cfg, work, data), retry_failed=args.retry_failed)
     counts = grid.run(on_result=lambda: write_csv(grid), max_time_s=args.max_time)
     rows = write_csv(grid)
     write_run_json(
-        out, "scale", cfg,
+        work, "scale", cfg,
         counts={"cells": len(rows), "ok": sum(r["status"] == "ok" for r in rows),
                 "launched": counts},
         timings={"total": time.monotonic() - start}, extra={"data": str(data)},
     )  # fmt: skip
-    logger.info("scale: %d cells, results in %s", len(rows), out / "results.csv")
-    print(out / "results.csv")
-    return 0
+    return counts, rows

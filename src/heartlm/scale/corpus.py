@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from heartlm import lifeline
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 
@@ -14,7 +15,10 @@ def heartlm_cli(args: list[str], what: str, cwd: Path | None = None) -> None:
     """Run `heartlm ARGS` as a subprocess; its logs go to our stderr; failure is one line."""
     logger.info("%s: heartlm %s", what, " ".join(args))
     done = subprocess.run(
-        [sys.executable, "-m", "heartlm", *args], cwd=cwd, stdout=_stderr_fd(), check=False
+        lifeline.wrap([sys.executable, "-m", "heartlm", *args]),
+        cwd=cwd,
+        stdout=_stderr_fd(),
+        check=False,
     )
     if done.returncode != 0:
         raise HeartlmError(f"heartlm {args[0]} failed (exit {done.returncode}); see above", what)

@@ -16,7 +16,7 @@ from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
-from heartlm.outdir import atomic_write_text
+from heartlm.outdir import atomic_write_text, partial_dir
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, torchrun_argv
 
 TASKS = ("pretrain", "finetune")
@@ -202,8 +202,8 @@ class Grid:
 
     def load_result(self, cell: Cell, rep: int) -> dict[str, Any] | None:
         try:
-            return json.loads((self.rep_dir(cell, rep) / "result.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            return json.loads((self.rep_dir(cell, rep) / "result.json").read_bytes())
+        except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
             return None
 
     def results(self) -> dict[Cell, list[dict[str, Any]]]:
@@ -293,27 +293,30 @@ class Grid:
         return counts
 
 
-def grid_state(out: Path, cfg: ScaleConfig, overwrite: bool) -> None:
-    """Claim `out` for this grid, or resume the grid already there.
-
-    A folder holding a grid with the same workload resumes; anything else is refused
-    unless `overwrite`, which empties it first.
+def grid_state(out: Path, cfg: ScaleConfig, overwrite: bool) -> Path:
+    """Claim a folder for this grid and return it: `out` when it is new or holds this grid
+    (which resumes). With `overwrite`, a folder holding anything else stays as it is and
+    the grid runs in `.OUT.partial` (resumed there too) until it replaces `out` at the end.
     """
-    state = out / "grid.json"
     if out.exists() and not out.is_dir():
         raise HeartlmError("exists and is not a folder", out)
-    if out.is_dir() and any(out.iterdir()):
-        same = False
-        if state.is_file():
-            try:
-                same = json.loads(state.read_text()).get("workload") == cfg.workload_key()
-            except json.JSONDecodeError:
-                same = False
-        if not same and not overwrite:
-            why = "holds a grid with another workload" if state.is_file() else "already holds files"
+    work = out
+    if out.is_dir() and any(out.iterdir()) and not _holds_grid(out, cfg):
+        if not overwrite:
+            held = (out / "grid.json").is_file()
+            why = "holds a grid with another workload" if held else "already holds files"
             raise HeartlmError(f"{why} (use --overwrite to replace it)", out)
-        if not same:
-            shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        work = partial_dir(out)
+        if not _holds_grid(work, cfg):
+            shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     info = {"workload": cfg.workload_key(), "config": dataclasses.asdict(cfg)}
-    atomic_write_text(state, json.dumps(info, indent=2) + "\n")
+    atomic_write_text(work / "grid.json", json.dumps(info, indent=2) + "\n")
+    return work
+
+
+def _holds_grid(folder: Path, cfg: ScaleConfig) -> bool:
+    try:
+        return json.loads((folder / "grid.json").read_bytes()).get("workload") == cfg.workload_key()
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -19,11 +19,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from heartlm.errors import HeartlmError
 from heartlm.log import progress
 from heartlm.outdir import atomic_write_text
+from heartlm.runinfo import parse_json_file
+from heartlm.tensorfile import save_tensors
 from heartlm.tokens.features import FeatureSpace
 from heartlm.tokens.normalize import Normalization
 
@@ -60,9 +63,9 @@ class Codebook:
         folder = Path(folder)
         arrays = {"centroids": np.ascontiguousarray(self.centroids, np.float32)}
         arrays.update(self.space.tensors())
-        save_file(
+        save_tensors(
             {name: torch.from_numpy(array) for name, array in arrays.items()},
-            str(folder / "codebook.safetensors"),
+            folder / "codebook.safetensors",
             metadata={"format": FORMAT, "version": str(VERSION), "hash": self.content_hash},
         )
         info = {
@@ -89,7 +92,7 @@ class Codebook:
             if not p.is_file():
                 raise HeartlmError("codebook file is missing", p)
         try:
-            meta = json.loads(meta_path.read_text())
+            meta = parse_json_file(meta_path)
             if meta.get("format") != FORMAT or meta.get("version") != VERSION:
                 raise HeartlmError(
                     f"codebook {meta.get('format')} v{meta.get('version')}, this heartlm reads"
@@ -108,7 +111,7 @@ class Codebook:
                 trained_on=dict(meta.get("trained_on", {})),
                 space=FeatureSpace.from_tensors(tensors),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError) as exc:
+        except (KeyError, TypeError, ValueError, OSError, SafetensorError) as exc:
             raise HeartlmError(f"not a readable heartlm codebook ({exc})", folder) from None
         if centroids.ndim != 2 or centroids.shape[1] != book.window_samples:
             raise HeartlmError(f"centroids of shape {tuple(centroids.shape)}", tensor_path)

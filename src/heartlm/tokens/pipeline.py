@@ -14,7 +14,7 @@ import torch
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
-from heartlm.outdir import check_writable, staged_dir
+from heartlm.outdir import check_separate, check_writable, staged_dir
 from heartlm.runinfo import write_run_json
 from heartlm.shards import NUM_SPECIAL, UNK
 from heartlm.store import BeatStore
@@ -83,6 +83,7 @@ def tokenize(store_path: str | Path, out: str | Path, config: TokenizeConfig) ->
     """Tokenize `store_path` into `out` (staged, atomic); return the run summary."""
     config.validate()
     check_writable(out, config.overwrite)
+    check_separate(out, [store_path, config.codebook])
     device = pick_device(config.device)
     store = BeatStore(store_path)
     if store.n_beats == 0:

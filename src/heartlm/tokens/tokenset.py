@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from heartlm import shards
+from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.errors import HeartlmError
 from heartlm.runinfo import read_json
 
@@ -95,6 +96,8 @@ class TokenSet:
         _check_boundaries(folder, streams["boundaries"], meta["records"], n)
         _check_range(folder, "morph", streams["morph"], int(meta["vocab_size"]))
         _check_range(folder, "rhythm", streams["rhythm"], int(meta["rhythm_vocab_size"]))
+        _check_codes(folder, "aami", streams["aami"], len(AAMI_CLASSES))
+        _check_codes(folder, "rhythm_label", streams["rhythm_label"], len(RHYTHMS))
         return cls(folder=folder, records=list(meta["records"]), meta=meta, **streams)
 
 
@@ -127,6 +130,15 @@ def _check_boundaries(folder: Path, b: np.ndarray, records: list[dict[str, Any]]
             raise HeartlmError(
                 f"record {rec.get('name')!r} disagrees with tokens.json (start/n_beats)", path
             )
+
+
+def _check_codes(folder: Path, name: str, codes: np.ndarray, n_codes: int) -> None:
+    """Label codes are -1 (none) or an index into their list of names."""
+    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= n_codes):
+        bad = int(codes.max()) if int(codes.max()) >= n_codes else int(codes.min())
+        raise HeartlmError(
+            f"holds label code {bad}, outside -1 .. {n_codes - 1}", folder / shards.STREAMS[name]
+        )
 
 
 def _check_range(folder: Path, name: str, tokens: np.ndarray, vocab: int) -> None:

@@ -1,10 +1,12 @@
-"""Sharded, atomic, resumable checkpoints through torch.distributed.checkpoint (no pickle).
+"""Sharded, atomic, resumable checkpoints through torch.distributed.checkpoint.
 
-A checkpoint is `ROOT/step_00000100/`: DCP shards of {model, optim, rng} plus
-`meta.json` (step, model config, vocabulary, window, objective). It is written to
+A checkpoint is `ROOT/step_00000100/`: DCP shards of {model, optim, rng}, `meta.json`
+(step, model config, vocabulary, window, objective), copies of run files it belongs with
+(`metrics.jsonl`) and `manifest.json` (every file's SHA-256). It is written to
 `ROOT/.step_00000100.tmp` by every rank and renamed by rank 0 once all are done.
 `get_state_dict` / `set_state_dict` give DDP, FSDP2 and a plain module the same keys,
-so a checkpoint loads with another process count (DCP reshards on load).
+so a checkpoint loads with another process count (DCP reshards on load). Loading checks
+the manifest first and reads DCP's metadata without running code (`dcp_safe`).
 """
 
 from __future__ import annotations
@@ -14,19 +16,22 @@ import json
 import re
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from heartlm.errors import HeartlmError
-from heartlm.outdir import atomic_write_text
-from heartlm.train.distributed import DistEnv, barrier
+from heartlm.log import logger
+from heartlm.outdir import atomic_write_text, write_failure
+from heartlm.train import manifest
+from heartlm.train.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from heartlm.train.distributed import DistEnv, barrier, broadcast_int
 
 _NAME = re.compile(r"^step_(\d{8})$")
 
@@ -67,37 +72,121 @@ def save_checkpoint(
     meta: dict[str, Any],
     env: DistEnv,
     keep: int = 2,
+    files: Sequence[Path] = (),
 ) -> Path:
-    """Save on every rank (collective); returns the final folder."""
+    """Save on every rank (collective); returns the final folder. `files` (rank 0's) are
+    copied in, so the checkpoint carries the run's log up to its step."""
     root = Path(root)
     final = root / f"step_{step:08d}"
     tmp = root / f".step_{step:08d}.tmp"
     if env.is_main:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in root.glob(".step_*.tmp"):  # saves cut off by a kill
+            shutil.rmtree(stale, ignore_errors=True)
     barrier(env)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "rng": _rng_state()}
-    with _quiet():
-        dcp.save(state, checkpoint_id=str(tmp))
-    barrier(env)
-    if env.is_main:
-        atomic_write_text(tmp / "meta.json", json.dumps({**meta, "step": step}, indent=2) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+    try:
+        with _quiet():
+            dcp.save(state, checkpoint_id=str(tmp))
+        barrier(env)
+        if env.is_main:
+            atomic_write_text(
+                tmp / "meta.json", json.dumps({**meta, "step": step}, indent=2) + "\n"
+            )
+            for f in files:
+                if f.is_file():
+                    shutil.copyfile(f, tmp / f.name)
+            manifest.write_manifest(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+    except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        cause = write_failure(tmp) if env.is_main else None
+        if env.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if cause is not None:
+            raise cause from None
+        if isinstance(exc, OSError | HeartlmError):
+            raise
+        raise HeartlmError(f"could not save the checkpoint ({_first_failure(exc)})", tmp) from None
     barrier(env)
     return final
+
+
+def _first_failure(exc: BaseException) -> str:
+    """The underlying error of a DCP CheckpointException (one per failed rank)."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        rank, (inner, *_) = next(iter(exc.failures.items()))
+        return f"rank {rank}: {type(inner).__name__}: {str(inner)[:200]}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def damage(path: str | Path) -> str | None:
+    """Why checkpoint folder `path` cannot be loaded safely, or None: its manifest, its
+    meta.json and its DCP metadata are checked, nothing is unpickled freely."""
+    path = Path(path)
+    why = manifest.damage(path)
+    if why is None:
+        try:
+            read_meta(path)
+            read_metadata(path)
+        except HeartlmError as exc:
+            why = exc.message
+    return why
+
+
+def select_checkpoint(root: str | Path, quiet: bool = False) -> Path | None:
+    """The newest intact checkpoint under `root` (None when there is none at all); damaged
+    newer ones are named and skipped; only damaged ones is one HeartlmError."""
+    damaged = []
+    for path in reversed(list_checkpoints(root)):
+        why = damage(path)
+        if why is None:
+            if damaged and not quiet:
+                logger.warning(
+                    "%s; resuming from the newest intact checkpoint, %s",
+                    "; ".join(damaged),
+                    path.name,
+                )
+            return path
+        damaged.append(f"{path.name} is damaged ({why})")
+    if damaged:
+        raise HeartlmError(f"no intact checkpoint to resume from: {'; '.join(damaged)}", root)
+    return None
+
+
+def resume_point(root: str | Path, env: DistEnv) -> Path | None:
+    """`select_checkpoint` on rank 0, the same choice on every rank (a collective)."""
+    chosen, error = None, None
+    if env.is_main:
+        try:
+            chosen = select_checkpoint(root)
+        except HeartlmError as exc:
+            error = exc
+    step = broadcast_int(-2 if error else -1 if chosen is None else _step(chosen), env)
+    if error is not None:
+        raise error
+    if step == -2:
+        raise HeartlmError("no intact checkpoint to resume from (see rank 0)", root)
+    return None if step == -1 else Path(root) / f"step_{step:08d}"
+
+
+def _step(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path) / "meta.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
         raise HeartlmError(f"unreadable checkpoint metadata ({exc})", path) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        raise HeartlmError("checkpoint metadata without a step", path)
+    return meta
 
 
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
@@ -138,31 +227,51 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"{expected.get(key)} (--{key})",
                 path,
             )
+    saved_book, book = meta.get("codebook_hash"), expected.get("codebook_hash")
+    if saved_book != book:
+        raise HeartlmError(
+            f"checkpoint was trained on tokens of codebook {saved_book}, these tokens are of "
+            f"codebook {book} (tokenized with another codebook?)",
+            path,
+        )
 
 
 def load_checkpoint(
-    path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, restore_rng: bool = True
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    restore_rng: bool = True,
+    verified: bool = False,
 ) -> dict[str, Any]:
-    """Load into an (already wrapped) model and its optimizer; returns meta.json."""
+    """Load into an (already wrapped) model and its optimizer; returns meta.json. The
+    manifest is checked first (unless `verified`: `resume_point` just did); nothing in
+    the folder is unpickled freely."""
     path = Path(path)
+    why = None if verified else manifest.damage(path)
+    if why is not None:
+        raise HeartlmError(f"damaged checkpoint ({why})", path)
     meta = read_meta(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "rng": _rng_state()}
+    saved = read_metadata(path).state_dict_metadata
+    missing = [k for k in model_sd if f"model.{k}" not in saved]
+    if missing:
+        raise HeartlmError(f"checkpoint lacks model weights {missing[:3]}", path)
     try:
-        saved = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
-        missing = [k for k in model_sd if f"model.{k}" not in saved]
-        if missing:
-            raise HeartlmError(f"checkpoint lacks model weights {missing[:3]}", path)
         # Partial: optimizer entries of parameters that never had a gradient, and the CUDA
         # RNG state of a CPU checkpoint, may be absent; every model weight was checked above.
         with _quiet():
             dcp.load(
-                state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True)
+                state,
+                storage_reader=SafeFileSystemReader(str(path)),
+                planner=SafeLoadPlanner(allow_partial_load=True),
             )
     except HeartlmError:
         raise
-    except Exception as exc:  # DCP reports a mismatch as CheckpointException and others
-        raise HeartlmError(f"checkpoint does not fit this model ({str(exc)[:300]})", path) from None
+    except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        raise HeartlmError(
+            f"checkpoint does not fit this model ({_first_failure(exc)})", path
+        ) from None
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )

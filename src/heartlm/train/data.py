@@ -264,8 +264,10 @@ class WindowSampler:
     def eval_batches(
         self, batch_size: int, rank: int = 0, world: int = 1, max_batches: int | None = None
     ) -> Iterator[Batch]:
-        """Rank r gets windows r, r+world, ... once each, in fixed-size padded batches."""
-        mine = torch.arange(rank, self.n_windows, world, device=self.device)
+        """Rank r gets windows r, r+world, ... once each, in fixed-size padded batches; every
+        rank gets the same number of batches (a rank past the last window: empty ones), so
+        all of them take part in the collectives that sum the results."""
+        mine = torch.arange(self.n_windows, device=self.device)[rank::world]
         n_batches = -(-self.n_windows // (world * batch_size))
         if max_batches is not None:
             n_batches = min(n_batches, max_batches)

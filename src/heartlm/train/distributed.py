@@ -5,8 +5,10 @@ Order of wrapping (as torchtitan): compile, then DDP / `fully_shard` (per block,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -86,6 +88,28 @@ def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> Dis
     return DistEnv(rank, world, local_rank, dev, backend)
 
 
+# How gloo reports a peer that never came or went away (NCCL raises DistBackendError).
+_PEER_LOST = ("Timed out", "timed out", "Connection closed by peer", "Connection reset")
+
+
+@contextlib.contextmanager
+def collective_errors(env: DistEnv, timeout_s: float) -> Iterator[None]:
+    """A collective that fails because another rank failed, stopped or hung becomes one
+    line naming this rank and --timeout, instead of a traceback."""
+    try:
+        yield
+    except RuntimeError as exc:  # DistBackendError is a RuntimeError too
+        text = str(exc)
+        lost = isinstance(exc, dist.DistBackendError) or any(m in text for m in _PEER_LOST)
+        if not env.distributed or not lost:
+            raise
+        detail = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        raise HeartlmError(
+            f"rank {env.rank}: a collective did not complete (--timeout {timeout_s:g} s): "
+            f"another process failed, stopped or hung ({detail.split('] ')[-1][:200]})"
+        ) from None
+
+
 def shutdown(env: DistEnv) -> None:
     if env.distributed and dist.is_initialized():
         dist.destroy_process_group()
@@ -94,6 +118,15 @@ def shutdown(env: DistEnv) -> None:
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()
+
+
+def broadcast_int(value: int, env: DistEnv) -> int:
+    """Rank 0's `value` on every rank."""
+    if not env.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=env.device)
+    dist.broadcast(t, src=0)
+    return int(t.item())
 
 
 def all_reduce_sum(t: torch.Tensor, env: DistEnv) -> torch.Tensor:

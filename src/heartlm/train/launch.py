@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -12,22 +13,28 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from heartlm import lifeline
 from heartlm.errors import HeartlmError
+from heartlm.lock import HELD_ENV, held_locks
 from heartlm.log import logger
+from heartlm.train.relay import Relay
+from heartlm.train.stopsignal import EXIT_STOPPED, SIGNALS
 
 # Flags that belong to the launcher: the relaunched workers must not see them.
 LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--rdzv-timeout")
 DEFAULT_RDZV_TIMEOUT_S = 300
 FAULT_STEP_ENV = "HEARTLM_FAULT_AT_STEP"
 FAULT_RANK_ENV = "HEARTLM_FAULT_RANK"
-_RDZV_TIMEOUT_MARK = "RendezvousTimeoutError"
-_WORKERS_FAILED_MARK = "ChildFailedError"
 # Since torch 2.5 the c10d rendezvous shares one TCPStore with the workers across restarts,
 # and a restarted group can read the dead group's addresses from it and fail to connect
-# (pytorch/pytorch#135712, #167288): give each restart a fresh store instead.
-LAUNCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# (pytorch/pytorch#135712, #167288): give each restart a fresh store instead. torchrun
+# passes SIGUSR1 (a time limit's warning) on to the workers like SIGTERM, instead of dying.
+LAUNCH_ENV = {
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    "PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+}
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,9 +166,12 @@ def relaunch_under_torchrun(
     rdzv_timeout_s: int = DEFAULT_RDZV_TIMEOUT_S,
     rdzv_id: str | None = None,
 ) -> int:
-    """Run `heartlm ARGV` as `nproc` torchrun workers; stream their output; return the exit code.
+    """Run `heartlm ARGV` as `nproc` torchrun workers; stream their output; return the exit
+    code (EXIT_STOPPED when a SIGTERM / SIGUSR1 passed on to them stopped the run).
 
-    Raises HeartlmError when the rendezvous does not form within `rdzv_timeout_s`.
+    A failure is one HeartlmError with its cause (the workers' own error line, said once),
+    also when the rendezvous does not form within `rdzv_timeout_s`. torchrun ends with us
+    even when we are killed (`heartlm.lifeline`).
     """
     check_nproc(nproc)
     if rdzv_endpoint is None and nnodes == "1":
@@ -171,55 +181,62 @@ def relaunch_under_torchrun(
     )
     logger.info("launching %d processes x %s node(s) under torchrun", nproc, nnodes)
     logger.debug("%s", " ".join(cmd))
-    env = {**os.environ, **LAUNCH_ENV}
+    env = {**os.environ, **LAUNCH_ENV, HELD_ENV: held_locks()}
     env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
-    # stderr is relayed line by line so a rendezvous timeout can be recognised in it.
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1)
-    seen_timeout = threading.Event()
-    relay = threading.Thread(target=_relay, args=(proc.stderr, seen_timeout), daemon=True)
-    relay.start()
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        # The terminal already sent SIGINT to torchrun too; give it time to stop its workers.
-        proc.send_signal(signal.SIGINT)
-        proc.wait()
-        raise
-    relay.join(timeout=5)
-    if code != 0 and seen_timeout.is_set():
+    # stderr is relayed line by line: the cause of a failure is picked out of it.
+    proc = subprocess.Popen(
+        lifeline.wrap(cmd), env=env, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    relay = Relay()
+    reader = threading.Thread(target=relay.run, args=(proc.stderr,), daemon=True)
+    reader.start()
+    with _forward_stop_signals(proc) as forwarded:
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            # The terminal already sent SIGINT to torchrun too; give it time to stop its workers.
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+            raise
+    reader.join(timeout=5)
+    if code == 0:
+        failed = relay.errors or list(relay.last_exception.values())
+        if failed:  # a group that torchrun restarted (--max-restarts): say what happened
+            logger.warning("workers failed and were restarted: %s", "; ".join(failed)[:500])
+        return 0
+    if relay.rendezvous_timeout:
         raise HeartlmError(
             f"rendezvous did not form within {rdzv_timeout_s} s "
             f"({nnodes} node(s) expected at {rdzv_endpoint}, "
             f"waited {time.monotonic() - start:.0f} s): are all nodes started and "
             "is the endpoint reachable?"
         )
-    return code
+    if not relay.errors and (forwarded or relay.root_exitcode() == EXIT_STOPPED):
+        return EXIT_STOPPED
+    raise HeartlmError(relay.cause())
 
 
-def _relay(stream, seen_timeout: threading.Event) -> None:
-    """Copy torchrun's stderr to ours, holding back torchrun's own tracebacks: a rendezvous
-    timeout becomes one clear line (the caller's), failed workers keep torchrun's summary."""
-    held: list[str] = []
-    for line in stream:
-        if line.startswith("Traceback (most recent call last)"):
-            held = [line]
-            continue
-        if held:
-            held.append(line)
-            if line[:1].isspace():
-                continue
-            if _RDZV_TIMEOUT_MARK in line:
-                seen_timeout.set()
-            elif _WORKERS_FAILED_MARK not in line:
-                sys.stderr.writelines(held)
-            else:  # torchrun's own stack; the failure summary it prints next is kept
-                sys.stderr.write(line)
-            held = []
-        else:
-            sys.stderr.write(line)
-        sys.stderr.flush()
-    sys.stderr.writelines(held)
+@contextlib.contextmanager
+def _forward_stop_signals(proc: subprocess.Popen) -> Iterator[list[int]]:
+    """While torchrun runs, a SIGTERM / SIGUSR1 to us is passed on to it (and by it to the
+    workers, which checkpoint and stop); yields the signals passed on."""
+    forwarded: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield forwarded
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        forwarded.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    before = {s: signal.signal(s, forward) for s in SIGNALS}
+    try:
+        yield forwarded
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 def restart_count() -> int:

@@ -27,12 +27,13 @@ from heartlm.model.hlm import HeartLM
 from heartlm.model.load import export_model
 from heartlm.outdir import atomic_write_text
 from heartlm.train import checkpoint as ckpt
+from heartlm.train import stopsignal
 from heartlm.train.cudagraph import GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
 from heartlm.train.launch import maybe_inject_fault
-from heartlm.train.metrics import MetricsLogger
+from heartlm.train.metrics import MetricsLogger, last_values
 from heartlm.train.objectives import Objective
 from heartlm.train.optim import (
     Schedule,
@@ -119,6 +120,45 @@ class TrainConfig:
             raise ValueError(f"--patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
+        self._validate_numbers()
+
+    def _validate_numbers(self) -> None:
+        """Numeric flags a run would only trip over later (NaN compares false: `not >`)."""
+        positive = {"--lr": self.lr, "--step-gamma": self.step_gamma, "--exp-gamma": self.exp_gamma}
+        at_least_0 = {
+            "--warmup": self.warmup_steps,
+            "--weight-decay": self.weight_decay,
+            "--grad-clip": self.grad_clip,
+            "--val-every": self.val_every,
+            "--ckpt-every": self.ckpt_every,
+            "--keep": self.keep_ckpts,
+            "--workers": self.workers,
+            "--profile-steps": self.profile_steps,
+        }
+        at_least_1 = {
+            "--micro-batch": self.micro_batch,
+            "--val-batches": self.val_batches,
+            "--step-every": self.step_every,
+            "--prefetch": self.prefetch,
+            "--stop-at": self.stop_at,
+        }
+        for flag, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{flag} must be a positive number, not {value}")
+        for flag, value in at_least_0.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{flag} must be >= 0, not {value}")
+        for flag, value in at_least_1.items():
+            if value is not None and value < 1:
+                raise ValueError(f"{flag} must be >= 1, not {value}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"--min-lr-ratio must be in [0, 1], not {self.min_lr_ratio}")
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimizer steps of the whole run (`steps`, or `epochs` of `steps_per_epoch`)."""
+        if self.steps is not None:
+            return self.steps
+        return math.ceil(self.epochs * steps_per_epoch)
 
 
 @dataclass
@@ -132,6 +172,8 @@ class TrainResult:
     stopped_early: bool
     best_step: int | None = None
     best_val_loss: float | None = None
+    interrupted: bool = False
+    """stopped by SIGTERM / SIGUSR1 after a checkpoint (heartlm.train.stopsignal)"""
 
 
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
@@ -242,7 +284,7 @@ def train(
         check_cudagraph(cfg, env)
     micro, accum = resolve_batch(cfg.batch, cfg.micro_batch, env.world_size)
     steps_per_epoch = train_sampler.steps_per_epoch(cfg.batch)
-    total = cfg.steps if cfg.steps is not None else math.ceil(cfg.epochs * steps_per_epoch)
+    total = cfg.total_steps(steps_per_epoch)
     window = train_sampler.window
     meta = {
         "model": model.cfg.to_dict(),
@@ -292,16 +334,25 @@ def train(
 
     start = 0
     root = run_dir / "checkpoints"
-    latest = ckpt.latest_checkpoint(root) if cfg.resume else None
+    latest = ckpt.resume_point(root, env) if cfg.resume else None
     if latest is not None:
         ckpt.check_compatible(ckpt.read_meta(latest), meta, latest)
-        start = ckpt.load_checkpoint(latest, wrapped, optimizer)["step"]
+        start = ckpt.load_checkpoint(latest, wrapped, optimizer, verified=True)["step"]
         logger.info("resumed from %s (step %d)", latest, start)
+    elif cfg.resume:
+        logger.warning("%s: no checkpoint to resume from; starting at step 0", run_dir)
     if cfg.cudagraph:
         device_lr(optimizer, env.device)
     stop = min(total, cfg.stop_at) if cfg.stop_at else total
 
-    metrics = MetricsLogger(run_dir, env.is_main, cfg.wandb, asdict(cfg), resume_step=start)
+    metrics = MetricsLogger(
+        run_dir,
+        env.is_main,
+        cfg.wandb,
+        asdict(cfg),
+        resume_step=start,
+        restore=None if latest is None else latest / "metrics.jsonl",
+    )
     fpt = flops_per_token(model.cfg, window, objective.predicted_per_window(window))
     peak = peak_flops(env.device)
     autocast = (
@@ -387,9 +438,11 @@ def train(
         metrics, env, cfg.batch * window, fpt, peak, cfg.batch, train_sampler.n_windows
     )
     last: dict[str, Any] = {"loss": float("nan"), "val_loss": None, "tps": 0.0, "mfu": 0.0}
+    if start:  # a resume past its last step still reports the run's final numbers
+        last.update(last_values(run_dir / "metrics.jsonl") if env.is_main else {})
     best: tuple[int, float] | None = None
     best_state: dict[str, torch.Tensor] | None = None
-    worse, early, done = 0, False, start
+    worse, early, done, interrupted = 0, False, start, False
     for step in progress(range(start, stop), total=stop - start, desc="train", unit="step"):
         breakdown.begin(step)
         step_lr = schedule(step)
@@ -409,7 +462,15 @@ def train(
         ckpt_due = (cfg.ckpt_every and done % cfg.ckpt_every == 0) or (
             done == stop and cfg.final_save
         )
-        if done % cfg.log_every == 0 or val_due or ckpt_due or done == stop:
+        # One process can stop at any step; several stop together where they sync anyway.
+        stop_asked = stopsignal.requested() is not None
+        if (
+            done % cfg.log_every == 0
+            or val_due
+            or ckpt_due
+            or done == stop
+            or (stop_asked and not env.distributed)
+        ):
             final_val = done == total and val_sampler is not None
             validate = (
                 (
@@ -420,8 +481,10 @@ def train(
                 if val_due or final_val
                 else dict
             )
-            summary = steplog.flush(validate)
+            summary = steplog.flush(validate, stop_asked)
             val = summary.pop("val")
+            interrupted = summary.pop("stop")
+            ckpt_due = ckpt_due or interrupted
             last.update(summary)
             if "val_loss" in val:
                 last["val_loss"] = val["val_loss"]
@@ -432,14 +495,26 @@ def train(
                     early = cfg.patience > 0 and worse >= cfg.patience
         if ckpt_due:
             with float_lr(optimizer):
-                ckpt.save_checkpoint(root, done, wrapped, optimizer, meta, env, cfg.keep_ckpts)
+                ckpt.save_checkpoint(
+                    root,
+                    done,
+                    wrapped,
+                    optimizer,
+                    meta,
+                    env,
+                    cfg.keep_ckpts,
+                    files=[run_dir / "metrics.jsonl"],
+                )
             steplog.restart_clock()  # checkpoint time is not step time
         maybe_inject_fault(done, env.rank)
+        if interrupted:
+            logger.info("stopped by a signal after step %d, checkpoint written", done)
+            break
         if early:
             logger.info("no better val_loss in %d validations: stopping at step %d", worse, done)
             break
 
-    if (stop == total or early) and cfg.final_save:
+    if (done == total or early) and cfg.final_save:
         state = best_state if best_state is not None else _full_state(wrapped)
         if env.is_main:
             export_model(run_dir, state, model.cfg, {k: v for k, v in meta.items() if k != "model"})
@@ -454,6 +529,7 @@ def train(
         stopped_early=done < total,
         best_step=best[0] if best else None,
         best_val_loss=best[1] if best else None,
+        interrupted=interrupted,
     )
     if env.is_main:
         atomic_write_text(run_dir / "result.json", json.dumps(asdict(result), indent=2) + "\n")

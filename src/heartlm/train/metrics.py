@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,23 @@ class MetricsLogger:
         wandb: bool = False,
         config: dict | None = None,
         resume_step: int = 0,
+        restore: Path | None = None,
     ) -> None:
+        """`restore`: the checkpoint's copy of the log, which replaces ours on resume (a
+        line cut off by a crash or written after the checkpoint must not stay or leave a
+        gap); a run that starts at step 0 starts a new log."""
         self.enabled = enabled
         self.tb = self.wandb = None
         self.file = None
         if not enabled:
             return
         path = run_dir / "metrics.jsonl"
-        if resume_step and path.is_file():
+        if restore is not None and restore.is_file():
+            shutil.copyfile(restore, path)
+        elif resume_step and path.is_file():
             _truncate_after(path, resume_step)
+        elif not resume_step:
+            path.unlink(missing_ok=True)
         self.file = open(path, "a")  # noqa: SIM115 - kept open for the whole run
         from torch.utils.tensorboard import SummaryWriter
 
@@ -95,7 +104,7 @@ class MetricsLogger:
 def _truncate_after(path: Path, step: int) -> None:
     """Drop lines past `step` (written after the checkpoint we resume from)."""
     kept = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             if json.loads(line)["step"] <= step:
                 kept.append(line)
@@ -105,5 +114,31 @@ def _truncate_after(path: Path, step: int) -> None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every row of RUN/metrics.jsonl; a damaged line is one HeartlmError naming the file."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as exc:  # bad JSON or not UTF-8
+            raise HeartlmError(f"line {n} is not a JSON object ({exc})", path) from None
+    return rows
+
+
+def last_values(path: Path) -> dict[str, Any]:
+    """The loop's final numbers as the log has them: the last loss, tokens/s, MFU and
+    validation loss."""
+    found: dict[str, Any] = {}
+    if not path.is_file():
+        return found
+    names = {"loss": "loss", "val_loss": "val_loss", "tokens_per_s": "tps", "mfu": "mfu"}
+    for line in path.read_bytes().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            found.update({names[k]: v for k, v in row.items() if k in names})
+    return found

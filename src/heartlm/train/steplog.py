@@ -87,10 +87,12 @@ class StepLog:
     def restart_clock(self) -> None:
         self.t0 = time.perf_counter()
 
-    def flush(self, validate: Callable[[], dict[str, float]]) -> dict[str, Any]:
-        """Sync once (one all-reduce of the window's losses), validate, write the rows."""
+    def flush(self, validate: Callable[[], dict[str, float]], stop: bool = False) -> dict[str, Any]:
+        """Sync once (one all-reduce of the window's losses and of this rank's `stop`
+        request), validate, write the rows. "stop" in the result: any rank asked to stop."""
         n = len(self.pending)
         values = [p[2] for p in self.pending] + [p[3] for p in self.pending]
+        values.append(torch.tensor(float(stop), device=values[0].device))
         values = all_reduce_sum(torch.stack(values).float(), self.env) / self.env.world_size
         values = values.tolist()
         now = time.perf_counter()
@@ -118,4 +120,4 @@ class StepLog:
             self.metrics.log(record | (val if i == n - 1 else {}))
         self.metrics.flush()
         self.pending.clear()
-        return {"loss": values[n - 1], "tps": tps, "mfu": mfu, "val": val}
+        return {"loss": values[n - 1], "tps": tps, "mfu": mfu, "val": val, "stop": values[-1] > 0}
