@@ -66,7 +66,7 @@ class FeatureSpace:
     std: np.ndarray  # (F,)
 
     def tensors(self) -> dict[str, np.ndarray]:
-        return {f"features.{k}": np.ascontiguousarray(v, np.float32) for k, v in vars(self).items()}
+        return {f"features.{k}": np.array(v, np.float32, order="C") for k, v in vars(self).items()}
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, np.ndarray]) -> FeatureSpace:
@@ -95,7 +95,9 @@ def learn_components(
         x = x.double()
         mean = x.mean(dim=0)
         _, _, vt = torch.linalg.svd(x - mean, full_matrices=False)
-        return mean.float().cpu().numpy(), vt[:k].float().cpu().numpy()
+        basis = np.zeros((k, x.shape[1]), np.float32)  # zero rows when there are fewer
+        basis[: min(k, len(vt))] = vt[:k].float().cpu().numpy()
+        return mean.float().cpu().numpy(), basis
 
     beat_mean, beat_basis = pca(xn_NW, BEAT_COMPONENTS)
     p_mean, p_basis = pca(p_segment(xn_NW, pre_samples, fs), P_COMPONENTS)
