@@ -113,6 +113,8 @@ class MaskedBeats:
             raise ValueError(f"--mask-prob must be in (0, 1), not {self.mask_prob}")
         if self.mode not in ("bert", "mask"):
             raise ValueError(f"--mask-mode must be bert or mask, not {self.mode!r}")
+        if self.feature_weight > 0 and self.feature_columns is not None:
+            self.heads = ("mlm", "masked")  # the reconstruction head learns too
 
     def n_masked(self, window: int) -> int:
         return max(1, round(self.mask_prob * window))
