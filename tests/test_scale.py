@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from heartlm import settings
 from heartlm.cli import build_parser, main
 from heartlm.errors import HeartlmError
 from heartlm.scale import metrics
@@ -91,14 +92,15 @@ def test_engine_commands_parse_with_the_real_clis(tmp_path):
         cell = Cell(task, 64, 2, 2, "weak", "ddp", data_path)
         argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
         parser, module = build_parser(argv)
-        args = parser.parse_args(argv)
         assert module is not None
+        got = settings.resolve(module.Config, parser.parse_args(argv), task)
         # warm-up 5, then 5 profiled (pretrain only), then 10 / 2 timed steps
-        assert args.steps == (15 if task == "pretrain" else 10)
-        assert args.batch == 2 * cfg.batch_for(64)
-        assert args.window == 64
+        assert got.train.steps == (15 if task == "pretrain" else 10)
+        assert got.train.batch == 2 * cfg.batch_for(64)
+        assert got.window == 64
         if task == "pretrain":
-            assert args.workers == 2 and args.profile_steps == 5 and args.ckpt_every == 0
+            train = got.train
+            assert train.workers == 2 and train.profile_steps == 5 and train.ckpt_every == 0
 
 
 def _launch(tmp_path: Path, argv: list[str], timeout: float) -> Launch:
