@@ -1,6 +1,7 @@
 """Process group setup from torchrun's environment, and wrapping the model for DDP or FSDP2.
 
-Order of wrapping (as torchtitan): compile, then DDP / `fully_shard` (per block, then root).
+Order of wrapping (as torchtitan): activation checkpointing, compile, then DDP /
+`fully_shard` (per block, then root).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from torch import nn
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-
-BACKENDS = ("ddp", "fsdp", "deepspeed")
+from heartlm.runtime import pick_device, ranks
+from heartlm.train.config import AC_MODES, BACKENDS
 
 
 @dataclass(frozen=True)
@@ -38,39 +39,19 @@ class DistEnv:
         return self.world_size > 1
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise HeartlmError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> DistEnv:
-    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*).
+    """Join the process group torchrun describes (`heartlm.runtime.ranks`, MASTER_*).
 
-    `device`: "cuda", "cpu" or None (CUDA when available). A rendezvous or collective that
-    cannot complete within `timeout_s` fails with an error instead of hanging.
+    `device`: "auto" (or None: CUDA when available), "cuda" or "cpu"; each process takes
+    the GPU of its local rank. A rendezvous or collective that cannot complete within
+    `timeout_s` fails with an error instead of hanging.
     """
-    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", 0)
-    use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
-    if use_cuda and not torch.cuda.is_available():
-        raise HeartlmError("--device cuda: no CUDA device is available")
+    here = ranks()
+    dev = pick_device(device, here.local_rank)
+    use_cuda = dev.type == "cuda"
     if use_cuda:
-        n_dev = torch.cuda.device_count()
-        if local_rank >= n_dev:
-            raise HeartlmError(
-                f"{_env_int('LOCAL_WORLD_SIZE', world)} processes on this node but only "
-                f"{n_dev} GPUs: use --nproc {n_dev} or fewer"
-            )
-        torch.cuda.set_device(local_rank)
-        dev = torch.device("cuda", local_rank)
-    else:
-        dev = torch.device("cpu")
-    if world <= 1:
+        torch.cuda.set_device(dev)
+    if here.world_size <= 1:
         return DistEnv(0, 1, 0, dev, "")
     backend = "nccl" if use_cuda else "gloo"
     try:
@@ -81,11 +62,11 @@ def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> Dis
         )
     except Exception as exc:  # rendezvous failures come as several error types
         raise HeartlmError(
-            f"could not join the process group (rank {rank} of {world}, "
+            f"could not join the process group (rank {here.rank} of {here.world_size}, "
             f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}) "
             f"within --timeout {timeout_s:g} s: {exc}"
         ) from None
-    return DistEnv(rank, world, local_rank, dev, backend)
+    return DistEnv(here.rank, here.world_size, here.local_rank, dev, backend)
 
 
 # How gloo reports a peer that never came or went away (NCCL raises DistBackendError).
@@ -143,12 +124,15 @@ def wrap_model(
     compile_mode: str | None = None,
     bf16: bool = False,
     static_graph: bool = False,
+    ac: str = "none",
 ) -> nn.Module:
-    """Compile, then wrap for data parallelism. Returns the module to call and train.
+    """Activation checkpointing, compile, then wrap for data parallelism. Returns the
+    module to call and train.
 
     `static_graph` (DDP): pass True only when every step runs the same graph without
     `no_sync` accumulation.
     """
+    apply_ac(model, ac)
     if backend not in BACKENDS:
         raise HeartlmError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     if backend == "deepspeed":
@@ -192,3 +176,51 @@ def wrap_model(
     elif backend == "fsdp":
         logger.debug("--backend fsdp with one process: training the plain module")
     return model
+
+
+def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+_aten = torch.ops.aten
+# Selective checkpointing keeps what is expensive to recompute (matmuls and attention) and
+# recomputes the cheap, memory-hungry rest (norms, GELU, dropout, residual adds).
+_SAVED = {
+    _aten.mm.default,
+    _aten.addmm.default,
+    _aten.bmm.default,
+    _aten._scaled_dot_product_flash_attention.default,
+    _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def apply_ac(model: nn.Module, mode: str) -> None:
+    """Activation checkpointing of each transformer block, from outside the model.
+
+    `full`: a block keeps only its input and recomputes everything in backward. `selective`:
+    it keeps its matmul and attention outputs (`_SAVED`) and recomputes the rest. The
+    block's `forward` is wrapped in place, so parameter names, state dicts and checkpoints
+    are the same with and without it. RNG state is restored for the recomputation, so
+    dropout draws the same masks: gradients equal those without checkpointing.
+    """
+    if mode not in AC_MODES:
+        raise HeartlmError(f"--ac must be one of {', '.join(AC_MODES)}, not {mode!r}")
+    if mode == "none":
+        return
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    def context() -> object:
+        return create_selective_checkpoint_contexts(_keep_matmuls)
+
+    extra = {"context_fn": context} if mode == "selective" else {}
+    for block in model.blocks:  # type: ignore[attr-defined]
+        forward = block.forward
+
+        def checkpointed(*args: object, _forward=forward) -> object:
+            return checkpoint(_forward, *args, use_reentrant=False, **extra)
+
+        block.forward = checkpointed
