@@ -283,7 +283,7 @@ def main() -> int:
     ecg = args.ecg.resolve()
     t0 = time.perf_counter()
     found = run_recipe(args.profile, ecg, args.out.resolve(), args.seed, args.resume)
-    from heartlm.finetune.data import AFIB_RULE
+    from heartlm.labelled.windows import AFIB_RULE
 
     results = {
         "profile": args.profile,

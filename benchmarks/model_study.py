@@ -224,7 +224,7 @@ def pretrain(r: Runner) -> None:
 
 
 def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    from heartlm.evaluate import metrics
+    from heartlm.labelled import metrics
 
     cm = np.sum([np.asarray(rep["confusion"]) for rep in reports], axis=0)
     return {
@@ -260,7 +260,7 @@ def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beats, non-DS2 + LUDB + synth -> DS2 for AFIB; 3 seeds each."""
     from tree_floor import afib_floor, beat_floor
 
-    from heartlm.finetune.data import keep_label_fraction
+    from heartlm.labelled.windows import keep_label_fraction
     from heartlm.train.data import load_tokens
 
     chosen = FINAL if FINAL != "auto" else _best_selected(r.work / "select.json")

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
-from heartlm.evaluate import metrics
-from heartlm.finetune.data import IGNORE, cut_windows, keep_label_fraction, streams_of
+from heartlm.labelled import metrics
+from heartlm.labelled.windows import IGNORE, cut_windows, keep_label_fraction, streams_of
 from heartlm.train.data import TokenData, load_tokens
 
 PARAMS = {
