@@ -1,7 +1,10 @@
 """DeepSpeed ZeRO stages 1–3 around the plain model (`--backend deepspeed`, `heartlm[deepspeed]`).
 
-DeepSpeed owns the optimizer, gradient accumulation, clipping and bf16 here, so the loop
-calls `engine.backward(loss)` and `engine.step()` instead of the usual optimizer calls.
+What exists: the translation of heartlm's settings into a DeepSpeed config and the engine's
+initialisation. What does not, yet: a trainer step that drives the engine (DeepSpeed owns
+the optimizer, accumulation, clipping and bf16, so it would call `engine.backward(loss)`
+and `engine.step()`); until then `--backend deepspeed` is refused with one line
+(`heartlm.train.distributed.wrap_model`).
 """
 
 from __future__ import annotations
