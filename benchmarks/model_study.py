@@ -48,52 +48,14 @@ FOLDS = (
 )
 assert sorted(FOLDS[0] + FOLDS[1]) == sorted(MITDB_DS1)
 GOALS = {"accuracy": 0.95, "V_f1": 0.93, "S_f1": 0.70, "afib_f1": 0.90}
-PRETRAIN = [
-    "--preset",
-    "small",
-    "--window",
-    "256",
-    "--stride",
-    "32",
-    "--batch",
-    "256",
-    "--steps",
-    "2000",
-    "--warmup",
-    "200",
-    "--lr",
-    "6e-4",
-    "--val-every",
-    "500",
-]
-BEATS = [
-    "--window",
-    "128",
-    "--stride",
-    "32",
-    "--epochs",
-    "20",
-    "--batch",
-    "64",
-    "--lr",
-    "3e-4",
-    "--warmup",
-    "100",
-]
-AFIB = [
-    "--window",
-    "32",
-    "--stride",
-    "16",
-    "--epochs",
-    "5",
-    "--batch",
-    "64",
-    "--lr",
-    "3e-4",
-    "--warmup",
-    "100",
-]
+# fmt: off
+PRETRAIN = ["--preset", "small", "--window", "256", "--stride", "32", "--batch", "256",
+            "--steps", "2000", "--warmup", "200", "--lr", "6e-4", "--val-every", "500"]
+BEATS = ["--window", "128", "--stride", "32", "--epochs", "20", "--batch", "64", "--lr", "3e-4",
+         "--warmup", "100"]
+AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "--lr", "3e-4",
+        "--warmup", "100"]
+# fmt: on
 REL = ["--inputs", "relative", "--dropout", "0.1"]
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained": [],
