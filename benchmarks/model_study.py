@@ -67,6 +67,12 @@ CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_relative_window32": [*REL, "--window", "32", "--stride", "8"],
     "scratch_relative": ["--from-scratch", *REL],
 }
+AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
+    "pretrained": [],
+    "pretrained_relative": REL,
+    "pretrained_shape_dropout": ["--dropout", "0.1", "--morph-dropout", "0.3"],
+    "scratch_relative": ["--from-scratch", *REL],
+}
 FINAL = "auto"
 """The configuration `final` scores on DS2; auto: the transformer configuration with the best
 mean of S F1 and V F1 in W/select.json (DS1 folds only), a rule fixed before DS2 is read."""
@@ -246,19 +252,12 @@ def final(r: Runner) -> dict[str, Any]:
         rep = r.evaluate(name, "tok_mitdb")
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
 
-    def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
-        scratch = ["--from-scratch"] if init == "scratch" else []
-        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed, *scratch)
-        rep = r.evaluate(name, "tok_mitdb")
-        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
-
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
-    afib_rows = r.parallel([lambda g=g: afib(*g) for g in grid])
+    afib_rows = _afib_grid(r, [])
 
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    afib_train = [n for n in afib_data.records if n not in MITDB_DS2]
+    afib_train = _afib_keys(afib_data)
     for fraction in FRACTIONS:
         for seed in SEEDS:
             data = mitdb
@@ -276,6 +275,111 @@ def final(r: Runner) -> dict[str, Any]:
                 {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
             )
     return {"config": {chosen: extra}, "beats": beat_rows, "afib": afib_rows}
+
+
+def _afib_keys(data: Any) -> list[str]:
+    """DB/NAME of the AFIB token folder's records (names repeat: LUDB has a 101 too)."""
+    return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
+
+
+def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
+    """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
+    x {pretrained, scratch} grid."""
+
+    def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
+        flags = [f for f in extra if f != "--from-scratch"]
+        scratch = ["--from-scratch"] if init == "scratch" else []
+        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
+                   *flags, *scratch)  # fmt: skip
+        rep = r.evaluate(name, "tok_mitdb")
+        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
+
+    grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
+    return r.parallel([lambda g=g: afib(*g) for g in grid])
+
+
+def afib_folds(data: Any) -> tuple[list[str], list[str]]:
+    """Two halves of the real records outside DS2, each with AFIB: MIT-BIH 201 in one,
+    203 and 217 in the other; LUDB's AFIB records and all other real records alternate.
+    Synthetic records are never scored: they train in both folds."""
+    from heartlm.finetune.data import AFIB
+
+    halves: tuple[list[str], list[str]] = ([], [])
+    rest = []
+    for i, key in enumerate(_afib_keys(data)):
+        if key.startswith("synth/"):
+            continue
+        if key in ("mitdb/201",):
+            halves[0].append(key)
+        elif key in ("mitdb/203", "mitdb/217"):
+            halves[1].append(key)
+        else:
+            lo, hi = data.boundaries[i], data.boundaries[i + 1]
+            rest.append((not (data.rhythm_label[lo:hi] == AFIB).any(), key))
+    for j, (_, key) in enumerate(sorted(rest)):
+        halves[j % 2].append(key)
+    return halves
+
+
+def select_afib(r: Runner) -> dict[str, Any]:
+    """Every AFIB configuration on both folds of the real records outside DS2."""
+    from tree_floor import afib_floor
+
+    from heartlm.evaluate import metrics
+    from heartlm.train.data import load_tokens
+
+    data = load_tokens(r.work / "tok_afib")
+    folds = afib_folds(data)
+    synth = [k for k in _afib_keys(data) if k.startswith("synth/")]
+
+    def one(config: str, k: int) -> tuple[str, dict[str, Any]]:
+        name = f"sel_afib_{config}_fold{k}"
+        r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
+        return config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k])
+
+    found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
+    rows = {}
+    for config in AFIB_CONFIGS:
+        counts = [rep["counts"] for cc, rep in found if cc == config]
+        tp, fp, fn = (sum(c[x] for c in counts) for x in ("tp", "fp", "fn"))
+        rows[config] = {
+            "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
+            "se": metrics._ratio(tp, tp + fn),
+            "ppv": metrics._ratio(tp, tp + fp),
+        }
+    floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k]) for k in (0, 1)]
+    tp, fp, fn = (sum(f[x] for f in floor) for x in ("tp", "fp", "fn"))
+    rows["tree floor"] = {
+        "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
+        "se": metrics._ratio(tp, tp + fn),
+        "ppv": metrics._ratio(tp, tp + fp),
+    }
+    return {"folds": folds, "configs": {**AFIB_CONFIGS, "tree floor": "tree_floor.py"},
+            "afib": rows}  # fmt: skip
+
+
+def final_afib(r: Runner) -> dict[str, Any]:
+    """The AFIB configuration chosen by select_afib (window F1 pooled over its folds)."""
+    from tree_floor import afib_floor
+
+    from heartlm.train.data import load_tokens
+
+    path = r.work / "select_afib.json"
+    if not path.is_file():
+        raise SystemExit(f"{path}: run select_afib first")
+    rows = json.loads(path.read_text())["afib"]
+    chosen = max((c for c in rows if c in AFIB_CONFIGS), key=lambda c: rows[c]["f1"])
+    afib_rows = _afib_grid(r, AFIB_CONFIGS[chosen])
+    mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
+    for fraction in FRACTIONS:
+        for seed in SEEDS:
+            rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(MITDB_DS2),
+                             seed=seed, fraction=fraction)  # fmt: skip
+            afib_rows.append(
+                {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
+            )
+    return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 
 def _best_selected(path: Path) -> str:
@@ -299,9 +403,13 @@ def machine() -> dict[str, Any]:
     return info
 
 
+STAGES = {"prepare": None, "pretrain": None, "select": select, "final": final,
+          "select_afib": select_afib, "final_afib": final_afib}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stages", nargs="+", choices=["prepare", "pretrain", "select", "final"])
+    ap.add_argument("stages", nargs="+", choices=list(STAGES))
     ap.add_argument("--ecg", type=Path, default=REPO.parent / "shared" / "ecg")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--device", default="auto")
@@ -321,7 +429,7 @@ def main() -> int:
         if stage == "pretrain":
             pretrain(r)
             continue
-        found = select(r) if stage == "select" else final(r)
+        found = STAGES[stage](r)
         results = {
             "stage": stage,
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

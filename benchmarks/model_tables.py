@@ -91,12 +91,20 @@ def _final(results: dict[str, Any]) -> list[str]:
         f"Configuration: {results['config']}. Goals: accuracy >= {g['accuracy']}, "
         f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
         "",
-        "## Beat classes: trained on DS1, scored on all DS2 beats",
-        "",
-        *_table(
-            ["DS1 labels", "init", "seeds"], _grouped(results["beats"], BEAT_COLUMNS), BEAT_COLUMNS
+        *(
+            [
+                "## Beat classes: trained on DS1, scored on all DS2 beats",
+                "",
+                *_table(
+                    ["DS1 labels", "init", "seeds"],
+                    _grouped(results["beats"], BEAT_COLUMNS),
+                    BEAT_COLUMNS,
+                ),
+                "",
+            ]
+            if results["beats"]
+            else []
         ),
-        "",
         "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, synthetic),"
         " scored on DS2",
         "",
@@ -104,8 +112,32 @@ def _final(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _select_afib(results: dict[str, Any]) -> list[str]:
+    rows = [
+        ([name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
+         [f"{rep[k]:.3f}" for k in ("f1", "se", "ppv")])
+        for name, rep in results["afib"].items()
+    ]  # fmt: skip
+    folds = " / ".join(" ".join(f) for f in results["folds"])
+    return [
+        "# AFIB selection on real records outside DS2 (two folds; DS2 not read)",
+        "",
+        *_header(results),
+        f"Folds (the synthetic records train in both, are never scored): {folds}. Window "
+        "counts pooled over both folds.",
+        "",
+        *_table(["configuration", "flags"], rows, (("F1", None), ("Se", None), ("+P", None))),
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
-    lines = _select(results) if results["stage"] == "select" else _final(results)
+    stage = results["stage"]
+    if stage == "select":
+        lines = _select(results)
+    elif stage == "select_afib":
+        lines = _select_afib(results)
+    else:
+        lines = _final(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]
     lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
     return "\n".join(lines) + "\n"
