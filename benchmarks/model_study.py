@@ -2,8 +2,9 @@
 
     python benchmarks/model_study.py prepare  --ecg ../shared/ecg --work W
     python benchmarks/model_study.py pretrain --work W
-    python benchmarks/model_study.py select   --work W      # DS1, two record-wise folds
-    python benchmarks/model_study.py final    --work W      # DS2, 3 seeds, 100/10/1 % labels
+    python benchmarks/model_study.py select   --work W      # beats: DS1, two record-wise folds
+    python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, 100/10/1 %
+    python benchmarks/model_study.py select_afib final_afib --work W   # the same for AFIB
 
 Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
 builds the token folders: the codebook and feature space are learnt on the unlabelled
@@ -11,8 +12,9 @@ pretraining corpus (MIT-BIH outside DS2, NSTDB, LUDB, a synthetic corpus); MIT-B
 AFIB training set are tokenized with it. `select` compares fine-tuning configurations on
 two record-wise folds of DS1 (train on one, score the other, confusion matrices summed);
 DS2 is not read. `final` runs the chosen configuration on DS1 -> DS2 with seeds 0, 1, 2,
-pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, for beat classes and
-AFIB windows, with the LightGBM floor of `tree_floor.py` on the same inputs and labels.
+pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, with the LightGBM floor
+of `tree_floor.py` on the same inputs and labels. `select_afib` and `final_afib` do the same
+for AFIB windows: chosen on two folds of the real records outside DS2, scored on DS2.
 Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{json,md}.
 """
 
@@ -57,15 +59,17 @@ AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "-
         "--warmup", "100"]
 # fmt: on
 REL = ["--inputs", "relative", "--dropout", "0.1"]
-CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
-    "pretrained": [],
-    "pretrained_shape_dropout_0.3": ["--dropout", "0.1", "--morph-dropout", "0.3"],
-    "pretrained_shape_dropout_0.6": ["--dropout", "0.1", "--morph-dropout", "0.6"],
+CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select` (round 5)
     "pretrained_relative": REL,
-    "pretrained_relative_decay": [*REL, "--layer-decay", "0.7"],
-    "pretrained_relative_balanced": [*REL, "--class-weight-power", "1.0"],
-    "pretrained_relative_window32": [*REL, "--window", "32", "--stride", "8"],
     "scratch_relative": ["--from-scratch", *REL],
+    "pretrained_relative_window64": [*REL, "--window", "64", "--stride", "16"],
+    "pretrained_relative_window32": [*REL, "--window", "32", "--stride", "8"],
+    "pretrained_relative_epochs40": [*REL, "--epochs", "40"],
+    "pretrained_relative_lr1e-3": [*REL, "--lr", "1e-3"],
+    "pretrained_relative_dropout0.2": ["--inputs", "relative", "--dropout", "0.2"],
+    "pretrained_relative_weights0.75": [*REL, "--class-weight-power", "0.75"],
+    "scratch_relative_window32": ["--from-scratch", *REL, "--window", "32", "--stride", "8"],
+    "pretrained_relative_decay0.9": [*REL, "--layer-decay", "0.9"],
 }
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
     "pretrained": [],
@@ -225,8 +229,8 @@ def select(r: Runner) -> dict[str, Any]:
 
 
 def final(r: Runner) -> dict[str, Any]:
-    """DS1 -> DS2 for beats, non-DS2 + LUDB + synth -> DS2 for AFIB; 3 seeds each."""
-    from tree_floor import afib_floor, beat_floor
+    """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
+    from tree_floor import beat_floor
 
     from heartlm.finetune.data import keep_label_fraction
     from heartlm.train.data import load_tokens
@@ -254,10 +258,7 @@ def final(r: Runner) -> dict[str, Any]:
 
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
-    afib_rows = _afib_grid(r, [])
-
-    mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    afib_train = _afib_keys(afib_data)
+    mitdb = load_tokens(r.work / "tok_mitdb")
     for fraction in FRACTIONS:
         for seed in SEEDS:
             data = mitdb
@@ -268,13 +269,7 @@ def final(r: Runner) -> dict[str, Any]:
             beat_rows.append(
                 {"init": "tree floor", "label_fraction": fraction, "seed": seed, **rep}
             )
-            rep = afib_floor(
-                afib_data, afib_train, mitdb, list(MITDB_DS2), seed=seed, fraction=fraction
-            )
-            afib_rows.append(
-                {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
-            )
-    return {"config": {chosen: extra}, "beats": beat_rows, "afib": afib_rows}
+    return {"config": {chosen: extra}, "beats": beat_rows, "afib": []}
 
 
 def _afib_keys(data: Any) -> list[str]:

@@ -105,10 +105,20 @@ def _final(results: dict[str, Any]) -> list[str]:
             if results["beats"]
             else []
         ),
-        "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, synthetic),"
-        " scored on DS2",
-        "",
-        *_table(["labels", "init", "seeds"], _grouped(results["afib"], AFIB_COLUMNS), AFIB_COLUMNS),
+        *(
+            [
+                "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, "
+                "synthetic), scored on DS2",
+                "",
+                *_table(
+                    ["labels", "init", "seeds"],
+                    _grouped(results["afib"], AFIB_COLUMNS),
+                    AFIB_COLUMNS,
+                ),
+            ]
+            if results["afib"]
+            else []
+        ),
     ]
 
 
