@@ -132,25 +132,10 @@ def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
-def train(
-    cfg: TrainConfig,
-    model: HeartLM,
-    objective: Objective,
-    train_sampler: WindowSampler,
-    val_sampler: WindowSampler | None,
-    run_dir: str | Path,
-    env: DistEnv,
-    meta: dict[str, Any] | None = None,
-    callbacks: Sequence[Callback] = (),
-) -> TrainResult:
-    """Train `model` on `train_sampler` windows with `objective`; writes into `run_dir`.
-
-    `meta` (window, objective, vocab, codebook hash, ...) goes into checkpoints and the
-    exported config.json; on resume it must match the checkpoint's.
-    """
-    trainer = Trainer(cfg, model, objective, train_sampler, val_sampler, run_dir, env, meta)
-    trainer.callbacks = list(callbacks)
-    return trainer.fit()
+def train(*args: Any, **kwargs: Any) -> TrainResult:
+    """`Trainer(*args, **kwargs).fit()`: train `model` on `train_sampler` windows with
+    `objective`, writing into `run_dir`."""
+    return Trainer(*args, **kwargs).fit()
 
 
 class Trainer:
@@ -166,12 +151,15 @@ class Trainer:
         run_dir: str | Path,
         env: DistEnv,
         meta: dict[str, Any] | None = None,
+        callbacks: Sequence[Callback] = (),
     ) -> None:
+        """`meta` (window, objective, vocab, codebook hash, ...) goes into checkpoints and
+        the exported config.json; on resume it must match the checkpoint's."""
         cfg.validate()
         self.cfg, self.model, self.objective, self.env = cfg, model, objective, env
         self.train_sampler, self.val_sampler = train_sampler, val_sampler
         self.run_dir = Path(run_dir)
-        self.callbacks: list[Callback] = []
+        self.callbacks = list(callbacks)
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cuda = env.device.type == "cuda"
