@@ -168,8 +168,13 @@ def _write_tokens(folder: Path, n_records: int = 12, beats: int = 200, vocab: in
         "boundaries": np.arange(0, n + 1, beats, dtype=np.int64),
     }
     streams["features"] = rng.standard_normal((n, 3)).astype(np.float16)
-    meta = {"vocab_size": vocab, "rhythm_vocab_size": NUM_SPECIAL + 4, "fs": 360,
-            "window_samples": 256, "features": ["beat_pc0", "qrs_corr", "rr_prev_local"]}
+    meta = {
+        "vocab_size": vocab,
+        "rhythm_vocab_size": NUM_SPECIAL + 4,
+        "fs": 360,
+        "window_samples": 256,
+        "features": ["beat_pc0", "qrs_corr", "rr_prev_local"],
+    }
     records = [{"name": f"r{i}", "start": i * beats, "n_beats": beats} for i in range(n_records)]
     write_tokens(folder, streams, records, meta)
     return folder

@@ -63,6 +63,13 @@ def test_print_config_then_config_reproduces_the_run(tokens, tmp_path, capsys):
     assert _losses(again) == _losses(tmp_path / "a")
 
 
+def test_print_config_without_inputs_is_a_template(capsys):
+    got = yaml.safe_load(_print_config(capsys, "finetune", "--print-config"))
+    assert got["run"] is None and got["task"] == "beats" and got["train"]["batch"] == 64
+    assert main(["finetune", "--data", "T", "--out", "F"]) == 2
+    assert "RUN is required" in capsys.readouterr().err
+
+
 def test_flags_override_the_file_and_alternatives_clear_each_other(tmp_path, capsys):
     experiment = tmp_path / "e.toml"
     experiment.write_text('tokens = "T"\nout = "R"\nwindow = 64\n[train]\nsteps = 7\nlr = 1e-3\n')

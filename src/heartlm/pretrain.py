@@ -135,9 +135,7 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
         return None
     meta = ckpt.read_meta(latest)
     ckpt.check_compatible(meta, expected, latest)
-    n = window_starts(
-        train_d.boundaries, cfg.window, cfg.stride or cfg.window, not cfg.skip_short
-    )
+    n = window_starts(train_d.boundaries, cfg.window, cfg.stride or cfg.window, not cfg.skip_short)
     tcfg = cfg.train
     total = tcfg.total_steps(-(-n[0].size // tcfg.batch))
     target = min(total, tcfg.stop_at or total)

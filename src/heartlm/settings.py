@@ -285,7 +285,8 @@ def _apply_layer(values: dict[str, Any], layer: dict[str, Any], by_name: dict[st
 
 
 def resolve(cls: type, args: argparse.Namespace, stage: str) -> Any:
-    """An instance of `cls`: its defaults, then `--config`, then the flags given."""
+    """An instance of `cls`: its defaults, then `--config`, then the flags given. With
+    `--print-config` a missing required setting stays null (the printout is a template)."""
     by_name = {leaf.name: leaf for leaf in leaves(cls)}
     values = {name: leaf.default for name, leaf in by_name.items()}
     config = getattr(args, "config", None)
@@ -306,7 +307,7 @@ def resolve(cls: type, args: argparse.Namespace, stage: str) -> Any:
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
     missing = [by_name[n] for n, v in values.items() if by_name[n].meta("required") and v is None]
-    if missing:
+    if missing and not getattr(args, "print_config", False):
         leaf = missing[0]
         name = leaf.field.name.upper() if leaf.meta("positional") else leaf.flag
         raise HeartlmError(f"{name} is required (give it, or set {leaf.name} in --config)")
