@@ -94,6 +94,8 @@ def quick() -> None:
         flags[flags.index("--steps") + 1] = "6"
     BEATS[BEATS.index("--window") + 1] = AFIB[AFIB.index("--window") + 1] = "16"
     SEEDS, FRACTIONS = (0,), (1.0, 0.1)
+    for name in [n for n, flags in CONFIGS.items() if "--epochs" in flags]:
+        del CONFIGS[name]  # --steps replaces --epochs here
 
 
 class Runner:
@@ -317,11 +319,22 @@ def afib_folds(data: Any) -> tuple[list[str], list[str]]:
     return halves
 
 
+def _pooled(counts: list[dict[str, int]]) -> dict[str, float]:
+    """F1, Se, +P of window counts summed over folds."""
+    from heartlm import scores
+
+    tp, fp, fn = (sum(c[x] for c in counts) for x in ("tp", "fp", "fn"))
+    return {
+        "f1": scores.f1(tp, fp, fn),
+        "se": scores.sensitivity(tp, fn),
+        "ppv": scores.positive_predictivity(tp, fp),
+    }
+
+
 def select_afib(r: Runner) -> dict[str, Any]:
     """Every AFIB configuration on both folds of the real records outside DS2."""
     from tree_floor import afib_floor
 
-    from heartlm.labelled import metrics
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_afib")
@@ -334,22 +347,9 @@ def select_afib(r: Runner) -> dict[str, Any]:
         return config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k])
 
     found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
-    rows = {}
-    for config in AFIB_CONFIGS:
-        counts = [rep["counts"] for cc, rep in found if cc == config]
-        tp, fp, fn = (sum(c[x] for c in counts) for x in ("tp", "fp", "fn"))
-        rows[config] = {
-            "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
-            "se": metrics._ratio(tp, tp + fn),
-            "ppv": metrics._ratio(tp, tp + fp),
-        }
+    rows = {c: _pooled([rep["counts"] for cc, rep in found if cc == c]) for c in AFIB_CONFIGS}
     floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k]) for k in (0, 1)]
-    tp, fp, fn = (sum(f[x] for f in floor) for x in ("tp", "fp", "fn"))
-    rows["tree floor"] = {
-        "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
-        "se": metrics._ratio(tp, tp + fn),
-        "ppv": metrics._ratio(tp, tp + fp),
-    }
+    rows["tree floor"] = _pooled(floor)
     return {"folds": folds, "configs": {**AFIB_CONFIGS, "tree floor": "tree_floor.py"},
             "afib": rows}  # fmt: skip
 

@@ -21,13 +21,19 @@ from heartlm.train.objectives import hash_uniform, hide_features
 _KEEP_SALT = 6
 
 
-def _masked_ce(logits: Tensor, target: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Sum of class-weighted cross-entropy over targets >= 0, and the number of such targets."""
-    labelled = target >= 0
-    safe = target.clamp(min=0)
-    nll = F.cross_entropy(logits.float(), safe, reduction="none")
-    per_item = torch.where(labelled, nll * weight[safe], torch.zeros_like(nll))
-    return per_item.sum(), labelled.sum()
+def _weighted_loss(
+    logits_NC: Tensor, target_N: Tensor, weight_C: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Class-weighted cross-entropy over targets >= 0: the mean to backpropagate, and the
+    device sums (`loss_sum`, `count`, `correct`) that validation aggregates exactly."""
+    labelled = target_N >= 0
+    safe = target_N.clamp(min=0)
+    nll = F.cross_entropy(logits_NC.float(), safe, reduction="none")
+    weight = weight_C.to(logits_NC.device)
+    loss_sum = torch.where(labelled, nll * weight[safe], torch.zeros_like(nll)).sum()
+    count = labelled.sum()
+    correct = ((logits_NC.argmax(-1) == target_N) & labelled).sum()
+    return loss_sum / count.clamp(min=1), {"loss_sum": loss_sum, "count": count, "correct": correct}
 
 
 def drop_morphology(model, batch, p: float, columns: Tensor | None) -> tuple[Tensor, Tensor | None]:
@@ -106,16 +112,8 @@ class BeatClasses:
         target_BT = batch.aami
         if batch.valid is not None:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
-        weight = self.weight.to(logits_BTC.device)
         logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
-        target = target_BT.reshape(-1)
-        loss_sum, count = _masked_ce(logits, target, weight)
-        correct = ((logits.argmax(-1) == target) & (target >= 0)).sum()
-        return loss_sum / count.clamp(min=1), {
-            "loss_sum": loss_sum,
-            "count": count,
-            "correct": correct,
-        }
+        return _weighted_loss(logits, target_BT.reshape(-1), self.weight)
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs
@@ -163,13 +161,7 @@ class AfibWindows:
                 inside = batch.key < table.numel()
                 keep = torch.where(inside, table[batch.key.clamp(max=table.numel() - 1)], keep)
             target_B = torch.where(keep, target_B, torch.full_like(target_B, IGNORE))
-        loss_sum, count = _masked_ce(logits_BC, target_B, self.weight.to(logits_BC.device))
-        correct = ((logits_BC.argmax(-1) == target_B) & (target_B >= 0)).sum()
-        return loss_sum / count.clamp(min=1), {
-            "loss_sum": loss_sum,
-            "count": count,
-            "correct": correct,
-        }
+        return _weighted_loss(logits_BC, target_B, self.weight)
 
     def predicted_per_window(self, window: int) -> int:
         return 0
