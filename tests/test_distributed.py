@@ -175,7 +175,8 @@ def _env(**extra: str) -> dict[str, str]:
     drop = ("HEARTLM_FAULT", "TORCHELASTIC", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.pop("HEARTLM_PROGRESS", None)
-    return {**env, "OMP_NUM_THREADS": "1", **extra}
+    # A stated peak gives CPU runs an MFU, so its per-device normalisation is checked.
+    return {**env, "OMP_NUM_THREADS": "1", "HEARTLM_PEAK_TFLOPS": "1", **extra}
 
 
 def _heartlm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -185,6 +186,13 @@ def _heartlm(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def _flops_per_token(run: Path) -> float:
+    """Model FLOPs per token as the run's MFU implies them: mfu x world x peak / tokens/s."""
+    world = json.loads((run / "run.json").read_text())["counts"]["world_size"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return rows[-1]["mfu"] * world * 1e12 / rows[-1]["tokens_per_s"]
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -225,6 +233,9 @@ def test_two_processes_log_the_losses_of_one_and_resume_with_one(
     for step, loss in two.items():
         assert loss == pytest.approx(golden[step], rel=RTOL), step
     assert (run / "checkpoints" / "step_00000004").is_dir()
+    # MFU is per device: world x peak in the denominator, whatever the process count.
+    fpt = _flops_per_token(tokens.parent / "golden")
+    assert fpt > 0 and _flops_per_token(run) == pytest.approx(fpt, rel=1e-9)
 
     resumed = _heartlm("pretrain", str(tokens), "--out", str(run), *TRAIN_ARGS, "--resume")
     assert "resumed from" in resumed.stderr and "step 4" in resumed.stderr

@@ -30,9 +30,10 @@ def fabricate_study(folder: Path) -> None:
                     t = step * work.timed_steps(cell) * (1.02 if cpus == 1 else 1.0)
                     rep = {
                         "status": "ok", "time_s": t, "wall_s": t + 7.3, "mfu": 0.41,
-                        "step_s": step, "compute_s": 0.8 * step, "comm_s": 0.1 * step,
+                        "step_s": step, "compute_s": 0.8 * step, "comm_exposed_s": 0.1 * step,
                         "data_wait_s": 0.001, "other_s": 0.1 * step - 0.001,
-                        "data_wait_pct": 0.5, "grad_bytes": 4 * 86_000_000,
+                        "comm_overlapped_s": 0.05 * step, "data_wait_pct": 0.5,
+                        "grad_bytes": 4 * 86_000_000,
                     }  # fmt: skip
                     reps = [rep, {**rep, "time_s": t * 1.01}, {**rep, "time_s": t * 0.99}]
                     rows.append(cell_row(cell, work, "base", reps))

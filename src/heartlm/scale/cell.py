@@ -17,6 +17,7 @@ from typing import Any
 from heartlm import lifeline
 from heartlm.scale import metrics
 from heartlm.scale.energy import EnergySampler
+from heartlm.train.profile import PARTS
 
 
 @dataclass(frozen=True)
@@ -253,13 +254,14 @@ def _median(values: list[Any]) -> float | None:
 
 
 def read_breakdown(run_dir: Path) -> tuple[dict[str, float], range]:
-    """Per-step seconds in compute, communication, data wait and other (breakdown.json),
-    and the steps (1-based) that were profiled, which are not timed."""
+    """Per-step seconds in compute, exposed communication, data wait and other (which sum
+    to the step) and overlapped communication (breakdown.json), and the steps (1-based)
+    that were profiled, which are not timed."""
     try:
         raw = json.loads((run_dir / "breakdown.json").read_bytes())
     except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return {}, range(0)
-    keys = ("step_s", "compute_s", "comm_s", "data_wait_s", "other_s")
+    keys = ("step_s", *PARTS, "comm_overlapped_s")
     found = {k: float(raw[k]) for k in keys if isinstance(raw.get(k), int | float)}
     first, count = raw.get("first_step"), raw.get("profiled_steps")
     if isinstance(first, int) and isinstance(count, int):
