@@ -14,6 +14,7 @@ from heartlm.log import logger
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from heartlm.model.config import PRESETS
+    from heartlm.train.distributed import add_parallel_arguments
     from heartlm.train.flags import add_device_arguments, add_optimizer_arguments
     from heartlm.train.launch import add_launch_arguments
     from heartlm.train.optim import SCHEDULES
@@ -94,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replay each optimizer step as one CUDA graph (CUDA, one process, --workers 0)",
     )
     g.add_argument("--backend", default="ddp", choices=["ddp", "fsdp", "deepspeed"])
+    add_parallel_arguments(g)
     g.add_argument(
         "--timeout",
         type=float,
@@ -140,6 +142,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     """Load the tokens and validate every flag: (data, TrainConfig, objective, ModelConfig)."""
     from heartlm.model import model_config
     from heartlm.train.data import load_tokens
+    from heartlm.train.distributed import parallel_from_args
     from heartlm.train.launch import is_elastic_restart
     from heartlm.train.loop import TrainConfig
     from heartlm.train.objectives import make_objective
@@ -182,6 +185,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         cudagraph=args.cudagraph,
         precision=args.precision,
         backend=args.backend,
+        parallel=parallel_from_args(args),
         workers=args.workers,
         prefetch=args.prefetch,
         profile_steps=args.profile_steps,

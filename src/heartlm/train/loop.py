@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,10 @@ from heartlm.model.hlm import HeartLM
 from heartlm.model.load import export_model
 from heartlm.outdir import atomic_write_text
 from heartlm.train import checkpoint as ckpt
-from heartlm.train import stopsignal
+from heartlm.train import stopsignal, zero
 from heartlm.train.cudagraph import GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
-from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
+from heartlm.train.distributed import DistEnv, ParallelConfig, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
 from heartlm.train.launch import maybe_inject_fault
 from heartlm.train.metrics import MetricsLogger, last_values
@@ -86,6 +86,8 @@ class TrainConfig:
     sdpa: str = "auto"
     precision: str = "bf16"
     backend: str = "ddp"
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """the backend's levers (DDP buckets, gradient dtype, FSDP2 resharding, ZeRO stage)"""
     workers: int = 0
     """0: windows cut on the device; N > 0: a DataLoader with N workers"""
     prefetch: int = 2
@@ -120,6 +122,7 @@ class TrainConfig:
             raise ValueError(f"--patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
+        self.parallel.validate()
         self._validate_numbers()
 
     def _validate_numbers(self) -> None:
@@ -254,6 +257,8 @@ def evaluate(
 
 def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's weights as CPU copies (a collective under FSDP; all ranks call it)."""
+    if zero.is_engine(model):
+        return zero.full_state(model)
     state = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
@@ -309,6 +314,7 @@ def train(
         cfg.compile_mode,
         bf16,
         static_graph=accum == 1 and not compile_on,
+        parallel=cfg.parallel,
     )
     lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
     optimizer = build_adamw(
@@ -321,6 +327,13 @@ def train(
         layer_decay=cfg.layer_decay,
         n_layers=model.cfg.n_layers,
     )
+    if cfg.backend == "deepspeed" and env.distributed:
+        zero.check_supported(accum, cfg.resume)
+        logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
+        zcfg = zero.ZeroConfig(
+            cfg.parallel.zero_stage, micro, cfg.grad_clip, cfg.parallel.grad_reduce == "bf16"
+        )
+        wrapped, optimizer = zero.initialize(wrapped, optimizer, zcfg, env.device)
     schedule = Schedule(
         lr,
         total,
@@ -388,6 +401,8 @@ def train(
         return train_sampler.batch(step, m, micro, accum, env.rank, env.world_size)
 
     def clip() -> torch.Tensor:
+        if isinstance(optimizer, zero.ZeroOptimizer):  # DeepSpeed clips in its step
+            return optimizer.clip_grad_norm_()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         )
@@ -493,7 +508,7 @@ def train(
                 elif cfg.keep_best:
                     worse += 1
                     early = cfg.patience > 0 and worse >= cfg.patience
-        if ckpt_due:
+        if ckpt_due and not zero.is_engine(wrapped):
             with float_lr(optimizer):
                 ckpt.save_checkpoint(
                     root,
