@@ -73,9 +73,27 @@ def test_config_validation_names_the_flag():
         ScaleConfig(tasks=["pretrain", "train"])
     with pytest.raises(ValueError, match="--batch"):
         ScaleConfig(gpus=[1, 4], batch=6, scaling=["strong"])
+    with pytest.raises(ValueError, match="--backend-cpus 3 is not one of --cpus"):
+        ScaleConfig(cpus=[1, 2], backend_cpus=3)
+    # Defaults fit a committed study: >= 50 timed steps at 1 GPU, metrics windows of 8
+    # (warm-up 16, profiled 8, 16 timed at 4 GPUs), 3 repeats.
     cfg = ScaleConfig(gpus=[1, 2, 4], windows=[128, 1024])
-    assert cfg.steps == 20
+    assert (cfg.steps, cfg.warmup, cfg.profile_steps, cfg.repeats) == (64, 16, 8, 3)
+    assert cfg.workload(128).log_every(Cell("pretrain", 128, 4, 1, "weak", "ddp", "gpu")) == 8
     assert cfg.batch_for(128) == 256 and cfg.batch_for(1024) == 32
+
+
+def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tmp_path):
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[1, 4], windows=[64], tasks=["pretrain"],
+                      scaling=["weak"], backends=["ddp", "fsdp", "zero3"])  # fmt: skip
+    by_backend = {}
+    for cell in cfg.cells():
+        by_backend.setdefault(cell.backend, set()).add(cell.cpus)
+    assert by_backend == {"ddp": {1, 4}, "fsdp": {4}, "zero3": {4}}
+    zero3 = next(c for c in cfg.cells() if c.backend == "zero3")
+    argv = engine_command(zero3, cfg, tmp_path / "tok", tmp_path / "run", None)
+    args = build_parser(argv)[0].parse_args(argv)
+    assert (args.backend, args.zero_stage) == ("deepspeed", 3)
 
 
 def test_core_groups_are_disjoint_when_the_machine_has_enough():
@@ -86,7 +104,8 @@ def test_core_groups_are_disjoint_when_the_machine_has_enough():
 
 
 def test_engine_commands_parse_with_the_real_clis(tmp_path):
-    cfg = ScaleConfig(gpus=[1, 2], cpus=[2], windows=[64], scaling=["weak"], steps=10)
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[2], windows=[64], scaling=["weak"], steps=10, warmup=5,
+                      profile_steps=5)  # fmt: skip
     for task, data_path in (("pretrain", "workers"), ("finetune", "gpu")):
         cell = Cell(task, 64, 2, 2, "weak", "ddp", data_path)
         argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
@@ -193,6 +212,20 @@ def test_an_interrupted_grid_resumes_without_rerunning_finished_cells(tmp_path):
     third = FakeRunner()
     _grid(tmp_path, third, repeats=2).run()
     assert third.calls == []
+    # Fewer --repeats later (say, for a CPU sweep) keeps what was measured: 2 repeats each.
+    assert all(len(reps) == 2 for reps in _grid(tmp_path, FakeRunner()).results().values())
+
+
+def test_repeat_zero_of_every_cell_comes_first_and_cells_share_the_inductor_cache(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    grid = _grid(tmp_path, FakeRunner(), repeats=2)
+    reps = [rep for _, rep in grid.pending()]
+    assert reps == [0] * 5 + [1] * 5
+    cells = [cell for cell, _ in grid.pending()]
+    caches = {grid.launch(c, r, []).env["TORCHINDUCTOR_CACHE_DIR"] for c, r in grid.pending()}
+    assert len(cells) == 10 and caches == {str(tmp_path / "study" / ".inductor-cache")}
 
 
 def test_max_time_leaves_cells_pending_for_a_resume(tmp_path):
@@ -249,6 +282,7 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     argv = ["scale", "--gpus", "1,2", "--cpus", "1", "--window", "16", "--task", "pretrain",
             "--scaling", "weak", "--preset", "tiny", "--steps", "4", "--warmup", "2",
             "--profile-steps", "0", "--batch", "2", "--timeout", "120", "--data", str(tokens),
+            "--repeats", "1",
             "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     rows = {r["gpus"]: r for r in read_results(out / "results.csv")}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from heartlm.report.study import Study
 
-MAIN = ["task", "window", "scaling", "gpus", "cpus", "time_s", "speedup", "efficiency",
-        "overhead_s", "tokens_per_s", "mfu", "status"]  # fmt: skip
+MAIN = ["task", "window", "scaling", "backend", "gpus", "cpus", "time_s", "speedup",
+        "efficiency", "overhead_s", "tokens_per_s", "mfu", "max_mem_gib", "status"]  # fmt: skip
 BREAKDOWN = ["task", "window", "scaling", "gpus", "cpus", "step_s", "compute_s", "comm_exposed_s",
              "data_wait_s", "other_s", "comm_overlapped_s", "data_wait_pct"]  # fmt: skip
 REPEATS = ["task", "window", "scaling", "gpus", "cpus", "repeats_ok", "repeats", "time_s",
@@ -40,7 +40,8 @@ def _workload(study: Study) -> str:
         "over the timed steps, median over repeats; `wall_s` is the whole launch "
         "(startup, compilation, export). S = T1/TN, E = S/N, O = TN - T1/N, with T1 the "
         "1-GPU cell of the same task, window, CPUs, scaling, backend and data path. "
-        "`mfu` is per GPU: model FLOP/s of all GPUs / (GPUs x one GPU's bf16 peak). "
+        "`mfu` is per GPU: model FLOP/s of all GPUs / (GPUs x one GPU's bf16 peak); "
+        "`max_mem_gib` is the peak memory allocated on rank 0's GPU. "
         "Breakdown columns are seconds per step from the engine's breakdown.json, measured on "
         "the profiler trace's timeline: compute, exposed communication, data wait and other "
         "are exclusive and sum to `step_s`; `comm_overlapped_s` is communication hidden "

@@ -227,6 +227,7 @@ def _measure(
         tokens=tokens,
         tokens_per_s=tokens / time_s,
         mfu=_median([r.get("mfu") for r in timed]),
+        max_mem_gib=max((r["max_mem_gib"] for r in timed if "max_mem_gib" in r), default=None),
         data_wait_pct=_median([r.get("data_wait_pct") for r in timed]),
     )
     result.update(breakdown)
