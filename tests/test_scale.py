@@ -12,7 +12,7 @@ import pytest
 
 from heartlm.cli import build_parser, main
 from heartlm.errors import HeartlmError
-from heartlm.scale import metrics
+from heartlm.scale import metrics, twonode
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch
 from heartlm.scale.energy import EnergySampler
 from heartlm.scale.grid import Grid, ScaleConfig, engine_command, grid_state
@@ -307,3 +307,11 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     before = (g2 / "result.json").stat().st_mtime_ns
     assert main(argv) == 0
     assert (g2 / "result.json").stat().st_mtime_ns == before
+    # The emulated second node repeats the 2-process weak cell as 2 agents x 1 process,
+    # with the bus bandwidth of their path (gloo here; sockets under NCCL on GPUs).
+    assert twonode.main([str(out), "--procs", "1", "--window", "16", "--sizes-mb", "1"]) == 0
+    (socket,) = json.loads((out / "comm" / "socket_runs.json").read_text())["runs"]
+    assert socket["status"] == "ok", socket["error"]
+    assert socket["cell"] == "pretrain-w16-g2-c1-weak-ddp-gpu" and socket["step_s"] > 0
+    bench = json.loads((out / "comm" / "socket_n2.json").read_text())
+    assert bench["world_size"] == 2 and bench["results"][0]["busbw"] > 0

@@ -138,17 +138,24 @@ def breakdown(study: Study, out: Path) -> list[Path]:
 
 
 def multinode(study: Study, out: Path, curves: dict[str, dict]) -> list[Path]:
-    """Measured speedup (markers) beside the model's curve (dashed), clearly labelled."""
+    """Measured speedups (markers: one node; crosses: the emulated second node over a
+    socket) beside the model's curves per network bandwidth (dashed), clearly labelled."""
     if not curves:
         return []
-    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
     top = 1
+    styles = ["--", ":", "-.", (0, (5, 1))]
     for i, (label, c) in enumerate(curves.items()):
         ax.plot(c["measured_gpus"], c["measured_speedup"], "o", color=f"C{i}",
-                label=f"{label} (measured)")  # fmt: skip
-        ax.plot(c["model_gpus"], c["model_speedup"], "--", color=f"C{i}",
-                label=f"{label} (MODEL)")  # fmt: skip
-        top = max(top, *c["model_gpus"])
+                label=f"{label} (measured, one node)")  # fmt: skip
+        sock = c["socket"]
+        if sock:
+            ax.plot([r["world"] for r in sock], [r["speedup"] for r in sock], "x", ms=9,
+                    color=f"C{i}", label=f"{label} (measured, 2 agents over a socket)")  # fmt: skip
+        for j, (gbps, m) in enumerate(c["model"].items()):
+            ax.plot(m["gpus"], m["speedup"], ls=styles[j % len(styles)], color=f"C{i}",
+                    label=f"{label}, {gbps:g} Gb/s per node (MODEL)")  # fmt: skip
+            top = max(top, *m["gpus"])
     ax.plot([1, top], [1, top], color="gray", lw=0.8, label="ideal")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
@@ -156,8 +163,8 @@ def multinode(study: Study, out: Path, curves: dict[str, dict]) -> list[Path]:
         axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("GPUs (nodes x GPUs per node)")
     ax.set_ylabel("speedup")
-    ax.set_title("Predicted multi-node speedup: a communication MODEL, not a measurement")
-    ax.legend(fontsize=7)
+    ax.set_title("Multi-node speedup: lines are a communication MODEL, markers are measured")
+    ax.legend(fontsize=6)
     return _save(fig, out, "multinode_model")
 
 

@@ -153,7 +153,7 @@ def _last_error(log: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen) -> None:
     """End the launch and every rank it started (they share its process group)."""
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
@@ -193,10 +193,10 @@ def run_launch(launch: Launch, cell: Cell, work: Workload) -> dict[str, Any]:
         try:
             code = proc.wait(timeout=launch.timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_group(proc)
             code = None
         except BaseException:
-            _stop(proc)  # Ctrl-C: leave no rank behind; the repeat is rerun on resume
+            stop_group(proc)  # Ctrl-C: leave no rank behind; the repeat is rerun on resume
             raise
     result["wall_s"] = time.monotonic() - start
     result["energy_source"] = energy.source
