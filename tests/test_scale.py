@@ -90,6 +90,9 @@ def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tm
     for cell in cfg.cells():
         by_backend.setdefault(cell.backend, set()).add(cell.cpus)
     assert by_backend == {"ddp": {1, 4}, "fsdp": {4}, "zero3": {4}}
+    # one process trains the plain module whatever the backend: one 1-GPU run serves all
+    one = [c for c in cfg.cells() if c.gpus == 1 and c.cpus == 4]
+    assert {cfg.twin(c).backend for c in one if c.backend != "ddp"} == {"ddp"}
     zero3 = next(c for c in cfg.cells() if c.backend == "zero3")
     argv = engine_command(zero3, cfg, tmp_path / "tok", tmp_path / "run", None)
     args = build_parser(argv)[0].parse_args(argv)
@@ -290,6 +293,7 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     for r in rows.values():
         assert r["status"] == "ok", r["error"]
         assert r["tokens"] == str(2 * 4 * 16)
+        assert int(r["grad_bytes"]) > 0  # 4 x parameters: cells skip the final save
     t1, t2 = float(rows["1"]["time_s"]), float(rows["2"]["time_s"])
     assert float(rows["2"]["speedup"]) == pytest.approx(t1 / t2, rel=1e-5)
     assert float(rows["2"]["efficiency"]) == pytest.approx(t1 / t2 / 2, rel=1e-5)

@@ -78,6 +78,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--wandb", action="store_true", help="also log to W&B (WANDB_MODE=offline ok)")
     g.add_argument(
+        "--final-save",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint and export the weights at the end (benchmarks turn it off)",
+    )
+    g.add_argument(
         "--profile-steps",
         type=int,
         default=0,
@@ -135,6 +141,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise HeartlmError(f"--timeout must be a positive number of seconds, not {args.timeout}")
     if getattr(args, "nproc", 1) < 1:
         raise HeartlmError(f"--nproc must be at least 1, got {args.nproc}")
+    if args.overwrite and not args.final_save:
+        # A staged run replaces the old one only once it exported its weights.
+        raise HeartlmError("--overwrite needs the final save: drop --no-final-save")
     resolve_batch(args.batch, args.micro_batch, _world_size(args))
 
 
@@ -192,6 +201,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         wandb=args.wandb,
         resume=args.resume or is_elastic_restart(),
         stop_at=args.stop_at,
+        final_save=args.final_save,
     )
     try:
         cfg.validate()

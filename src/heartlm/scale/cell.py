@@ -231,15 +231,25 @@ def _measure(
         data_wait_pct=_median([r.get("data_wait_pct") for r in timed]),
     )
     result.update(breakdown)
-    weights = launch.run_dir / "model.safetensors"
-    if weights.is_file():
-        result["grad_bytes"] = weights.stat().st_size  # fp32 weights: the all-reduced bytes
+    result["grad_bytes"] = _weight_bytes(launch.run_dir)
     _drop_heavy(launch.run_dir)
     watts = energy.mean_power(work.warmup + work.profile, work.total_steps(cell))
     if watts is not None:
         result["energy_per_pass_j"] = watts * time_s
         result["energy_per_token_j"] = watts * time_s / tokens
     return result
+
+
+def _weight_bytes(run_dir: Path) -> int | None:
+    """Bytes of the fp32 weights, which DDP all-reduces each step: the exported file, or
+    4 x the parameters run.json counts (a run without its final save)."""
+    weights = run_dir / "model.safetensors"
+    if weights.is_file():
+        return weights.stat().st_size
+    try:
+        return 4 * int(json.loads((run_dir / "run.json").read_bytes())["counts"]["parameters"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _drop_heavy(run_dir: Path) -> None:

@@ -137,11 +137,15 @@ class ScaleConfig:
         ]
 
     def twin(self, cell: Cell) -> Cell | None:
-        """On one GPU, strong and weak scaling are the same run: the strong 1-GPU cell
-        reuses the weak one's result when the grid has both."""
-        if cell.gpus == 1 and cell.scaling == "strong" and "weak" in self.scaling:
-            return dataclasses.replace(cell, scaling="weak")
-        return None
+        """On one GPU, strong and weak scaling are the same run, and so are the backends
+        (FSDP and ZeRO with one process train the plain module, as DDP does): such a
+        1-GPU cell reuses the weak ddp one's result when the grid has it."""
+        if cell.gpus != 1:
+            return None
+        scaling = "weak" if "weak" in self.scaling else cell.scaling
+        backend = "ddp" if "ddp" in self.backends else cell.backend
+        same = dataclasses.replace(cell, scaling=scaling, backend=backend)
+        return None if same == cell else same
 
 
 def engine_command(
@@ -173,6 +177,7 @@ def engine_command(
         *backend,
         "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
         "--ckpt-every", "0", "--keep", "1", "--val-every", "0", "--val-batches", "1",
+        "--no-final-save",
     ]  # fmt: skip
     if work.profile:
         cmd += ["--profile-steps", str(work.profile)]
