@@ -372,3 +372,21 @@ def test_deepspeed_zero_on_two_gpus_matches_ddp(tmp_path: Path, stage: int) -> N
         runs[name] = _losses(run)
     for step, loss in runs["zero"].items():
         assert loss == pytest.approx(runs["ddp"][step], rel=BF16_RTOL), (stage, step)
+
+
+def test_deepspeed_refusals_come_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from heartlm.cli import main
+
+    tokens = _write_tokens(tmp_path / "tokens", n_records=4)
+    run = tmp_path / "run"
+    base = ["pretrain", str(tokens), "--out", str(run), "--preset", "tiny", "--window", "16",
+            "--device", "cpu", "--backend", "deepspeed"]  # fmt: skip
+    monkeypatch.setitem(sys.modules, "deepspeed", None)
+    assert main(base) == 2
+    assert "DeepSpeed is not installed" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace())
+    assert main([*base, "--batch", "8", "--micro-batch", "4"]) == 2
+    assert "gradient accumulation" in capsys.readouterr().err
+    assert not run.exists()

@@ -144,7 +144,12 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.overwrite and not args.final_save:
         # A staged run replaces the old one only once it exported its weights.
         raise HeartlmError("--overwrite needs the final save: drop --no-final-save")
-    resolve_batch(args.batch, args.micro_batch, _world_size(args))
+    _, accum = resolve_batch(args.batch, args.micro_batch, _world_size(args))
+    if args.backend == "deepspeed":
+        from heartlm.train import zero
+
+        zero.require_deepspeed()
+        zero.check_supported(accum, args.resume)
 
 
 def _resolve(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
