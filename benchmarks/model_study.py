@@ -2,8 +2,9 @@
 
     python benchmarks/model_study.py prepare  --ecg ../shared/ecg --work W
     python benchmarks/model_study.py pretrain --work W
-    python benchmarks/model_study.py select   --work W      # DS1, two record-wise folds
-    python benchmarks/model_study.py final    --work W      # DS2, 3 seeds, 100/10/1 % labels
+    python benchmarks/model_study.py select   --work W      # beats: DS1, two record-wise folds
+    python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, 100/10/1 %
+    python benchmarks/model_study.py select_afib final_afib --work W   # the same for AFIB
 
 Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
 builds the token folders: the codebook and feature space are learnt on the unlabelled
@@ -11,8 +12,9 @@ pretraining corpus (MIT-BIH outside DS2, NSTDB, LUDB, a synthetic corpus); MIT-B
 AFIB training set are tokenized with it. `select` compares fine-tuning configurations on
 two record-wise folds of DS1 (train on one, score the other, confusion matrices summed);
 DS2 is not read. `final` runs the chosen configuration on DS1 -> DS2 with seeds 0, 1, 2,
-pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, for beat classes and
-AFIB windows, with the LightGBM floor of `tree_floor.py` on the same inputs and labels.
+pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, with the LightGBM floor
+of `tree_floor.py` on the same inputs and labels. `select_afib` and `final_afib` do the same
+for AFIB windows: chosen on two folds of the real records outside DS2, scored on DS2.
 Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{json,md}.
 """
 
@@ -48,61 +50,31 @@ FOLDS = (
 )
 assert sorted(FOLDS[0] + FOLDS[1]) == sorted(MITDB_DS1)
 GOALS = {"accuracy": 0.95, "V_f1": 0.93, "S_f1": 0.70, "afib_f1": 0.90}
-PRETRAIN = [
-    "--preset",
-    "small",
-    "--window",
-    "256",
-    "--stride",
-    "32",
-    "--batch",
-    "256",
-    "--steps",
-    "2000",
-    "--warmup",
-    "200",
-    "--lr",
-    "6e-4",
-    "--val-every",
-    "500",
-]
-BEATS = [
-    "--window",
-    "128",
-    "--stride",
-    "32",
-    "--epochs",
-    "20",
-    "--batch",
-    "64",
-    "--lr",
-    "3e-4",
-    "--warmup",
-    "100",
-]
-AFIB = [
-    "--window",
-    "32",
-    "--stride",
-    "16",
-    "--epochs",
-    "5",
-    "--batch",
-    "64",
-    "--lr",
-    "3e-4",
-    "--warmup",
-    "100",
-]
+# fmt: off
+PRETRAIN = ["--preset", "small", "--window", "256", "--stride", "32", "--batch", "256",
+            "--steps", "2000", "--warmup", "200", "--lr", "6e-4", "--val-every", "500"]
+BEATS = ["--window", "128", "--stride", "32", "--epochs", "20", "--batch", "64", "--lr", "3e-4",
+         "--warmup", "100"]
+AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "--lr", "3e-4",
+        "--warmup", "100"]
+# fmt: on
 REL = ["--inputs", "relative", "--dropout", "0.1"]
-CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
-    "pretrained": [],
-    "pretrained_shape_dropout_0.3": ["--dropout", "0.1", "--morph-dropout", "0.3"],
-    "pretrained_shape_dropout_0.6": ["--dropout", "0.1", "--morph-dropout", "0.6"],
+CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select` (round 5)
     "pretrained_relative": REL,
-    "pretrained_relative_decay": [*REL, "--layer-decay", "0.7"],
-    "pretrained_relative_balanced": [*REL, "--class-weight-power", "1.0"],
+    "scratch_relative": ["--from-scratch", *REL],
+    "pretrained_relative_window64": [*REL, "--window", "64", "--stride", "16"],
     "pretrained_relative_window32": [*REL, "--window", "32", "--stride", "8"],
+    "pretrained_relative_epochs40": [*REL, "--epochs", "40"],
+    "pretrained_relative_lr1e-3": [*REL, "--lr", "1e-3"],
+    "pretrained_relative_dropout0.2": ["--inputs", "relative", "--dropout", "0.2"],
+    "pretrained_relative_weights0.75": [*REL, "--class-weight-power", "0.75"],
+    "scratch_relative_window32": ["--from-scratch", *REL, "--window", "32", "--stride", "8"],
+    "pretrained_relative_decay0.9": [*REL, "--layer-decay", "0.9"],
+}
+AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
+    "pretrained": [],
+    "pretrained_relative": REL,
+    "pretrained_shape_dropout": ["--dropout", "0.1", "--morph-dropout", "0.3"],
     "scratch_relative": ["--from-scratch", *REL],
 }
 FINAL = "auto"
@@ -224,7 +196,7 @@ def pretrain(r: Runner) -> None:
 
 
 def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    from heartlm.evaluate import metrics
+    from heartlm.labelled import metrics
 
     cm = np.sum([np.asarray(rep["confusion"]) for rep in reports], axis=0)
     return {
@@ -257,10 +229,10 @@ def select(r: Runner) -> dict[str, Any]:
 
 
 def final(r: Runner) -> dict[str, Any]:
-    """DS1 -> DS2 for beats, non-DS2 + LUDB + synth -> DS2 for AFIB; 3 seeds each."""
-    from tree_floor import afib_floor, beat_floor
+    """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
+    from tree_floor import beat_floor
 
-    from heartlm.finetune.data import keep_label_fraction
+    from heartlm.labelled.windows import keep_label_fraction
     from heartlm.train.data import load_tokens
 
     chosen = FINAL if FINAL != "auto" else _best_selected(r.work / "select.json")
@@ -284,19 +256,9 @@ def final(r: Runner) -> dict[str, Any]:
         rep = r.evaluate(name, "tok_mitdb")
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
 
-    def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
-        scratch = ["--from-scratch"] if init == "scratch" else []
-        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed, *scratch)
-        rep = r.evaluate(name, "tok_mitdb")
-        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
-
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
-    afib_rows = r.parallel([lambda g=g: afib(*g) for g in grid])
-
-    mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    afib_train = [n for n in afib_data.records if n not in MITDB_DS2]
+    mitdb = load_tokens(r.work / "tok_mitdb")
     for fraction in FRACTIONS:
         for seed in SEEDS:
             data = mitdb
@@ -307,13 +269,112 @@ def final(r: Runner) -> dict[str, Any]:
             beat_rows.append(
                 {"init": "tree floor", "label_fraction": fraction, "seed": seed, **rep}
             )
-            rep = afib_floor(
-                afib_data, afib_train, mitdb, list(MITDB_DS2), seed=seed, fraction=fraction
-            )
+    return {"config": {chosen: extra}, "beats": beat_rows, "afib": []}
+
+
+def _afib_keys(data: Any) -> list[str]:
+    """DB/NAME of the AFIB token folder's records (names repeat: LUDB has a 101 too)."""
+    return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
+
+
+def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
+    """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
+    x {pretrained, scratch} grid."""
+
+    def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
+        flags = [f for f in extra if f != "--from-scratch"]
+        scratch = ["--from-scratch"] if init == "scratch" else []
+        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
+                   *flags, *scratch)  # fmt: skip
+        rep = r.evaluate(name, "tok_mitdb")
+        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
+
+    grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
+    return r.parallel([lambda g=g: afib(*g) for g in grid])
+
+
+def afib_folds(data: Any) -> tuple[list[str], list[str]]:
+    """Two halves of the real records outside DS2, each with AFIB: MIT-BIH 201 in one,
+    203 and 217 in the other; LUDB's AFIB records and all other real records alternate.
+    Synthetic records are never scored: they train in both folds."""
+    from heartlm.labelled.windows import AFIB
+
+    halves: tuple[list[str], list[str]] = ([], [])
+    rest = []
+    for i, key in enumerate(_afib_keys(data)):
+        if key.startswith("synth/"):
+            continue
+        if key in ("mitdb/201",):
+            halves[0].append(key)
+        elif key in ("mitdb/203", "mitdb/217"):
+            halves[1].append(key)
+        else:
+            lo, hi = data.boundaries[i], data.boundaries[i + 1]
+            rest.append((not (data.rhythm_label[lo:hi] == AFIB).any(), key))
+    for j, (_, key) in enumerate(sorted(rest)):
+        halves[j % 2].append(key)
+    return halves
+
+
+def select_afib(r: Runner) -> dict[str, Any]:
+    """Every AFIB configuration on both folds of the real records outside DS2."""
+    from tree_floor import afib_floor
+
+    from heartlm.labelled import metrics
+    from heartlm.train.data import load_tokens
+
+    data = load_tokens(r.work / "tok_afib")
+    folds = afib_folds(data)
+    synth = [k for k in _afib_keys(data) if k.startswith("synth/")]
+
+    def one(config: str, k: int) -> tuple[str, dict[str, Any]]:
+        name = f"sel_afib_{config}_fold{k}"
+        r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
+        return config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k])
+
+    found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
+    rows = {}
+    for config in AFIB_CONFIGS:
+        counts = [rep["counts"] for cc, rep in found if cc == config]
+        tp, fp, fn = (sum(c[x] for c in counts) for x in ("tp", "fp", "fn"))
+        rows[config] = {
+            "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
+            "se": metrics._ratio(tp, tp + fn),
+            "ppv": metrics._ratio(tp, tp + fp),
+        }
+    floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k]) for k in (0, 1)]
+    tp, fp, fn = (sum(f[x] for f in floor) for x in ("tp", "fp", "fn"))
+    rows["tree floor"] = {
+        "f1": metrics._ratio(2 * tp, 2 * tp + fp + fn),
+        "se": metrics._ratio(tp, tp + fn),
+        "ppv": metrics._ratio(tp, tp + fp),
+    }
+    return {"folds": folds, "configs": {**AFIB_CONFIGS, "tree floor": "tree_floor.py"},
+            "afib": rows}  # fmt: skip
+
+
+def final_afib(r: Runner) -> dict[str, Any]:
+    """The AFIB configuration chosen by select_afib (window F1 pooled over its folds)."""
+    from tree_floor import afib_floor
+
+    from heartlm.train.data import load_tokens
+
+    path = r.work / "select_afib.json"
+    if not path.is_file():
+        raise SystemExit(f"{path}: run select_afib first")
+    rows = json.loads(path.read_text())["afib"]
+    chosen = max((c for c in rows if c in AFIB_CONFIGS), key=lambda c: rows[c]["f1"])
+    afib_rows = _afib_grid(r, AFIB_CONFIGS[chosen])
+    mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
+    for fraction in FRACTIONS:
+        for seed in SEEDS:
+            rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(MITDB_DS2),
+                             seed=seed, fraction=fraction)  # fmt: skip
             afib_rows.append(
                 {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
             )
-    return {"config": {chosen: extra}, "beats": beat_rows, "afib": afib_rows}
+    return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 
 def _best_selected(path: Path) -> str:
@@ -337,9 +398,13 @@ def machine() -> dict[str, Any]:
     return info
 
 
+STAGES = {"prepare": None, "pretrain": None, "select": select, "final": final,
+          "select_afib": select_afib, "final_afib": final_afib}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stages", nargs="+", choices=["prepare", "pretrain", "select", "final"])
+    ap.add_argument("stages", nargs="+", choices=list(STAGES))
     ap.add_argument("--ecg", type=Path, default=REPO.parent / "shared" / "ecg")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--device", default="auto")
@@ -359,7 +424,7 @@ def main() -> int:
         if stage == "pretrain":
             pretrain(r)
             continue
-        found = select(r) if stage == "select" else final(r)
+        found = STAGES[stage](r)
         results = {
             "stage": stage,
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

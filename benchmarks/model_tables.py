@@ -23,6 +23,8 @@ AFIB_COLUMNS = (
     ("Se", lambda r: r["afib"]["se"]),
     ("+P", lambda r: r["afib"]["ppv"]),
     ("AUROC", lambda r: r["afib"]["auroc"] if r["afib"]["auroc"] is not None else np.nan),
+    ("episode Se", lambda r: r["afib_episodes"]["se"] if "afib_episodes" in r else np.nan),
+    ("episode +P", lambda r: r["afib_episodes"]["ppv"] if "afib_episodes" in r else np.nan),
 )
 
 
@@ -77,7 +79,8 @@ def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[
         cells = []
         for _, f in columns:
             values = np.array([f(m) for m in members], dtype=np.float64)
-            cells.append(f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}")
+            values = values[np.isfinite(values)]
+            cells.append(f"{values.mean():.3f} ± {values.std():.3f}" if values.size else "–")
         out.append(([f"{fraction:.0%}", init, str(len(members))], cells))
     return out
 
@@ -91,21 +94,85 @@ def _final(results: dict[str, Any]) -> list[str]:
         f"Configuration: {results['config']}. Goals: accuracy >= {g['accuracy']}, "
         f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
         "",
-        "## Beat classes: trained on DS1, scored on all DS2 beats",
-        "",
-        *_table(
-            ["DS1 labels", "init", "seeds"], _grouped(results["beats"], BEAT_COLUMNS), BEAT_COLUMNS
+        *(
+            [
+                "## Beat classes: trained on DS1, scored on all DS2 beats",
+                "",
+                *_table(
+                    ["DS1 labels", "init", "seeds"],
+                    _grouped(results["beats"], BEAT_COLUMNS),
+                    BEAT_COLUMNS,
+                ),
+                "",
+            ]
+            if results["beats"]
+            else []
         ),
-        "",
-        "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, synthetic),"
-        " scored on DS2",
-        "",
-        *_table(["labels", "init", "seeds"], _grouped(results["afib"], AFIB_COLUMNS), AFIB_COLUMNS),
+        *(
+            [
+                "## AFIB 32-beat windows: trained outside DS2 (MIT-BIH DS1 + paced, LUDB, "
+                "synthetic), scored on DS2",
+                "",
+                *_table(
+                    ["labels", "init", "seeds"],
+                    _grouped(results["afib"], AFIB_COLUMNS),
+                    AFIB_COLUMNS,
+                ),
+            ]
+            if results["afib"]
+            else []
+        ),
     ]
 
 
+def _select_afib(results: dict[str, Any]) -> list[str]:
+    rows = [
+        ([name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
+         [f"{rep[k]:.3f}" for k in ("f1", "se", "ppv")])
+        for name, rep in results["afib"].items()
+    ]  # fmt: skip
+    folds = " / ".join(" ".join(f) for f in results["folds"])
+    return [
+        "# AFIB selection on real records outside DS2 (two folds; DS2 not read)",
+        "",
+        *_header(results),
+        f"Folds (the synthetic records train in both, are never scored): {folds}. Window "
+        "counts pooled over both folds.",
+        "",
+        *_table(["configuration", "flags"], rows, (("F1", None), ("Se", None), ("+P", None))),
+    ]
+
+
+def _per_record(results: dict[str, Any]) -> list[str]:
+    """The per-record table of the first pretrained run at 100 % of the labels (seed 0)."""
+    run = next((r for r in results["afib"] or results["beats"]
+                if r["init"] == "pretrained" and r["label_fraction"] == 1.0 and "per_record" in r),
+               None)  # fmt: skip
+    if run is None:
+        return []
+    rows = run["per_record"]
+    lines = ["", f"## Per record: pretrained, 100 % of the labels, seed {run['seed']}", ""]
+    if results["afib"]:
+        lines += ["| record | windows | AFIB windows | tp | fp | fn |", "|" + " --- |" * 6]
+        lines += [f"| {r['record']} | {r['n_windows']} | {r['n_afib']} | {r['tp']} | {r['fp']} "
+                  f"| {r['fn']} |" for r in rows if r["n_afib"] or r["fp"]]  # fmt: skip
+        return [*lines, "", "(records with neither AFIB windows nor false alarms left out)"]
+    lines += ["| record | beats | accuracy | S n | S Se | S +P | V n | V Se | V +P |",
+              "|" + " --- |" * 9]  # fmt: skip
+    for r in rows:
+        sv = [f"{r[c]['support']} | {r[c]['se']:.3f} | {r[c]['ppv']:.3f}" for c in ("S", "V")]
+        lines.append(f"| {r['record']} | {r['n_beats']} | {r['accuracy']:.3f} | {' | '.join(sv)} |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
-    lines = _select(results) if results["stage"] == "select" else _final(results)
+    stage = results["stage"]
+    if stage == "select":
+        lines = _select(results)
+    elif stage == "select_afib":
+        lines = _select_afib(results)
+    else:
+        lines = _final(results) + _per_record(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]
     lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
     return "\n".join(lines) + "\n"

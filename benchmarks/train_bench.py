@@ -11,8 +11,14 @@ Variant keys: compile (0/1), compile_mode, sdpa (auto/flash/cudnn/efficient/math
 (layernorm/rmsnorm), micro (micro-batch), gather (1: vocabulary head only at masked beats),
 precision (bf16/fp32), tf32 (0/1), compile_loss (1: compile masking + loss with the model),
 cudagraph (1: the whole optimizer step as one CUDA graph), act (gelu/gelu_tanh), bf16res
-(1: bf16 residual stream), ind_<name> (a torch._inductor.config knob for this run, e.g.
-ind_coordinate_descent_tuning=1; bool knobs take 0/1).
+(1: bf16 residual stream), ac (none/full/selective: activation checkpointing), ind_<name>
+(a torch._inductor.config knob for this run, e.g. ind_coordinate_descent_tuning=1; bool
+knobs take 0/1).
+
+Activation checkpointing of `large` at window 1024 (issue 15; memory is max_mem_gib):
+
+    python benchmarks/train_bench.py --preset large --configs 1024:16 --out $OUT/ac.jsonl \
+        --variants "none:;full:ac=full;selective:ac=selective"
 
 The sweep for issue 4 item 6 (single-GPU MFU of the base preset):
 
@@ -130,6 +136,8 @@ def run_one(
         warmup_steps=10,
         log_every=args.log_every,
         val_every=0,
+        ckpt_every=0,
+        ac=opts.get("ac", "none"),
         compile=opts.get("compile", "1" if device.type == "cuda" else "0") == "1",
         compile_mode=opts.get("compile_mode"),
         sdpa=opts.get("sdpa", "auto"),

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
-from heartlm.evaluate import metrics
-from heartlm.finetune.data import IGNORE, cut_windows, keep_label_fraction, streams_of
+from heartlm.labelled import metrics
+from heartlm.labelled.windows import IGNORE, cut_windows, keep_label_fraction, streams_of
 from heartlm.train.data import TokenData, load_tokens
 
 PARAMS = {
@@ -34,10 +34,18 @@ PARAMS = {
 ROUNDS = 300
 
 
+def _keys(data: TokenData) -> list[str]:
+    """DB/NAME of every record (names alone repeat across databases: LUDB has a 101)."""
+    meta = data.meta.get("records", [])
+    return [f"{m.get('db', '')}/{name}" for m, name in zip(meta, data.records, strict=True)]
+
+
 def _indices(data: TokenData, names: list[str]) -> list[int]:
+    """Records named NAME or DB/NAME, as `heartlm finetune --records` takes them."""
     wanted = set(names)
-    found = [i for i, r in enumerate(data.records) if r in wanted]
-    missing = wanted - {data.records[i] for i in found}
+    keys = _keys(data)
+    found = [i for i, r in enumerate(data.records) if r in wanted or keys[i] in wanted]
+    missing = wanted - {data.records[i] for i in found} - {keys[i] for i in found}
     if missing:
         raise SystemExit(f"records not in the token folder: {sorted(missing)}")
     return found

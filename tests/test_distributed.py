@@ -17,6 +17,7 @@ from heartlm.errors import HeartlmError
 from heartlm.shards import NUM_SPECIAL
 from heartlm.tokens.writer import write_tokens
 from heartlm.train import launch, zero
+from heartlm.train.config import LaunchConfig
 
 
 def test_strip_flags_removes_launcher_flags_only() -> None:
@@ -48,7 +49,7 @@ def test_torchrun_command_multi_node_uses_c10d() -> None:
 def test_maybe_relaunch_only_in_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[int] = []
     monkeypatch.setattr(launch, "relaunch_under_torchrun", lambda n, *a, **k: called.append(n))
-    args = types.SimpleNamespace(nproc=1, max_restarts=0, rdzv_timeout=10)
+    args = LaunchConfig(nproc=1, max_restarts=0, rdzv_timeout=10)
     assert launch.maybe_relaunch(args, ["pretrain"]) is None
     args.nproc = 3
     monkeypatch.setenv("LOCAL_RANK", "0")
@@ -72,7 +73,10 @@ def test_more_processes_than_gpus_is_refused(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def _fault_probe(env: dict[str, str], step: int, rank: int) -> int:
-    code = f"from heartlm.train import launch; launch.maybe_inject_fault({step}, {rank})"
+    code = (
+        "from heartlm.train.callbacks import from_environment\n"
+        f"for c in from_environment(): c.on_step_end({step}, {rank})"
+    )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HEARTLM_FAULT", "TORCH"))}
     return subprocess.run([sys.executable, "-c", code], env={**clean, **env}).returncode
 
@@ -168,8 +172,13 @@ def _write_tokens(folder: Path, n_records: int = 12, beats: int = 200, vocab: in
         "boundaries": np.arange(0, n + 1, beats, dtype=np.int64),
     }
     streams["features"] = rng.standard_normal((n, 3)).astype(np.float16)
-    meta = {"vocab_size": vocab, "rhythm_vocab_size": NUM_SPECIAL + 4, "fs": 360,
-            "window_samples": 256, "features": ["beat_pc0", "qrs_corr", "rr_prev_local"]}
+    meta = {
+        "vocab_size": vocab,
+        "rhythm_vocab_size": NUM_SPECIAL + 4,
+        "fs": 360,
+        "window_samples": 256,
+        "features": ["beat_pc0", "qrs_corr", "rr_prev_local"],
+    }
     records = [{"name": f"r{i}", "start": i * beats, "n_beats": beats} for i in range(n_records)]
     write_tokens(folder, streams, records, meta)
     return folder

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from heartlm.errors import HeartlmError
-from heartlm.evaluate import metrics
+from heartlm.labelled import metrics
 
 
 def test_confusion_matrix_counts_reference_rows_predicted_columns():
@@ -86,7 +86,7 @@ def test_beat_report_is_json_ready():
 
 
 def _refs(pairs):
-    from heartlm.finetune.splits import RecordRef
+    from heartlm.labelled.splits import RecordRef
 
     return [RecordRef(i, name, db, 10) for i, (db, name) in enumerate(pairs)]
 

@@ -13,9 +13,10 @@ import torch
 
 from heartlm.ecg.labels import RHYTHMS
 from heartlm.errors import HeartlmError
-from heartlm.finetune import data, splits
 from heartlm.finetune.objectives import afib_targets, drop_morphology, keep_table, keep_window
-from heartlm.finetune.splits import RecordRef
+from heartlm.labelled import splits
+from heartlm.labelled import windows as data
+from heartlm.labelled.splits import RecordRef
 
 AFIB, NSR = RHYTHMS.index("AFIB"), RHYTHMS.index("N")
 
@@ -397,3 +398,18 @@ def test_finetune_on_two_processes(corpus, tmp_path):
     info = json.loads((ft / "finetune.json").read_text())
     assert info["best"]["step"] in (2, 4) and (ft / "model.safetensors").is_file()
     assert not (tmp_path / ".ft2.partial").exists()
+
+
+def test_embed_of_raw_wfdb_records_matches_their_token_folder(corpus):
+    """A pretrained run tokenizes WFDB records with its token folder's codebook and ingest
+    settings: the embeddings are those of the same records as tokens."""
+    from heartlm.tensorfile import load_tensors
+
+    assert _cli("embed", corpus / "pre", corpus / "syn", "--out", corpus / "emb_raw") == 0
+    assert _cli("embed", corpus / "pre", corpus / "tok", "--out", corpus / "emb_tok") == 0
+    raw = load_tensors(corpus / "emb_raw" / "embeddings.safetensors")
+    tok = load_tensors(corpus / "emb_tok" / "embeddings.safetensors")
+    assert raw["beat"].shape[0] > 100
+    assert torch.equal(raw["beat"], tok["beat"]) and torch.equal(raw["window"], tok["window"])
+    table = (corpus / "emb_raw" / "beats.csv").read_text()
+    assert table == (corpus / "emb_tok" / "beats.csv").read_text()

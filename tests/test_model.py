@@ -11,6 +11,7 @@ import torch
 from heartlm.errors import HeartlmError
 from heartlm.model import HeartLM, load_pretrained, model_config
 from heartlm.model.load import export_model
+from heartlm.shards import NUM_SPECIAL
 from heartlm.train import checkpoint as ckpt
 from heartlm.train.distributed import DistEnv
 from heartlm.train.flops import flops_per_token
@@ -166,3 +167,41 @@ def test_mfu_is_per_device_and_a_stated_peak_is_checked(monkeypatch: pytest.Monk
     monkeypatch.setenv("HEARTLM_PEAK_TFLOPS", "fast")
     with pytest.raises(HeartlmError, match="HEARTLM_PEAK_TFLOPS='fast' is not a positive"):
         peak_flops(torch.device("cpu"))
+
+
+def test_save_pretrained_then_from_pretrained_in_a_fresh_process_gives_identical_logits(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    model = HeartLM(model_config("tiny", vocab_size=45, n_features=3, max_len=16)).eval()
+    folder = model.save_pretrained(tmp_path / "hlm", codebook_hash="c0ffee", window=16)
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["model_type"], config["codebook_hash"]) == ("heartlm", "c0ffee")
+    g = torch.Generator().manual_seed(1)
+    inputs = {
+        "morph": torch.randint(NUM_SPECIAL, 45, (2, 16), generator=g),
+        "rhythm": torch.randint(NUM_SPECIAL, 8, (2, 16), generator=g),
+        "features": torch.randn(2, 16, 3, generator=g),
+    }
+    save_file(inputs, tmp_path / "inputs.safetensors")
+    code = (
+        "import sys; from safetensors.torch import load_file, save_file\n"
+        "from heartlm.model import HeartLM\n"
+        "m = HeartLM.from_pretrained(sys.argv[1])\n"
+        "x = load_file(sys.argv[2])\n"
+        "y = m(x['morph'], x['rhythm'], head='mlm', features_BTF=x['features'])\n"
+        "save_file({'logits': y.detach().contiguous()}, sys.argv[3])\n"
+    )
+    out = tmp_path / "logits.safetensors"
+    offline = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code, str(folder), str(tmp_path / "inputs.safetensors"),
+                    str(out)], check=True, env=offline)  # fmt: skip
+    with torch.no_grad():
+        expected = model(inputs["morph"], inputs["rhythm"], head="mlm",
+                         features_BTF=inputs["features"])  # fmt: skip
+    assert torch.equal(load_file(out)["logits"], expected)

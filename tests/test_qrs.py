@@ -46,9 +46,9 @@ def test_match_empty_inputs():
     none = np.array([], dtype=np.int64)
     assert match_beats(none, none, 360) == Match(0, 0, 0)
     m = match_beats(none, np.array([5, 500]), 360)
-    assert (m.tp, m.fp, m.fn, m.ppv, m.se) == (0, 2, 0, 0.0, 1.0)
+    assert (m.tp, m.fp, m.fn, m.ppv, m.se) == (0, 2, 0, 0.0, 0.0)
     m = match_beats(np.array([5, 500]), none, 360)
-    assert (m.tp, m.fp, m.fn, m.se, m.ppv) == (0, 0, 2, 0.0, 1.0)
+    assert (m.tp, m.fp, m.fn, m.se, m.ppv) == (0, 0, 2, 0.0, 0.0)
 
 
 def test_scores_and_gross_sum_counts_before_dividing():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from heartlm import settings
 from heartlm.cli import build_parser, main
 from heartlm.errors import HeartlmError
 from heartlm.scale import metrics, twonode
@@ -95,8 +96,9 @@ def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tm
     assert {cfg.twin(c).backend for c in one if c.backend != "ddp"} == {"ddp"}
     zero3 = next(c for c in cfg.cells() if c.backend == "zero3")
     argv = engine_command(zero3, cfg, tmp_path / "tok", tmp_path / "run", None)
-    args = build_parser(argv)[0].parse_args(argv)
-    assert (args.backend, args.zero_stage) == ("deepspeed", 3)
+    parser, module = build_parser(argv)
+    got = settings.resolve(module.Config, parser.parse_args(argv), "pretrain").train
+    assert (got.backend, got.parallel.zero_stage, got.final_save) == ("deepspeed", 3, False)
 
 
 def test_core_groups_are_disjoint_when_the_machine_has_enough():
@@ -113,14 +115,15 @@ def test_engine_commands_parse_with_the_real_clis(tmp_path):
         cell = Cell(task, 64, 2, 2, "weak", "ddp", data_path)
         argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
         parser, module = build_parser(argv)
-        args = parser.parse_args(argv)
         assert module is not None
+        got = settings.resolve(module.Config, parser.parse_args(argv), task)
         # warm-up 5, then 5 profiled (pretrain only), then 10 / 2 timed steps
-        assert args.steps == (15 if task == "pretrain" else 10)
-        assert args.batch == 2 * cfg.batch_for(64)
-        assert args.window == 64
+        assert got.train.steps == (15 if task == "pretrain" else 10)
+        assert got.train.batch == 2 * cfg.batch_for(64)
+        assert got.window == 64
         if task == "pretrain":
-            assert args.workers == 2 and args.profile_steps == 5 and args.ckpt_every == 0
+            train = got.train
+            assert train.workers == 2 and train.profile_steps == 5 and train.ckpt_every == 0
 
 
 def _launch(tmp_path: Path, argv: list[str], timeout: float) -> Launch:

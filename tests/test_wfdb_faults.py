@@ -18,8 +18,8 @@ import wfdb
 
 from heartlm.cli import main
 from heartlm.errors import HeartlmError
-from heartlm.evaluate.prepare import token_folder
 from heartlm.ingest import IngestConfig
+from heartlm.labelled.tokens import token_folder
 from heartlm.store import BeatStore
 from heartlm.synth import synth_record
 

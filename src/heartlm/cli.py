@@ -1,8 +1,10 @@
 """The `heartlm` command: one entry point, one subcommand per pipeline stage.
 
-Each subcommand lives in its own module exposing `add_arguments(parser)` and
-`run(args) -> int`; modules are imported only when their command runs, so
-`heartlm qrs` never pays for importing torch.
+Each subcommand lives in its own module. A module with a settings dataclass `Config`
+gets its flags, `--config` and `--print-config` from it (`heartlm.settings`) and runs as
+`run(config) -> int`; the others expose `add_arguments(parser)` and `run(args) -> int`.
+Modules are imported only when their command runs, so `heartlm qrs` never pays for
+importing torch.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib
 import sys
 import warnings
 
+from heartlm import settings
 from heartlm.errors import HeartlmError
 from heartlm.log import setup_logging
 
@@ -23,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("heartlm.pretrain", "pretrain the Heart Language Model"),
     "finetune": ("heartlm.finetune.cli", "fine-tune a pretrained run for beat classes or AFIB"),
     "evaluate": ("heartlm.evaluate.cli", "score a fine-tuned run on tokens or WFDB records"),
+    "embed": ("heartlm.embed", "per-beat and per-window embeddings of tokens or WFDB records"),
     "scale": ("heartlm.scale.cli", "run the scaling-study grid"),
     "report": ("heartlm.report.cli", "figures and report.md from a scaling study"),
     "slurm": ("heartlm.cluster.cli", "write SLURM sbatch scripts and an Apptainer definition"),
@@ -41,7 +45,10 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | Non
         p.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
         if name == chosen:
             module = importlib.import_module(module_name)
-            module.add_arguments(p)
+            if hasattr(module, "Config"):
+                settings.add_arguments(p, module.Config)
+            else:
+                module.add_arguments(p)
     return parser, module
 
 
@@ -68,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         setup_logging(args.verbose)
-        return int(module.run(args) or 0)
+        if not hasattr(module, "Config"):
+            return int(module.run(args) or 0)
+        config = settings.resolve(module.Config, args, args.command)
+        if args.print_config:
+            sys.stdout.write(settings.dump(config))
+            return 0
+        return int(module.run(config) or 0)
     except HeartlmError as exc:
         print(f"heartlm: error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
+from heartlm.runtime import is_main_process
+
 T = TypeVar("T")
 
 logger = logging.getLogger("heartlm")
@@ -34,11 +36,6 @@ def setup_logging(verbosity: int = 0) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(level if is_main_process() else logging.WARNING)
     logger.propagate = False
-
-
-def is_main_process() -> bool:
-    """True on rank 0 of a torchrun/srun job, and in a plain process."""
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def progress(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,73 +13,77 @@ import numpy as np
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
+from heartlm.settings import setting, to_dict
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, metavar="FT", help="fine-tuned run folder")
-    parser.add_argument(
-        "data", type=Path, metavar="DATA", help="token folder, or a folder of WFDB records"
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object to stdout")
-    parser.add_argument("--out", type=Path, help="also write metrics.json, figures and run.json")
-    parser.add_argument(
-        "--all-records",
-        action="store_true",
-        help="MIT-BIH: score every record (default: DS2 only, the inter-patient test half)",
-    )
-    parser.add_argument(
-        "--records", nargs="+", metavar="NAME", help="score only these records (NAME or DB/NAME)"
-    )
-    parser.add_argument("--batch", type=int, default=64, help="windows per forward pass")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when available) or cpu")
-    parser.add_argument(
-        "--lead", help="WFDB DATA: lead to use instead of the run's (NAME or NAME,NAME,...)"
-    )
-    parser.add_argument(
-        "--annotations", metavar="EXT", help="WFDB DATA: reference annotation extension"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+@dataclass
+class EvaluateConfig:
+    run: Path | None = setting(positional=True, required=True, metavar="FT")
+    """fine-tuned run folder"""
+    data: Path | None = setting(positional=True, required=True, metavar="DATA")
+    """token folder, or a folder of WFDB records"""
+    json: bool = False
+    """print one JSON object to stdout"""
+    out: Path | None = None
+    """also write metrics.json, figures and run.json"""
+    overwrite: bool = False
+    """replace an existing --out"""
+    all_records: bool = False
+    """MIT-BIH: score every record (default: DS2 only, the inter-patient test half)"""
+    records: list[str] | None = setting(None, metavar="NAME")
+    """score only these records (NAME or DB/NAME)"""
+    batch: int = 64
+    """windows per forward pass"""
+    device: str = "auto"
+    """auto (CUDA when available), cpu, cuda or cuda:N"""
+    lead: str | None = None
+    """WFDB DATA: lead to use instead of the run's (NAME or NAME,NAME,...)"""
+    annotations: str | None = setting(None, metavar="EXT")
+    """WFDB DATA: reference annotation extension"""
 
 
-def run(args: argparse.Namespace) -> int:
+Config = EvaluateConfig
+
+
+def run(cfg: EvaluateConfig) -> int:
     from heartlm.evaluate.scoring import evaluate
 
-    if args.batch < 1:
+    if cfg.batch < 1:
         raise HeartlmError("--batch must be positive")
-    if args.out is not None:
+    if cfg.out is not None:
         from heartlm.outdir import check_separate, check_writable
 
-        check_writable(args.out, args.overwrite)
-        check_separate(args.out, [args.run, args.data])
+        check_writable(cfg.out, cfg.overwrite)
+        check_separate(cfg.out, [cfg.run, cfg.data])
     t0 = time.perf_counter()
     result = evaluate(
-        args.run,
-        args.data,
-        all_records=args.all_records,
-        records=args.records,
-        batch=args.batch,
-        device=args.device,
-        ingest_overrides={"lead": args.lead, "annotations": args.annotations},
+        cfg.run,
+        cfg.data,
+        all_records=cfg.all_records,
+        records=cfg.records,
+        batch=cfg.batch,
+        device=cfg.device,
+        ingest_overrides={"lead": cfg.lead, "annotations": cfg.annotations},
     )
     elapsed = time.perf_counter() - t0
-    if args.out is not None:
-        _write_out(args, result, elapsed)
-    if args.json:
+    if cfg.out is not None:
+        _write_out(cfg, result, elapsed)
+    if cfg.json:
         print(json.dumps(result["report"], indent=2))
     else:
         print(format_report(result["report"]))
     return 0
 
 
-def _write_out(args: argparse.Namespace, result: dict[str, Any], elapsed: float) -> None:
+def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> None:
     from heartlm.evaluate import plots
     from heartlm.outdir import atomic_write_text, staged_dir
     from heartlm.runinfo import write_run_json
 
     report = result["report"]
-    with staged_dir(args.out, args.overwrite) as stage:
+    with staged_dir(cfg.out, cfg.overwrite) as stage:
         atomic_write_text(stage / "metrics.json", json.dumps(report, indent=2) + "\n")
-        title = f"{args.run.name} on {args.data.name} ({report['scope']})"
+        title = f"{cfg.run.name} on {cfg.data.name} ({report['scope']})"
         if report["task"] == "beats":
             plots.confusion_png(
                 np.array(report["confusion"]), AAMI_CLASSES, stage / "confusion.png", title
@@ -89,12 +93,11 @@ def _write_out(args: argparse.Namespace, result: dict[str, Any], elapsed: float)
         write_run_json(
             stage,
             "evaluate",
-            {"run": args.run, "data": args.data, "all_records": args.all_records,
-             "records": args.records, "batch": args.batch},
+            to_dict(cfg),
             counts={k: v for k, v in report.items() if k.startswith("n_")},
             timings={"total": elapsed},
-        )  # fmt: skip
-    logger.info(f"{args.out}: metrics.json and figures written")
+        )
+    logger.info(f"{cfg.out}: metrics.json and figures written")
 
 
 def format_report(report: dict[str, Any]) -> str:

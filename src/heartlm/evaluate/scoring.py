@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from heartlm.errors import HeartlmError
-from heartlm.evaluate import metrics
-from heartlm.evaluate.predict import afib_scores, beat_predictions
-from heartlm.evaluate.prepare import token_folder
-from heartlm.finetune.data import AFIB_RULE, IGNORE, cut_windows, streams_of
-from heartlm.finetune.lineage import read_finetune_info, read_lineage
-from heartlm.finetune.splits import MITDB_DS2, RecordRef, is_mitdb
+from heartlm.labelled import metrics
+from heartlm.labelled.lineage import read_finetune_info, read_lineage
+from heartlm.labelled.predict import afib_scores, beat_predictions
+from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
+from heartlm.labelled.tokens import token_folder
+from heartlm.labelled.windows import AFIB_RULE, IGNORE, cut_windows, streams_of
+from heartlm.runtime import pick_device
 
 
 def choose_records(
@@ -37,17 +37,6 @@ def choose_records(
         f"MIT-BIH DS2 only: {len(chosen)} records, {dropped} MIT-BIH records not scored "
         "(--all-records scores them)"
     )
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise HeartlmError(f"--device {name}: no CUDA device is available")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise HeartlmError(f"--device {name!r} is not a torch device") from None
 
 
 def _check_same_tokens(lineage: dict[str, Any], data: Any, where: Path) -> None:
@@ -83,7 +72,7 @@ def evaluate(
     info = read_finetune_info(run)
     lineage = read_lineage(run)
     model, _ = load_pretrained(run)
-    dev = _device(device)
+    dev = pick_device(device)
     with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
         data = load_tokens(folder)
     _check_same_tokens(lineage, data, data_path)

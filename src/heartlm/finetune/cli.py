@@ -1,220 +1,136 @@
-"""`heartlm finetune RUN --task beats|afib --data TOKENS --out FT`: the command-line face."""
+"""`heartlm finetune RUN --task beats|afib --data TOKENS --out FT`: settings and command."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
+from heartlm.settings import setting
+from heartlm.train.config import LaunchConfig, TrainConfig
 
-DEFAULT_EPOCHS = 10.0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from heartlm.train.flags import add_device_arguments, add_optimizer_arguments
-    from heartlm.train.launch import add_launch_arguments
-
-    p.add_argument("run", type=Path, metavar="RUN", help="pretrained run (from `heartlm pretrain`)")
-    p.add_argument(
-        "--task",
-        default="beats",
-        choices=["beats", "afib"],
-        help="beats: AAMI class per beat; afib: AFIB vs not per window",
-    )
-    p.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        metavar="TOKENS",
-        help="labelled token folder (from `heartlm tokenize` with RUN's codebook)",
-    )
-    p.add_argument("--out", type=Path, required=True, metavar="FT", help="run folder to write")
-    p.add_argument(
-        "--from-scratch",
-        action="store_true",
-        help="RUN's architecture, random weights (the baseline)",
-    )
-    p.add_argument(
-        "--label-fraction",
-        type=float,
-        default=1.0,
-        metavar="F",
-        help="keep a seeded fraction F of the training labels (default 1)",
-    )
-    p.add_argument(
-        "--records",
-        nargs="+",
-        metavar="NAME",
-        help="training records, NAME or DB/NAME (default: MIT-BIH DS1 and every "
-        "labelled record of other databases)",
-    )
-    p.add_argument(
-        "--val-fraction",
-        type=float,
-        default=0.2,
-        help="share of training records held out for early stopping (default 0.2)",
-    )
-    p.add_argument(
-        "--window",
-        type=int,
-        default=None,
-        help="beats per window (default 128 for beats, 32 for afib; at most RUN's max_len)",
-    )
-    p.add_argument("--stride", type=int, default=None, help="training stride (default window/2)")
-    g = p.add_argument_group("optimisation")
-    length = g.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, default=None)
-    length.add_argument(
-        "--epochs",
-        type=float,
-        default=None,
-        help=f"passes over the training windows (default {DEFAULT_EPOCHS:g})",
-    )
-    add_optimizer_arguments(g, batch=64, warmup=50, weight_decay=0.01)
-    g.add_argument(
-        "--val-every",
-        type=int,
-        default=0,
-        help="steps between validations (default: once per epoch)",
-    )
-    g.add_argument("--log-every", type=int, default=10)
-    g.add_argument(
-        "--max-class-weight",
-        type=float,
-        default=20.0,
-        help="clip of the balanced class weights (default 20)",
-    )
-    g.add_argument(
-        "--select",
-        default="f1",
-        choices=["f1", "loss"],
-        help="exported checkpoint: best validation F1 (default) or lowest validation loss",
-    )
-    g.add_argument(
-        "--class-weight-power",
-        type=float,
-        default=0.5,
-        metavar="A",
-        help="class weights (n/(K*n_c))^A: 1 balanced, 0.5 square root, 0 none (default 0.5)",
-    )
-    g.add_argument(
-        "--morph-dropout",
-        type=float,
-        default=0.0,
-        metavar="P",
-        help="training only: replace this share of beats' morphology tokens by MASK (default 0)",
-    )
-    g.add_argument(
-        "--dropout",
-        type=float,
-        default=None,
-        metavar="P",
-        help="the model's dropout while fine-tuning (default: the pretrained run's)",
-    )
-    g.add_argument(
-        "--inputs",
-        default="all",
-        choices=["all", "relative"],
-        help="relative: the model sees only patient-relative features and rhythm (codes and "
-        "absolute beat shape hidden), in training and at evaluation (default all)",
-    )
-    g.add_argument(
-        "--layer-decay",
-        type=float,
-        default=1.0,
-        metavar="D",
-        help="layer-wise learning-rate decay: block i of L learns at D^(L-i) of --lr, the "
-        "embeddings at D^(L+1), the head at --lr (default 1: off)",
-    )
-    g.add_argument("--seed", type=int, default=0)
-    add_device_arguments(g)
-    g.add_argument("--overwrite", action="store_true", help="replace an existing FT")
-    g.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue an interrupted run from its last checkpoint",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=600.0,
-        help="seconds before a stuck rendezvous or collective fails",
-    )
-    add_launch_arguments(p)  # fmt: skip
+TASKS = ("beats", "afib")
+SELECT = ("f1", "loss")
+INPUTS = ("all", "relative")
+TASK = "task and data"
 
 
-def run(args: argparse.Namespace) -> int:
-    from heartlm.finetune.lineage import FINETUNE_INFO
-    from heartlm.finetune.pipeline import FinetuneConfig
+def _engine_defaults() -> TrainConfig:
+    """The engine's settings where fine-tuning differs from pretraining."""
+    return TrainConfig(
+        epochs=10.0, batch=64, warmup_steps=50, weight_decay=0.01, val_every=0,
+        val_batches=None, ckpt_every=0, keep_best=True, best_metric="val_f1",
+    )  # fmt: skip
+
+
+@dataclass
+class FinetuneConfig:
+    run: Path | None = setting(positional=True, required=True, metavar="RUN")
+    """pretrained run (from `heartlm pretrain`)"""
+    data: Path | None = setting(required=True, metavar="TOKENS")
+    """labelled token folder (from `heartlm tokenize` with RUN's codebook)"""
+    out: Path | None = setting(required=True, metavar="FT")
+    """run folder to write"""
+    overwrite: bool = False
+    """replace an existing FT"""
+    task: str = setting("beats", choices=TASKS, group=TASK)
+    """beats: per-beat AAMI class; afib: per-window AFIB vs not"""
+    from_scratch: bool = setting(False, group=TASK)
+    """RUN's architecture, random weights (the baseline)"""
+    label_fraction: float = setting(1.0, metavar="F", group=TASK)
+    """keep this seeded fraction of the training labels (beats, or afib windows)"""
+    records: list[str] | None = setting(None, metavar="NAME", group=TASK)
+    """training records, NAME or DB/NAME (default: MIT-BIH DS1 and every labelled record
+    of other databases)"""
+    val_fraction: float = setting(0.2, group=TASK)
+    """share of training records held out for validation and model selection"""
+    window: int | None = setting(None, group=TASK)
+    """beats per window (default 128 for beats, 32 for afib; at most RUN's max_len)"""
+    stride: int | None = setting(None, group=TASK)
+    """training window stride in beats (default window / 2)"""
+    select: str = setting("f1", choices=SELECT, group=TASK)
+    """exported weights: the best validation F1 (beats: macro F1 of the classes with >= 10
+    validation beats; afib: window F1) or the lowest (class-weighted) validation loss"""
+    max_class_weight: float = setting(20.0, group=TASK)
+    """clip of the class weights"""
+    class_weight_power: float = setting(0.5, metavar="A", group=TASK)
+    """class weights (n / (K n_c))^A: 1 balanced, 0.5 square root, 0 none"""
+    morph_dropout: float = setting(0.0, metavar="P", group=TASK)
+    """training only: replace this share of beats' morphology tokens by MASK"""
+    dropout: float | None = setting(None, metavar="P", group=TASK)
+    """the model's dropout while fine-tuning (default: the pretrained run's)"""
+    inputs: str = setting("all", choices=INPUTS, group=TASK)
+    """all: codes and every feature; relative: only patient-relative features and rhythm
+    (codes read as MASK, absolute shape columns as zero), in training and at evaluation"""
+    train: TrainConfig = setting(factory=_engine_defaults)
+    launch: LaunchConfig = setting(factory=LaunchConfig)
+
+    def validate(self) -> None:
+        self.train.validate()
+        self.launch.validate()
+        self.train.check_overwrite(self.overwrite)
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"--window must be >= 1, not {self.window}")
+        if self.stride is not None and self.stride < 1:
+            raise ValueError(f"--stride must be >= 1, not {self.stride}")
+        if not 0.0 < self.label_fraction <= 1.0:
+            raise ValueError(f"--label-fraction must be in (0, 1], not {self.label_fraction}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"--val-fraction must be in [0, 1), not {self.val_fraction}")
+        if not 0.0 <= self.class_weight_power <= 1.0:
+            raise ValueError(
+                f"--class-weight-power must be in [0, 1], not {self.class_weight_power}"
+            )
+        if not 0.0 <= self.morph_dropout < 1.0:
+            raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
+        if self.max_class_weight < 1.0:
+            raise ValueError("--max-class-weight must be >= 1")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must be in [0, 1), not {self.dropout}")
+        for flag, value, allowed in (("--task", self.task, TASKS),
+                                     ("--select", self.select, SELECT),
+                                     ("--inputs", self.inputs, INPUTS)):  # fmt: skip
+            if value not in allowed:
+                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+Config = FinetuneConfig
+
+
+def run(cfg: FinetuneConfig) -> int:
+    from heartlm.labelled.lineage import FINETUNE_INFO
     from heartlm.outdir import check_separate
     from heartlm.train import rundir
     from heartlm.train.launch import is_elastic_restart, maybe_relaunch
-    from heartlm.train.loop import TrainConfig
 
-    if args.steps is None and args.epochs is None:
-        args.epochs = DEFAULT_EPOCHS
+    cfg.train.require_packages()
+    cfg.train.resume = cfg.train.resume or is_elastic_restart()
+    # The engine selects the exported weights by --select (TrainConfig.keep_best).
+    cfg.train.keep_best = True
+    cfg.train.best_metric = "val_f1" if cfg.select == "f1" else "val_loss"
     try:
-        cfg = FinetuneConfig(
-            task=args.task,
-            window=args.window,
-            stride=args.stride,
-            label_fraction=args.label_fraction,
-            val_fraction=args.val_fraction,
-            records=args.records,
-            from_scratch=args.from_scratch,
-            max_class_weight=args.max_class_weight,
-            morph_dropout=args.morph_dropout,
-            dropout=args.dropout,
-            inputs=args.inputs,
-            class_weight_power=args.class_weight_power,
-            select=args.select,
-            seed=args.seed,
-            device=None if args.device == "auto" else args.device,
-            overwrite=args.overwrite,
-            timeout_s=args.timeout,
-        )
         cfg.validate()
-        tcfg = TrainConfig(
-            steps=args.steps,
-            epochs=args.epochs,
-            batch=args.batch,
-            micro_batch=args.micro_batch,
-            lr=args.lr,
-            warmup_steps=args.warmup,
-            weight_decay=args.weight_decay,
-            layer_decay=args.layer_decay,
-            val_every=args.val_every,
-            log_every=args.log_every,
-            seed=args.seed,
-            compile=args.compile,
-            precision=args.precision,
-            resume=args.resume or is_elastic_restart(),
-        )
-        tcfg.validate()
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
-    if args.val_every < 0:
-        raise HeartlmError("--val-every must be >= 0")
-    plan = rundir.plan_finetune(args.out, tcfg.resume, args.overwrite, FINETUNE_INFO)
-    check_separate(plan.out, [args.run, args.data])
+    plan = rundir.plan_finetune(cfg.out, cfg.train.resume, cfg.overwrite, FINETUNE_INFO)
+    check_separate(plan.out, [cfg.run, cfg.data])
     if plan.finished:
         logger.info("%s: already finished: nothing to do", plan.out)
         return 0
 
     def body() -> int:
-        code = maybe_relaunch(args)
-        return _finetune(args, plan.out, cfg, tcfg) if code is None else code
+        code = maybe_relaunch(cfg.launch)
+        return _finetune(cfg, plan.out) if code is None else code
 
     return rundir.run_owned(plan, body)
 
 
-def _finetune(args: argparse.Namespace, out: Path, cfg: object, tcfg: object) -> int:
+def _finetune(cfg: FinetuneConfig, out: Path) -> int:
     from heartlm.finetune.pipeline import finetune
     from heartlm.train.stopsignal import EXIT_STOPPED
 
-    info = finetune(args.run, args.data, out, cfg, tcfg)
-    if info.get("interrupted"):
+    info = finetune(cfg, out)
+    if info.get("stopped"):
         logger.info("%s: stopped; continue with --resume", out)
-        return EXIT_STOPPED
-    return 0
+    return EXIT_STOPPED if info.get("interrupted") else 0

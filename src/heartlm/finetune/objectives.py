@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from heartlm.finetune.data import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
+from heartlm.labelled.windows import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
 from heartlm.shards import MASK
 from heartlm.train.objectives import hash_uniform, hide_features
 
@@ -45,7 +45,7 @@ def drop_morphology(model, batch, p: float, columns: Tensor | None) -> tuple[Ten
 
 
 def afib_targets(rhythm_label_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
-    """(B,) window labels by the AFIB rule of `heartlm.finetune.data` (1, 0, or IGNORE)."""
+    """(B,) window labels by the AFIB rule of `heartlm.labelled.windows` (1, 0, or IGNORE)."""
     real = rhythm_label_BT >= 0
     if valid_BT is not None:
         real = real & valid_BT
@@ -81,7 +81,7 @@ def keep_table(sampler, n_positions: int, fraction: float, seed: int) -> Tensor:
 class BeatClasses:
     """Per-beat AAMI class with a per-token head; class-weighted cross-entropy.
 
-    Weights come from the training labels (`heartlm.finetune.data.class_weights`); unlabelled
+    Weights come from the training labels (`heartlm.labelled.windows.class_weights`); unlabelled
     or padded beats (AAMI -1) give no loss but are still context for the encoder.
     """
 

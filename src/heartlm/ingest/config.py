@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from dataclasses import dataclass
@@ -10,31 +11,41 @@ from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.runinfo import read_run_json
+from heartlm.settings import setting
 
 BEAT_SOURCES = ("auto", "annotations", "detect")
 
 
+def parse_band(text: str) -> tuple[float, float]:
+    """`--band LO,HI` in Hz."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI in Hz, got {text!r}") from None
+    return lo, hi
+
+
 @dataclass
 class IngestConfig:
-    lead: str | None = None
+    lead: str | None = setting(None, metavar="NAME")
     """Lead to keep, by name (case-insensitive), or comma-separated names of which the first
     a record has wins; a record with none of them is refused. None = the fallback order in
     `leads.py`."""
-    fs: float = 250.0
+    fs: float = setting(250.0, metavar="HZ")
     """Sampling rate of the store, Hz."""
-    pre: float = 0.25
+    pre: float = setting(0.25, metavar="S")
     """Seconds of signal before the R peak in each beat window."""
-    post: float = 0.40
+    post: float = setting(0.40, metavar="S")
     """Seconds of signal after the R peak in each beat window."""
-    align: float = 0.04
+    align: float = setting(0.04, metavar="S")
     """Seconds around each reference beat searched for the R peak (largest |signal|); 0 = off."""
-    band: tuple[float, float] = (0.5, 40.0)
+    band: tuple[float, float] = setting((0.5, 40.0), metavar="LO,HI", parse=parse_band)
     """Band-pass corners, Hz (zero-phase Butterworth)."""
-    beats: str = "auto"
+    beats: str = setting("auto", choices=BEAT_SOURCES)
     """Where beats come from: annotations, detect, or auto (annotations when present)."""
-    annotations: str = "atr"
+    annotations: str = setting("atr", metavar="EXT")
     """Reference annotation extensions, comma-separated, first found wins (LUDB: `ii`)."""
-    workers: int = 0
+    workers: int = setting(0, metavar="N")
     """Worker processes; 0 = one per CPU core (at most the number of records)."""
     skip_bad: bool = False
     """Skip an unreadable record with a warning instead of stopping the run."""

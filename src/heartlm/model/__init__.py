@@ -1,7 +1,6 @@
 """The Heart Language Model: configuration, presets, module and loading exported runs."""
 
 from heartlm.model.config import PRESETS, ModelConfig, model_config
-from heartlm.model.hlm import HeartLM
-from heartlm.model.load import load_pretrained
+from heartlm.model.hlm import HeartLM, load_pretrained
 
 __all__ = ["PRESETS", "HeartLM", "ModelConfig", "load_pretrained", "model_config"]

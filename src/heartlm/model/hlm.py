@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from heartlm.model.config import ModelConfig
+from heartlm.model.load import Pretrained, load_into
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
 HEADS = ("hidden", "mlm", "masked", "next", "beat", "window")
@@ -52,13 +56,15 @@ class Block(nn.Module):
         )
 
 
-class HeartLM(nn.Module):
+class HeartLM(nn.Module, Pretrained):
     """Morphology + rhythm + position embeddings and a projection of the beat features,
     pre-norm blocks, and task heads.
 
     `forward(..., head=...)` computes only the requested head, so the masked-token
     vocabulary projection runs only at the positions that carry a loss. Head `masked` is
     `mlm` plus the reconstruction of the beat features at those positions.
+    `save_pretrained(folder, codebook_hash=...)` / `HeartLM.from_pretrained(folder)` write
+    and read a local folder (`heartlm.model.load`).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -187,3 +193,10 @@ class HeartLM(nn.Module):
             if self.feature_proj is not None:
                 n -= self.feature_proj.weight.numel()
         return n
+
+
+def load_pretrained(
+    run_dir: str | Path, preset: str | None = None, vocab_size: int | None = None, **overrides: Any
+) -> tuple[HeartLM, dict[str, Any]]:
+    """The exported model of a run (training mode) and its config.json (`load_into`)."""
+    return load_into(HeartLM, run_dir, preset, vocab_size, **overrides)

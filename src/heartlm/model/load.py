@@ -1,4 +1,13 @@
-"""Exported weights: RUN/model.safetensors + RUN/config.json, written and read without pickle."""
+"""Exported weights: RUN/model.safetensors + RUN/config.json, written and read without pickle.
+
+The layout a Hugging Face user expects (`save_pretrained` / `from_pretrained` of a local
+folder; `config.json` names the `model_type` and the tokenizer's codebook hash), written
+here rather than through huggingface_hub's `PyTorchModelHubMixin`: the mixin's config.json
+holds only the constructor's arguments, while a heartlm run's must also carry its data
+facts (window, objective, codebook hash) that evaluate, finetune and embed check, and its
+`from_pretrained` would reach for the Hub when a folder is missing. A folder written here
+can still be uploaded as it is.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +19,13 @@ import torch
 
 from heartlm.errors import HeartlmError
 from heartlm.model.config import ModelConfig
-from heartlm.model.hlm import HeartLM
 from heartlm.outdir import atomic_write_text
 from heartlm.runinfo import read_json
 from heartlm.tensorfile import load_tensors, save_tensors
 
 FORMAT = "heartlm-model"
 VERSION = 2
+MODEL_TYPE = "heartlm"
 
 
 def export_model(
@@ -26,7 +35,8 @@ def export_model(
     run_dir = Path(run_dir)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state.items()}
     save_tensors(tensors, run_dir / "model.safetensors", metadata={"format": FORMAT})
-    config = {"format": FORMAT, "version": VERSION, "model": cfg.to_dict(), **info}
+    config = {"format": FORMAT, "version": VERSION, "model_type": MODEL_TYPE,
+              "codebook_hash": None, "model": cfg.to_dict(), **info}  # fmt: skip
     atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
 
 
@@ -42,13 +52,37 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     return config
 
 
-def load_pretrained(
+class Pretrained:
+    """`save_pretrained` / `from_pretrained` for a model class built as `cls(ModelConfig)`."""
+
+    cfg: ModelConfig
+
+    def save_pretrained(self, folder: str | Path, **info: Any) -> Path:
+        """Write model.safetensors and config.json into `folder` (created). `info` is
+        recorded beside the model config: at least `codebook_hash`, the tokenizer the
+        model reads; window, objective, task, ... as a run knows them."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        export_model(folder, self.state_dict(), self.cfg, info)  # type: ignore[attr-defined]
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, **overrides: Any) -> Any:
+        """The model saved in the local `folder` (by `save_pretrained` or a heartlm run), in
+        eval mode; `overrides` as `load_into`."""
+        model, _ = load_into(cls, folder, **overrides)
+        return model.eval()
+
+
+def load_into(
+    cls: type,
     run_dir: str | Path,
     preset: str | None = None,
     vocab_size: int | None = None,
     **overrides: Any,
-) -> tuple[HeartLM, dict[str, Any]]:
-    """The exported model of a run and its config; refuses another preset or vocabulary.
+) -> tuple[Any, dict[str, Any]]:
+    """The exported model of a run as `cls`, and its config; refuses another preset or
+    vocabulary.
 
     `overrides` change head-only fields (`n_beat_classes`, `n_window_classes`, `causal`,
     `cls_token`); heads whose shape changes are left freshly initialised.
@@ -65,7 +99,7 @@ def load_pretrained(
             run_dir,
         )
     cfg = ModelConfig.from_dict({**saved.to_dict(), **overrides})
-    model = HeartLM(cfg)
+    model = cls(cfg)
     path = run_dir / "model.safetensors"
     if not path.is_file():
         raise HeartlmError("model.safetensors is missing", run_dir)

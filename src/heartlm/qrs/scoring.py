@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heartlm import scores
 from heartlm.ecg.labels import SYMBOL_TO_AAMI
 
 EC57_TOLERANCE_S = 0.15
@@ -22,18 +23,17 @@ class Match:
 
     @property
     def se(self) -> float:
-        """Sensitivity TP / (TP + FN); 1.0 when there is nothing to find."""
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 1.0
+        """Sensitivity TP / (TP + FN); 0.0 when there is nothing to find (heartlm.scores)."""
+        return scores.sensitivity(self.tp, self.fn)
 
     @property
     def ppv(self) -> float:
-        """Positive predictivity (+P) TP / (TP + FP); 1.0 when nothing was detected."""
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 1.0
+        """Positive predictivity (+P) TP / (TP + FP); 0.0 when nothing was detected."""
+        return scores.positive_predictivity(self.tp, self.fp)
 
     @property
     def f1(self) -> float:
-        denom = 2 * self.tp + self.fp + self.fn
-        return 2 * self.tp / denom if denom else 1.0
+        return scores.f1(self.tp, self.fp, self.fn)
 
     def __add__(self, other: Match) -> Match:
         return Match(self.tp + other.tp, self.fp + other.fp, self.fn + other.fn)

@@ -18,6 +18,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import staged_dir
 from heartlm.runinfo import write_run_json
+from heartlm.settings import setting
 from heartlm.synth.record import synth_record
 
 ADC_GAIN = 200.0  # adu per mV, as in MIT-BIH
@@ -38,8 +39,8 @@ class SynthConfig:
     """sampling rate in Hz (100 to 1000)"""
     seed: int = 0
     """record i is drawn from the random stream (seed, i): same seed, same bytes"""
-    leads: int = 2
-    """1 (MLII) or 2 (MLII, V1)"""
+    leads: int = setting(2, choices=(1, 2))
+    """1: MLII; 2: MLII, V1"""
     afib_fraction: float = 0.3
     """share of records with AFIB episodes"""
     paced_fraction: float = 0.06

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import check_separate, check_writable, staged_dir
 from heartlm.runinfo import write_run_json
+from heartlm.runtime import pick_device
+from heartlm.settings import setting
 from heartlm.shards import NUM_SPECIAL, UNK
 from heartlm.store import BeatStore
 from heartlm.tokens import features, rhythm
@@ -28,26 +30,30 @@ MAX_TOKEN = np.iinfo(np.uint16).max
 
 @dataclass
 class TokenizeConfig:
-    vocab: int = 1024
-    """Codebook size K (morphology vocabulary = NUM_SPECIAL + K); 256 .. 8192 are the usual."""
-    sample: int = 200_000
-    """Beats drawn (seeded) from the store to learn the codebook."""
-    iters: int = 25
-    """Lloyd iterations at most (stops earlier when assignments stop changing)."""
-    seed: int = 0
-    codebook: Path | None = None
-    """Reuse this codebook (token folder, codebook.json or codebook.safetensors)."""
-    rr_window: int = 16
-    """Beats in the centred moving mean RR that rhythm bins are relative to."""
-    batch: int = 65536
-    """Beats per assignment batch."""
+    vocab: int = setting(1024, metavar="K")
+    """codebook size K (morphology vocabulary = NUM_SPECIAL + K; 256-8192)"""
+    sample: int = setting(200_000, metavar="N")
+    """beats drawn (seeded) from the store to learn the codebook"""
+    iters: int = setting(25, metavar="N")
+    """k-means (Lloyd) iterations at most; stops earlier when assignments stop changing"""
+    seed: int = setting(0, metavar="S")
+    """seed of sample and k-means"""
+    codebook: Path | None = setting(None, metavar="FILE")
+    """reuse a codebook: a token folder, its codebook.json or codebook.safetensors"""
+    rr_window: int = setting(16, metavar="N")
+    """beats in the centred moving mean RR that rhythm bins are relative to"""
+    batch: int = setting(65536, metavar="N")
+    """beats per assignment batch"""
     device: str = "auto"
-    """auto (cuda when available), cpu, cuda or cuda:N."""
+    """auto (cuda when available), cpu, cuda or cuda:N"""
     decode: bool = False
-    """Also write decode/: reconstruction PNG and codebook usage/error report."""
-    decode_records: int = 4
+    """also write decode/: reconstruction PNG and codebook usage/error report"""
+    decode_records: int = setting(4, metavar="N")
+    """records in the decode PNG"""
     overwrite: bool = False
-    normalization: Normalization = field(default_factory=Normalization)
+    """replace an existing --out"""
+    normalization: Normalization = setting(factory=Normalization, cli=False)
+    """how beat windows are normalised (saved in the codebook)"""
 
     def validate(self) -> None:
         if not 2 <= self.vocab <= MAX_TOKEN + 1 - NUM_SPECIAL:
@@ -65,18 +71,6 @@ class TokenizeConfig:
         if self.decode_records < 1:
             raise ValueError(f"--decode-records must be positive, got {self.decode_records}")
         pick_device(self.device)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name!r} is not a torch device") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: no CUDA GPU is available")
-    return device
 
 
 def tokenize(store_path: str | Path, out: str | Path, config: TokenizeConfig) -> dict[str, Any]:

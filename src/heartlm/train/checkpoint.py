@@ -51,6 +51,11 @@ def _rng_state() -> dict[str, torch.Tensor]:
     return state
 
 
+def step_name(step: int) -> str:
+    """The folder name of the checkpoint after optimizer step `step`."""
+    return f"step_{step:08d}"
+
+
 def list_checkpoints(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
@@ -73,12 +78,14 @@ def save_checkpoint(
     env: DistEnv,
     keep: int = 2,
     files: Sequence[Path] = (),
+    protect: Sequence[int] = (),
 ) -> Path:
     """Save on every rank (collective); returns the final folder. `files` (rank 0's) are
-    copied in, so the checkpoint carries the run's log up to its step."""
+    copied in, so the checkpoint carries the run's log up to its step. Of the older
+    checkpoints, the last `keep` (0: all) and those of the steps in `protect` stay."""
     root = Path(root)
-    final = root / f"step_{step:08d}"
-    tmp = root / f".step_{step:08d}.tmp"
+    final = root / step_name(step)
+    tmp = root / f".{step_name(step)}.tmp"
     if env.is_main:
         root.mkdir(parents=True, exist_ok=True)
         for stale in root.glob(".step_*.tmp"):  # saves cut off by a kill
@@ -102,7 +109,8 @@ def save_checkpoint(
                 shutil.rmtree(final)
             tmp.rename(final)
             for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
-                shutil.rmtree(old, ignore_errors=True)
+                if _step(old) not in protect:
+                    shutil.rmtree(old, ignore_errors=True)
     except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
         cause = write_failure(tmp) if env.is_main else None
         if env.is_main:
@@ -171,7 +179,7 @@ def resume_point(root: str | Path, env: DistEnv) -> Path | None:
         raise error
     if step == -2:
         raise HeartlmError("no intact checkpoint to resume from (see rank 0)", root)
-    return None if step == -1 else Path(root) / f"step_{step:08d}"
+    return None if step == -1 else Path(root) / step_name(step)
 
 
 def _step(path: Path) -> int:

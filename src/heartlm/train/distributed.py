@@ -1,19 +1,17 @@
 """Process group setup from torchrun's environment, and wrapping the model for DDP or FSDP2.
 
-Order of wrapping (as torchtitan): compile, then DDP / `fully_shard` (per block, then root).
+Order of wrapping (as torchtitan): activation checkpointing, compile, then DDP /
+`fully_shard` (per block, then root).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import itertools
-import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -22,8 +20,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-
-BACKENDS = ("ddp", "fsdp", "deepspeed")
+from heartlm.runtime import pick_device, ranks
+from heartlm.train.config import AC_MODES, BACKENDS, RESHARD_FROM_PARAMS, ParallelConfig
 
 
 @dataclass(frozen=True)
@@ -43,39 +41,19 @@ class DistEnv:
         return self.world_size > 1
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise HeartlmError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> DistEnv:
-    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*).
+    """Join the process group torchrun describes (`heartlm.runtime.ranks`, MASTER_*).
 
-    `device`: "cuda", "cpu" or None (CUDA when available). A rendezvous or collective that
-    cannot complete within `timeout_s` fails with an error instead of hanging.
+    `device`: "auto" (or None: CUDA when available), "cuda" or "cpu"; each process takes
+    the GPU of its local rank. A rendezvous or collective that cannot complete within
+    `timeout_s` fails with an error instead of hanging.
     """
-    rank, world = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", 0)
-    use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
-    if use_cuda and not torch.cuda.is_available():
-        raise HeartlmError("--device cuda: no CUDA device is available")
+    here = ranks()
+    dev = pick_device(device, here.local_rank)
+    use_cuda = dev.type == "cuda"
     if use_cuda:
-        n_dev = torch.cuda.device_count()
-        if local_rank >= n_dev:
-            raise HeartlmError(
-                f"{_env_int('LOCAL_WORLD_SIZE', world)} processes on this node but only "
-                f"{n_dev} GPUs: use --nproc {n_dev} or fewer"
-            )
-        torch.cuda.set_device(local_rank)
-        dev = torch.device("cuda", local_rank)
-    else:
-        dev = torch.device("cpu")
-    if world <= 1:
+        torch.cuda.set_device(dev)
+    if here.world_size <= 1:
         return DistEnv(0, 1, 0, dev, "")
     backend = "nccl" if use_cuda else "gloo"
     try:
@@ -86,11 +64,11 @@ def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> Dis
         )
     except Exception as exc:  # rendezvous failures come as several error types
         raise HeartlmError(
-            f"could not join the process group (rank {rank} of {world}, "
+            f"could not join the process group (rank {here.rank} of {here.world_size}, "
             f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}) "
             f"within --timeout {timeout_s:g} s: {exc}"
         ) from None
-    return DistEnv(rank, world, local_rank, dev, backend)
+    return DistEnv(here.rank, here.world_size, here.local_rank, dev, backend)
 
 
 # How gloo reports a peer that never came or went away (NCCL raises DistBackendError).
@@ -140,73 +118,6 @@ def all_reduce_sum(t: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return t
 
 
-STATIC_GRAPH = ("auto", "on", "off")
-GRAD_REDUCE = ("fp32", "bf16")
-RESHARD = ("auto", "always", "never")
-# Below this many parameters the gathered bf16 weights of every block fit beside the
-# activations, and resharding would only add an all-gather per block to backward.
-RESHARD_FROM_PARAMS = 1_000_000_000
-
-
-def _lever(default: Any, help: str, choices: tuple | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices})
-
-
-@dataclass
-class ParallelConfig:
-    """Levers of data parallelism, to measure rather than assume (docs/distributed.md).
-    Each field is the flag of its name (`--ddp-bucket-mb`), its metadata the flag's help."""
-
-    ddp_bucket_mb: float = _lever(
-        25.0, "DDP gradient bucket size, MiB (bucket_cap_mb); compiled graphs split there too"
-    )
-    ddp_bucket_view: bool = _lever(
-        True, "DDP gradient_as_bucket_view: gradients live in the buckets (no copy)"
-    )
-    ddp_static_graph: str = _lever(
-        "auto", "DDP static_graph (auto: on for an uncompiled step without accumulation)",
-        STATIC_GRAPH,
-    )  # fmt: skip
-    grad_reduce: str = _lever(
-        "fp32", "dtype gradients travel in; bf16: DDP bf16_compress_hook, FSDP2 reduce_dtype, "
-        "DeepSpeed communication_data_type (weights and AdamW stay fp32)", GRAD_REDUCE,
-    )  # fmt: skip
-    fsdp_reshard: str = _lever(
-        "auto", "FSDP2 reshard_after_forward of the blocks (auto: from 1 B parameters; never: "
-        "less communication, more memory)", RESHARD,
-    )  # fmt: skip
-    zero_stage: int = _lever(
-        2, "DeepSpeed ZeRO stage with --backend deepspeed: 1 shards optimizer state, 2 also "
-        "gradients, 3 also weights", (1, 2, 3),
-    )  # fmt: skip
-
-    def validate(self) -> None:
-        for f in fields(self):
-            value, allowed = getattr(self, f.name), f.metadata["choices"]
-            if allowed and value not in allowed:
-                flag, names = "--" + f.name.replace("_", "-"), ", ".join(map(str, allowed))
-                raise ValueError(f"{flag} must be one of {names}, not {value!r}")
-        if not (math.isfinite(self.ddp_bucket_mb) and self.ddp_bucket_mb > 0):
-            raise ValueError(f"--ddp-bucket-mb must be a positive number, not {self.ddp_bucket_mb}")
-
-
-def add_parallel_arguments(g: argparse._ArgumentGroup) -> None:
-    """One flag per ParallelConfig field, help and choices from its metadata."""
-    for f in fields(ParallelConfig):
-        flag, kind = "--" + f.name.replace("_", "-"), f.metadata
-        if f.type in (bool, "bool"):
-            g.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default,
-                           help=kind["help"])  # fmt: skip
-            continue
-        convert = {"float": float, "int": int, "str": str}[str(f.type)]
-        g.add_argument(flag, type=convert, default=f.default, choices=kind["choices"],
-                       help=f"{kind['help']} ({f.default})")  # fmt: skip
-
-
-def parallel_from_args(args: argparse.Namespace) -> ParallelConfig:
-    return ParallelConfig(**{f.name: getattr(args, f.name) for f in fields(ParallelConfig)})
-
-
 def wrap_model(
     model: nn.Module,
     env: DistEnv,
@@ -215,14 +126,17 @@ def wrap_model(
     compile_mode: str | None = None,
     bf16: bool = False,
     static_graph: bool = False,
+    ac: str = "none",
     parallel: ParallelConfig | None = None,
 ) -> nn.Module:
-    """Compile, then wrap for data parallelism. Returns the module to call and train.
+    """Activation checkpointing, compile, then wrap for data parallelism. Returns the
+    module to call and train.
 
     `static_graph` (DDP, with `ddp_static_graph` auto): True only when every step runs the
     same graph without `no_sync` accumulation. With `deepspeed` the compiled plain module
     comes back: `heartlm.train.zero.initialize` wraps it with its optimizer.
     """
+    apply_ac(model, ac)
     if backend not in BACKENDS:
         raise HeartlmError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     p = parallel or ParallelConfig()
@@ -295,3 +209,51 @@ def _fully_shard(
         if reshard:
             nxt.set_modules_to_backward_prefetch([block])
     return model
+
+
+def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+_aten = torch.ops.aten
+# Selective checkpointing keeps what is expensive to recompute (matmuls and attention) and
+# recomputes the cheap, memory-hungry rest (norms, GELU, dropout, residual adds).
+_SAVED = {
+    _aten.mm.default,
+    _aten.addmm.default,
+    _aten.bmm.default,
+    _aten._scaled_dot_product_flash_attention.default,
+    _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default,
+    _aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def apply_ac(model: nn.Module, mode: str) -> None:
+    """Activation checkpointing of each transformer block, from outside the model.
+
+    `full`: a block keeps only its input and recomputes everything in backward. `selective`:
+    it keeps its matmul and attention outputs (`_SAVED`) and recomputes the rest. The
+    block's `forward` is wrapped in place, so parameter names, state dicts and checkpoints
+    are the same with and without it. RNG state is restored for the recomputation, so
+    dropout draws the same masks: gradients equal those without checkpointing.
+    """
+    if mode not in AC_MODES:
+        raise HeartlmError(f"--ac must be one of {', '.join(AC_MODES)}, not {mode!r}")
+    if mode == "none":
+        return
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    def context() -> object:
+        return create_selective_checkpoint_contexts(_keep_matmuls)
+
+    extra = {"context_fn": context} if mode == "selective" else {}
+    for block in model.blocks:  # type: ignore[attr-defined]
+        forward = block.forward
+
+        def checkpointed(*args: object, _forward=forward) -> object:
+            return checkpoint(_forward, *args, use_reentrant=False, **extra)
+
+        block.forward = checkpointed

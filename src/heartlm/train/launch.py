@@ -1,11 +1,9 @@
-"""Start heartlm under torchrun (`--nproc N`), and the one test hook that kills a rank mid-run."""
+"""Start heartlm under torchrun (`--nproc N`) and relay what its workers say."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,14 +17,14 @@ from heartlm import lifeline
 from heartlm.errors import HeartlmError
 from heartlm.lock import HELD_ENV, held_locks
 from heartlm.log import logger
+from heartlm.runtime import ranks
+from heartlm.train.config import LaunchConfig
 from heartlm.train.relay import Relay
 from heartlm.train.stopsignal import EXIT_STOPPED, SIGNALS
 
 # Flags that belong to the launcher: the relaunched workers must not see them.
 LAUNCH_FLAGS = ("--nproc", "--max-restarts", "--rdzv-timeout")
 DEFAULT_RDZV_TIMEOUT_S = 300
-FAULT_STEP_ENV = "HEARTLM_FAULT_AT_STEP"
-FAULT_RANK_ENV = "HEARTLM_FAULT_RANK"
 # Since torch 2.5 the c10d rendezvous shares one TCPStore with the workers across restarts,
 # and a restarted group can read the dead group's addresses from it and fail to connect
 # (pytorch/pytorch#135712, #167288): give each restart a fresh store instead. torchrun
@@ -37,51 +35,29 @@ LAUNCH_ENV = {
 }
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that make a training command start torchrun itself."""
-    group = parser.add_argument_group("launch")
-    group.add_argument(
-        "--nproc",
-        type=int,
-        default=1,
-        metavar="N",
-        help="start N processes on this node under torchrun (one per GPU; CPU: gloo)",
-    )
-    group.add_argument(
-        "--max-restarts",
-        type=int,
-        default=0,
-        metavar="R",
-        help="with --nproc: restart the whole group up to R times after a lost rank; "
-        "training resumes from the last checkpoint",
-    )
-    group.add_argument(
-        "--rdzv-timeout",
-        type=int,
-        default=DEFAULT_RDZV_TIMEOUT_S,
-        metavar="S",
-        help="seconds to wait for all processes to join before giving up",
-    )
+def world_size(nproc: int) -> int:
+    """Processes the run will have: `nproc`, or torchrun's WORLD_SIZE inside a worker."""
+    here = ranks()
+    return max(1, here.world_size if here.worker else nproc)
 
 
-def maybe_relaunch(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int | None:
-    """Relaunch under torchrun when `--nproc > 1` and we are not a torchrun worker yet.
+def maybe_relaunch(launch: LaunchConfig, argv: Sequence[str] | None = None) -> int | None:
+    """Relaunch under torchrun when `launch.nproc > 1` and we are not a torchrun worker yet.
 
     Returns torchrun's exit code, or None when this process should train itself.
     """
-    nproc = getattr(args, "nproc", 1)
-    if nproc < 1:
-        raise HeartlmError(f"--nproc must be at least 1, got {nproc}")
-    if getattr(args, "max_restarts", 0) < 0:
-        raise HeartlmError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-    if nproc == 1 or "LOCAL_RANK" in os.environ:
+    try:
+        launch.validate()
+    except ValueError as exc:
+        raise HeartlmError(str(exc)) from None
+    if launch.nproc == 1 or ranks().worker:
         return None
     argv = list(sys.argv[1:] if argv is None else argv)
     return relaunch_under_torchrun(
-        nproc,
+        launch.nproc,
         argv,
-        max_restarts=getattr(args, "max_restarts", 0),
-        rdzv_timeout_s=getattr(args, "rdzv_timeout", DEFAULT_RDZV_TIMEOUT_S),
+        max_restarts=launch.max_restarts,
+        rdzv_timeout_s=launch.rdzv_timeout,
     )
 
 
@@ -247,20 +223,3 @@ def restart_count() -> int:
 def is_elastic_restart() -> bool:
     """True in a worker that torchrun started again after a failure: resume, don't start over."""
     return restart_count() > 0
-
-
-def maybe_inject_fault(step: int, rank: int) -> None:
-    """Test hook: SIGKILL this process after optimizer step `step` if the environment asks.
-
-    `HEARTLM_FAULT_AT_STEP=k` and `HEARTLM_FAULT_RANK=r` (default 0) kill rank r after
-    step k, on the first attempt only, so the restarted group can finish.
-    """
-    at = os.environ.get(FAULT_STEP_ENV)
-    if not at or restart_count() > 0:
-        return
-    if not re.fullmatch(r"\d+", at):
-        raise HeartlmError(f"{FAULT_STEP_ENV}={at!r} is not a step number")
-    if step == int(at) and rank == int(os.environ.get(FAULT_RANK_ENV, "0")):
-        logger.warning("injected fault: killing rank %d after step %d", rank, step)
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,4 +1,8 @@
-"""The training loop that pretrain and finetune compose: `train(cfg, model, objective, ...)`.
+"""The trainer that pretrain and finetune compose: `train(cfg, model, objective, ...)`.
+
+`Trainer` holds one run: setup (device, wrapping, optimizer, resume, logging), one step
+body for the eager and the CUDA-graph path, validation, checkpoints, the best validation
+(`keep_best`) and callbacks (`heartlm.train.callbacks`); `fit` is the loop.
 
 The step has no host syncs: losses and gradient norms stay on the device and are read
 every `log_every` steps (one all-reduce for the whole window), so step times in
@@ -10,10 +14,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,140 +31,19 @@ from heartlm.model.load import export_model
 from heartlm.outdir import atomic_write_text
 from heartlm.train import checkpoint as ckpt
 from heartlm.train import stopsignal, zero
+from heartlm.train.callbacks import Callback
+from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
 from heartlm.train.cudagraph import GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
-from heartlm.train.distributed import DistEnv, ParallelConfig, all_reduce_sum, wrap_model
+from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
-from heartlm.train.launch import maybe_inject_fault
 from heartlm.train.metrics import MetricsLogger, last_values
 from heartlm.train.objectives import Objective
-from heartlm.train.optim import (
-    Schedule,
-    build_adamw,
-    device_lr,
-    float_lr,
-    scaled_lr,
-    set_lr,
-)
+from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, scaled_lr, set_lr
 from heartlm.train.profile import Breakdown
 from heartlm.train.steplog import DataWait, StepLog
 
-
-@dataclass
-class TrainConfig:
-    steps: int | None = None
-    """optimizer steps (or give epochs)"""
-    epochs: float | None = None
-    batch: int = 256
-    """global batch in windows, over all ranks and micro-steps"""
-    micro_batch: int | None = None
-    """windows per device per forward; default: batch / world size"""
-    lr: float = 3e-4
-    lr_scale_batch: bool = False
-    schedule: str = "cosine"
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.1
-    step_every: int = 1000
-    step_gamma: float = 0.5
-    exp_gamma: float = 0.999
-    weight_decay: float = 0.1
-    layer_decay: float = 1.0
-    """< 1: layer-wise learning-rate decay (fine-tuning; see `build_adamw`)"""
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    val_every: int = 0
-    val_batches: int | None = 50
-    log_every: int = 10
-    ckpt_every: int = 0
-    keep_ckpts: int = 2
-    seed: int = 0
-    compile: bool | None = None
-    """None: on for CUDA, off for CPU"""
-    compile_mode: str | None = None
-    compile_objective: bool = False
-    """also compile masking and loss around the model (one graph per step)"""
-    cudagraph: bool = False
-    """CUDA, one process, device data path only: after GRAPH_WARMUP eager steps, replay
-    the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph"""
-    sdpa: str = "auto"
-    precision: str = "bf16"
-    backend: str = "ddp"
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    """the backend's levers (DDP buckets, gradient dtype, FSDP2 resharding, ZeRO stage)"""
-    workers: int = 0
-    """0: windows cut on the device; N > 0: a DataLoader with N workers"""
-    prefetch: int = 2
-    profile_steps: int = 0
-    wandb: bool = False
-    resume: bool = False
-    stop_at: int | None = None
-    """stop (with a checkpoint) after this step, as a time-limited allocation would"""
-    final_save: bool = True
-    """checkpoint and export weights at the end (benchmarks turn it off)"""
-    keep_best: bool = False
-    """export the weights of the validation with the lowest val_loss, not the last ones"""
-    patience: int = 0
-    """with keep_best: stop after this many validations without improvement (0: never)"""
-
-    def validate(self) -> None:
-        if (self.steps is None) == (self.epochs is None):
-            raise ValueError("give exactly one of --steps and --epochs")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, not {self.steps}")
-        if self.epochs is not None and self.epochs <= 0:
-            raise ValueError(f"--epochs must be > 0, not {self.epochs}")
-        if self.batch < 1:
-            raise ValueError(f"--batch must be >= 1, not {self.batch}")
-        if self.precision not in ("bf16", "fp32"):
-            raise ValueError(f"--precision must be bf16 or fp32, not {self.precision!r}")
-        if self.sdpa not in SDPA_BACKENDS:
-            raise ValueError(f"--sdpa must be one of {', '.join(SDPA_BACKENDS)}")
-        if self.log_every < 1:
-            raise ValueError(f"--log-every must be >= 1, not {self.log_every}")
-        if self.patience < 0:
-            raise ValueError(f"--patience must be >= 0, not {self.patience}")
-        if not 0.0 < self.layer_decay <= 1.0:
-            raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
-        self.parallel.validate()
-        self._validate_numbers()
-
-    def _validate_numbers(self) -> None:
-        """Numeric flags a run would only trip over later (NaN compares false: `not >`)."""
-        positive = {"--lr": self.lr, "--step-gamma": self.step_gamma, "--exp-gamma": self.exp_gamma}
-        at_least_0 = {
-            "--warmup": self.warmup_steps,
-            "--weight-decay": self.weight_decay,
-            "--grad-clip": self.grad_clip,
-            "--val-every": self.val_every,
-            "--ckpt-every": self.ckpt_every,
-            "--keep": self.keep_ckpts,
-            "--workers": self.workers,
-            "--profile-steps": self.profile_steps,
-        }
-        at_least_1 = {
-            "--micro-batch": self.micro_batch,
-            "--val-batches": self.val_batches,
-            "--step-every": self.step_every,
-            "--prefetch": self.prefetch,
-            "--stop-at": self.stop_at,
-        }
-        for flag, value in positive.items():
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{flag} must be a positive number, not {value}")
-        for flag, value in at_least_0.items():
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{flag} must be >= 0, not {value}")
-        for flag, value in at_least_1.items():
-            if value is not None and value < 1:
-                raise ValueError(f"{flag} must be >= 1, not {value}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"--min-lr-ratio must be in [0, 1], not {self.min_lr_ratio}")
-
-    def total_steps(self, steps_per_epoch: int) -> int:
-        """Optimizer steps of the whole run (`steps`, or `epochs` of `steps_per_epoch`)."""
-        if self.steps is not None:
-            return self.steps
-        return math.ceil(self.epochs * steps_per_epoch)
+__all__ = ["SDPA_BACKENDS", "TrainConfig", "TrainResult", "Trainer", "resolve_batch", "train"]
 
 
 @dataclass
@@ -175,11 +57,12 @@ class TrainResult:
     stopped_early: bool
     best_step: int | None = None
     best_val_loss: float | None = None
+    best: dict[str, float] | None = None
+    """the best validation's metrics (`keep_best`), its step included"""
     interrupted: bool = False
     """stopped by SIGTERM / SIGUSR1 after a checkpoint (heartlm.train.stopsignal)"""
-
-
-SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+    exported: bool = False
+    """model.safetensors and config.json were written (the run ended, `final_save`)"""
 
 
 def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
@@ -193,20 +76,6 @@ def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
         why = "needs the device data path (--workers 0), not a DataLoader"
     if why:
         raise HeartlmError(f"--cudagraph {why}")
-
-
-def resolve_batch(batch: int, micro_batch: int | None, world: int) -> tuple[int, int]:
-    """(micro-batch per device, accumulation steps) for a global batch of `batch` windows."""
-    if batch % world:
-        raise HeartlmError(f"--batch {batch} is not divisible by the {world} processes")
-    per_rank = batch // world
-    micro = micro_batch or per_rank
-    if micro < 1 or per_rank % micro:
-        raise HeartlmError(
-            f"--micro-batch {micro} does not divide the per-process batch {per_rank} "
-            f"(--batch {batch} / {world} processes)"
-        )
-    return micro, per_rank // micro
 
 
 def _sdpa_context(name: str, cuda: bool) -> Callable[[], contextlib.AbstractContextManager]:
@@ -265,287 +134,329 @@ def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
-def train(
-    cfg: TrainConfig,
-    model: HeartLM,
-    objective: Objective,
-    train_sampler: WindowSampler,
-    val_sampler: WindowSampler | None,
-    run_dir: str | Path,
-    env: DistEnv,
-    meta: dict[str, Any] | None = None,
-) -> TrainResult:
-    """Train `model` on `train_sampler` windows with `objective`; writes into `run_dir`.
+def train(*args: Any, **kwargs: Any) -> TrainResult:
+    """`Trainer(*args, **kwargs).fit()`: train `model` on `train_sampler` windows with
+    `objective`, writing into `run_dir`."""
+    return Trainer(*args, **kwargs).fit()
 
-    `meta` (window, objective, vocab, codebook hash, ...) goes into checkpoints and the
-    exported config.json; on resume it must match the checkpoint's.
-    """
-    cfg.validate()
-    run_dir = Path(run_dir)
-    if env.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    cuda = env.device.type == "cuda"
-    if cfg.cudagraph:
-        check_cudagraph(cfg, env)
-    micro, accum = resolve_batch(cfg.batch, cfg.micro_batch, env.world_size)
-    steps_per_epoch = train_sampler.steps_per_epoch(cfg.batch)
-    total = cfg.total_steps(steps_per_epoch)
-    window = train_sampler.window
-    meta = {
-        "model": model.cfg.to_dict(),
-        "window": window,
-        "objective": objective.name,
-        **(meta or {}),
-    }
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(cfg.seed)
 
-    model.to(env.device)
-    model.use_heads(objective.heads)
-    bf16 = cuda and cfg.precision == "bf16"
-    compile_on = cuda if cfg.compile is None else cfg.compile
-    wrapped = wrap_model(
-        model,
-        env,
-        cfg.backend,
-        compile_on,
-        cfg.compile_mode,
-        bf16,
-        static_graph=accum == 1 and not compile_on,
-        parallel=cfg.parallel,
-    )
-    lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
-    optimizer = build_adamw(
-        wrapped,
-        lr,
-        cfg.weight_decay,
-        cfg.betas,
-        fused=cuda,
-        capturable=cfg.cudagraph,
-        layer_decay=cfg.layer_decay,
-        n_layers=model.cfg.n_layers,
-    )
-    if cfg.backend == "deepspeed" and env.distributed:
-        zero.check_supported(accum, cfg.resume)
-        logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
-        zcfg = zero.ZeroConfig(
-            cfg.parallel.zero_stage, micro, cfg.grad_clip, cfg.parallel.grad_reduce == "bf16"
-        )
-        wrapped, optimizer = zero.initialize(wrapped, optimizer, zcfg, env.device)
-    schedule = Schedule(
-        lr,
-        total,
-        cfg.warmup_steps,
-        cfg.schedule,
-        cfg.min_lr_ratio,
-        cfg.step_every,
-        cfg.step_gamma,
-        cfg.exp_gamma,
-    )
+class Trainer:
+    """One training run; `fit()` runs it. Construction sets up everything, resume included."""
 
-    start = 0
-    root = run_dir / "checkpoints"
-    latest = ckpt.resume_point(root, env) if cfg.resume else None
-    if latest is not None:
-        ckpt.check_compatible(ckpt.read_meta(latest), meta, latest)
-        start = ckpt.load_checkpoint(latest, wrapped, optimizer, verified=True)["step"]
-        logger.info("resumed from %s (step %d)", latest, start)
-    elif cfg.resume:
-        logger.warning("%s: no checkpoint to resume from; starting at step 0", run_dir)
-    if cfg.cudagraph:
-        device_lr(optimizer, env.device)
-    stop = min(total, cfg.stop_at) if cfg.stop_at else total
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: HeartLM,
+        objective: Objective,
+        train_sampler: WindowSampler,
+        val_sampler: WindowSampler | None,
+        run_dir: str | Path,
+        env: DistEnv,
+        meta: dict[str, Any] | None = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        """`meta` (window, objective, vocab, codebook hash, ...) goes into checkpoints and
+        the exported config.json; on resume it must match the checkpoint's."""
+        cfg.validate()
+        self.cfg, self.model, self.objective, self.env = cfg, model, objective, env
+        self.train_sampler, self.val_sampler = train_sampler, val_sampler
+        self.run_dir = Path(run_dir)
+        self.callbacks = list(callbacks)
+        if env.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cuda = env.device.type == "cuda"
+        if cfg.cudagraph:
+            check_cudagraph(cfg, env)
+        self.micro, self.accum = resolve_batch(cfg.batch, cfg.micro_batch, env.world_size)
+        self.total = cfg.total_steps(train_sampler.steps_per_epoch(cfg.batch))
+        self.stop = min(self.total, cfg.stop_at) if cfg.stop_at else self.total
+        self.meta = {"model": model.cfg.to_dict(), "window": train_sampler.window,
+                     "objective": objective.name, **(meta or {})}  # fmt: skip
+        self.best: dict[str, float] | None = None
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.worse, self.early, self.interrupted = 0, False, False
+        self._build()
+        latest = self._resume()
+        self._logging(latest)
+        self._step_functions()
 
-    metrics = MetricsLogger(
-        run_dir,
-        env.is_main,
-        cfg.wandb,
-        asdict(cfg),
-        resume_step=start,
-        restore=None if latest is None else latest / "metrics.jsonl",
-    )
-    fpt = flops_per_token(model.cfg, window, objective.predicted_per_window(window))
-    peak = peak_flops(env.device)
-    autocast = (
+    # --- setup ---------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        """Device, seed, heads, wrapping (AC, compile, DDP / FSDP), AdamW, schedule."""
+        cfg, env, model = self.cfg, self.env, self.model
+        if self.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        torch.manual_seed(cfg.seed)
+        model.to(env.device)
+        model.use_heads(self.objective.heads)
+        self.bf16 = self.cuda and cfg.precision == "bf16"
+        self.compile_on = self.cuda if cfg.compile is None else cfg.compile
+        self.wrapped = wrap_model(
+            model, env, cfg.backend, self.compile_on, cfg.compile_mode, self.bf16,
+            static_graph=self.accum == 1 and not self.compile_on, ac=cfg.ac,
+            parallel=cfg.parallel,
+        )  # fmt: skip
+        lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
+        self.optimizer = build_adamw(
+            self.wrapped, lr, cfg.weight_decay, cfg.betas, fused=self.cuda,
+            capturable=cfg.cudagraph, layer_decay=cfg.layer_decay, n_layers=model.cfg.n_layers,
+        )  # fmt: skip
+        if cfg.backend == "deepspeed" and env.distributed:
+            # The engine takes over this AdamW; its step stands behind self.optimizer.
+            zero.check_supported(self.accum, cfg.resume)
+            logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
+            zcfg = zero.ZeroConfig(cfg.parallel.zero_stage, self.micro, cfg.grad_clip,
+                                   cfg.parallel.grad_reduce == "bf16")  # fmt: skip
+            self.wrapped, self.optimizer = zero.initialize(
+                self.wrapped, self.optimizer, zcfg, env.device
+            )
+        self.schedule = Schedule(lr, self.total, cfg.warmup_steps, cfg.schedule,
+                                 cfg.min_lr_ratio, cfg.step_every, cfg.step_gamma,
+                                 cfg.exp_gamma)  # fmt: skip
+
+    def _resume(self) -> Path | None:
+        """Load the newest intact checkpoint when `cfg.resume`; sets `self.start`."""
+        self.start = 0
+        latest = ckpt.resume_point(self.checkpoints, self.env) if self.cfg.resume else None
+        if latest is not None:
+            ckpt.check_compatible(ckpt.read_meta(latest), self.meta, latest)
+            self._restore_best(latest)
+            self.start = ckpt.load_checkpoint(latest, self.wrapped, self.optimizer,
+                                              verified=True)["step"]  # fmt: skip
+            logger.info("resumed from %s (step %d)", latest, self.start)
+        elif self.cfg.resume:
+            logger.warning("%s: no checkpoint to resume from; starting at step 0", self.run_dir)
+        if self.cfg.cudagraph:
+            device_lr(self.optimizer, self.env.device)
+        return latest
+
+    def _restore_best(self, latest: Path) -> None:
+        """keep_best across a resume: the best validation so far is in the checkpoint's
+        meta, and its weights in the checkpoint of its step (kept by `save`)."""
+        best = ckpt.read_meta(latest).get("best")
+        if not self.cfg.keep_best or not best:
+            return
+        path = self.checkpoints / ckpt.step_name(best["step"])
+        if not (path / "meta.json").is_file():
+            logger.warning("%s: the best validation's checkpoint is gone; the best is "
+                           "tracked from the resume on", path)  # fmt: skip
+            return
+        ckpt.load_checkpoint(path, self.wrapped, self.optimizer, restore_rng=False)
+        self.best, self.best_state = best, _full_state(self.wrapped)
+
+    def _logging(self, latest: Path | None) -> None:
+        cfg, env = self.cfg, self.env
+        self.metrics = MetricsLogger(
+            self.run_dir, env.is_main, cfg.wandb, asdict(cfg), resume_step=self.start,
+            restore=None if latest is None else latest / "metrics.jsonl",
+        )  # fmt: skip
+        window = self.train_sampler.window
+        fpt = flops_per_token(self.model.cfg, window, self.objective.predicted_per_window(window))
+        warm = min(5, max(0, self.stop - self.start - cfg.profile_steps))
+        self.breakdown = Breakdown(cfg.profile_steps, self.start + warm, self.cuda,
+                                   self.run_dir if env.is_main else None)  # fmt: skip
+        self.steplog = StepLog(self.metrics, env, cfg.batch * window, fpt,
+                               peak_flops(env.device), cfg.batch,
+                               self.train_sampler.n_windows)  # fmt: skip
+        self.last: dict[str, Any] = {"loss": float("nan"), "val_loss": None, "tps": 0.0,
+                                     "mfu": 0.0}  # fmt: skip
+        if self.start:  # a resume past its last step still reports the run's final numbers
+            self.last.update(last_values(self.run_dir / "metrics.jsonl") if env.is_main else {})
+
+    def _step_functions(self) -> None:
+        """Autocast, attention kernel, the loss (compiled with `compile_objective`), the
+        batch source and, with `cudagraph`, the captured step."""
+        cfg = self.cfg
         # No cast cache under graph capture: cached casts would outlive the capture.
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not cfg.cudagraph))
-        if bf16
-        else contextlib.nullcontext
-    )
-    sdpa = _sdpa_context(cfg.sdpa, cuda)
-    ddp_sync = hasattr(wrapped, "no_sync")
-    step_loss = functools.partial(objective, wrapped)
-    if compile_on and cfg.compile_objective:
-        step_loss = torch.compile(step_loss, mode=cfg.compile_mode)
-    params = [p for p in wrapped.parameters() if p.requires_grad]
+        self.autocast: Callable[[], Any] = contextlib.nullcontext
+        if self.bf16:
+            self.autocast = functools.partial(
+                torch.autocast, "cuda", dtype=torch.bfloat16, cache_enabled=not cfg.cudagraph
+            )
+        self.sdpa = _sdpa_context(cfg.sdpa, self.cuda)
+        self.ddp_sync = hasattr(self.wrapped, "no_sync")
+        self.step_loss = functools.partial(self.objective, self.wrapped)
+        if self.compile_on and cfg.compile_objective:
+            self.step_loss = torch.compile(self.step_loss, mode=cfg.compile_mode)
+        self.params = [p for p in self.wrapped.parameters() if p.requires_grad]
+        self.loader: Iterator[Batch] | None = None
+        if cfg.workers > 0:
+            env = self.env
+            self.loader = dataloader_batches(
+                self.train_sampler, self.start, self.micro, self.accum, env.rank,
+                env.world_size, cfg.workers, cfg.prefetch, env.device,
+            )  # fmt: skip
+        zero = functools.partial(self.optimizer.zero_grad, set_to_none=True)
+        self.graphed = GraphedStep(self._step_body, zero) if cfg.cudagraph else None
 
-    loader: Iterator[Batch] | None = None
-    if cfg.workers > 0:
-        loader = dataloader_batches(
-            train_sampler,
-            start,
-            micro,
-            accum,
-            env.rank,
-            env.world_size,
-            cfg.workers,
-            cfg.prefetch,
-            env.device,
-        )
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
 
-    def next_batch(step: int, m: int) -> Batch:
-        if loader is not None:
-            return next(loader)
-        return train_sampler.batch(step, m, micro, accum, env.rank, env.world_size)
+    # --- one optimizer step --------------------------------------------------------------
 
-    def clip() -> torch.Tensor:
-        if isinstance(optimizer, zero.ZeroOptimizer):  # DeepSpeed clips in its step
-            return optimizer.clip_grad_norm_()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        )
-        return grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    def _next_batch(self, step: int, m: int) -> Batch:
+        if self.loader is not None:
+            return next(self.loader)
+        env = self.env
+        return self.train_sampler.batch(step, m, self.micro, self.accum, env.rank, env.world_size)
 
-    def graph_step(batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
-        """`eager_step` for the CUDA graph: no DDP, no zero_grad, batches given."""
-        loss_sum = torch.zeros((), device=env.device)
-        for batch in batches:
-            with autocast(), sdpa():
-                loss, _ = step_loss(batch)
-                (loss / accum).backward()
-            loss_sum += loss.detach()
-        grad_norm = clip()
-        optimizer.step()
-        return loss_sum / accum, grad_norm.detach()
-
-    def eager_step(step: int) -> tuple[torch.Tensor, torch.Tensor, DataWait]:
-        """One optimizer step: (mean loss, gradient norm, time waiting for data)."""
-        loss_sum = torch.zeros((), device=env.device)
-        wait = DataWait(cuda)
-        for m in range(accum):
+    def _fetch(self, step: int, wait: DataWait) -> Iterator[Batch]:
+        """The step's micro-batches, each fetched just before its forward pass."""
+        for m in range(self.accum):
             with wait.span():
-                batch = next_batch(step, m)
-            sync = contextlib.nullcontext() if not ddp_sync or m == accum - 1 else wrapped.no_sync()
-            with sync, autocast(), sdpa():
-                loss, _ = step_loss(batch)
-                (loss / accum).backward()
+                batch = self._next_batch(step, m)
+            yield batch
+
+    def _step_body(self, batches: Iterable[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of every micro-batch (DDP syncs on the last), clip, AdamW:
+        (mean loss, gradient norm), both on the device. The eager step and the CUDA graph
+        run this same body (in the graph, one process: no DDP)."""
+        loss_sum = torch.zeros((), device=self.env.device)
+        for m, batch in enumerate(batches):
+            defer = self.ddp_sync and m < self.accum - 1
+            sync = self.wrapped.no_sync() if defer else contextlib.nullcontext()
+            with sync, self.autocast(), self.sdpa():
+                loss, _ = self.step_loss(batch)
+                (loss / self.accum).backward()
             loss_sum += loss.detach()
-        grad_norm = clip()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss_sum / accum, grad_norm.detach(), wait
-
-    graphed = (
-        GraphedStep(graph_step, functools.partial(optimizer.zero_grad, set_to_none=True))
-        if cfg.cudagraph
-        else None
-    )
-
-    breakdown = Breakdown(
-        cfg.profile_steps,
-        start + min(5, max(0, stop - start - cfg.profile_steps)),
-        cuda,
-        run_dir if env.is_main else None,
-    )
-    steplog = StepLog(
-        metrics, env, cfg.batch * window, fpt, peak, cfg.batch, train_sampler.n_windows
-    )
-    last: dict[str, Any] = {"loss": float("nan"), "val_loss": None, "tps": 0.0, "mfu": 0.0}
-    if start:  # a resume past its last step still reports the run's final numbers
-        last.update(last_values(run_dir / "metrics.jsonl") if env.is_main else {})
-    best: tuple[int, float] | None = None
-    best_state: dict[str, torch.Tensor] | None = None
-    worse, early, done, interrupted = 0, False, start, False
-    for step in progress(range(start, stop), total=stop - start, desc="train", unit="step"):
-        breakdown.begin(step)
-        step_lr = schedule(step)
-        set_lr(optimizer, step_lr)
-        if graphed is not None:
-            wait = DataWait(cuda)
-            with wait.span():
-                batches = [next_batch(step, m) for m in range(accum)]
-            mean_loss, grad_norm = graphed(batches)
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        if isinstance(self.optimizer, zero.ZeroOptimizer):  # DeepSpeed clips in its step
+            grad_norm = self.optimizer.clip_grad_norm_()
         else:
-            mean_loss, grad_norm, wait = eager_step(step)
-        breakdown.end(step, wait)
-        steplog.add(step + 1, step_lr, mean_loss, grad_norm, wait)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        return loss_sum / self.accum, grad_norm.detach()
 
-        done = step + 1
-        val_due = val_sampler is not None and cfg.val_every and done % cfg.val_every == 0
-        ckpt_due = (cfg.ckpt_every and done % cfg.ckpt_every == 0) or (
-            done == stop and cfg.final_save
-        )
+    def step(self, step: int) -> None:
+        """Optimizer step `step` (0-based), logged on the device."""
+        self.breakdown.begin(step)
+        lr = self.schedule(step)
+        set_lr(self.optimizer, lr)
+        wait = DataWait(self.cuda)
+        if self.graphed is not None:
+            with wait.span():
+                batches = [self._next_batch(step, m) for m in range(self.accum)]
+            loss, grad_norm = self.graphed(batches)
+        else:
+            loss, grad_norm = self._step_body(self._fetch(step, wait))
+            self.optimizer.zero_grad(set_to_none=True)
+        self.breakdown.end(step, wait)
+        self.steplog.add(step + 1, lr, loss, grad_norm, wait)
+
+    # --- validation, best, checkpoints ---------------------------------------------------
+
+    def validate(self) -> dict[str, float]:
+        """The objective's loss on the validation windows, plus the callbacks' metrics."""
+        out = evaluate(self.wrapped, self.objective, self.val_sampler, self.micro, self.env,
+                       self.cfg.val_batches, self.autocast)  # fmt: skip
+        was_training = self.model.training
+        try:
+            for callback in self.callbacks:
+                out.update(callback.on_validation(self.model))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _track_best(self, done: int, val: dict[str, float]) -> None:
+        """keep_best: hold the weights of the best validation so far (ties go to the later
+        step, with more training); count validations without improvement for `patience`."""
+        if "val_loss" in val:
+            self.last["val_loss"] = val["val_loss"]
+        cfg = self.cfg
+        if not cfg.keep_best or cfg.best_metric not in val:
+            return
+        score = val[cfg.best_metric]
+        held = None if self.best is None else self.best[cfg.best_metric]
+        better = held is None or (score < held if cfg.lower_is_better() else score > held)
+        if better or score == held:
+            self.best, self.best_state = {"step": done, **val}, _full_state(self.wrapped)
+        self.worse = 0 if better else self.worse + 1
+        self.early = cfg.patience > 0 and self.worse >= cfg.patience
+
+    def save(self, done: int) -> None:
+        """A checkpoint after step `done` (all ranks); the best validation's is kept.
+        None under DeepSpeed (heartlm.train.zero)."""
+        if zero.is_engine(self.wrapped):
+            return
+        meta = {**self.meta, "best": self.best} if self.cfg.keep_best else self.meta
+        protect = [self.best["step"]] if self.best else []
+        with float_lr(self.optimizer):
+            ckpt.save_checkpoint(
+                self.checkpoints, done, self.wrapped, self.optimizer, meta, self.env,
+                self.cfg.keep_ckpts, files=[self.run_dir / "metrics.jsonl"], protect=protect,
+            )  # fmt: skip
+        self.steplog.restart_clock()  # checkpoint time is not step time
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _after_step(self, done: int) -> bool:
+        """Log, validate, checkpoint and call back after step `done`; True to stop."""
+        cfg, env = self.cfg, self.env
+        has_val = self.val_sampler is not None
+        val_due = has_val and bool(cfg.val_every) and done % cfg.val_every == 0
+        validating = val_due or (has_val and done == self.total)
+        ckpt_due = bool(cfg.ckpt_every and done % cfg.ckpt_every == 0)
+        ckpt_due = ckpt_due or (done == self.stop and cfg.final_save)
         # One process can stop at any step; several stop together where they sync anyway.
         stop_asked = stopsignal.requested() is not None
-        if (
-            done % cfg.log_every == 0
-            or val_due
-            or ckpt_due
-            or done == stop
-            or (stop_asked and not env.distributed)
-        ):
-            final_val = done == total and val_sampler is not None
-            validate = (
-                (
-                    lambda: evaluate(
-                        wrapped, objective, val_sampler, micro, env, cfg.val_batches, autocast
-                    )
-                )
-                if val_due or final_val
-                else dict
-            )
-            summary = steplog.flush(validate, stop_asked)
+        sync = done % cfg.log_every == 0 or val_due or ckpt_due or done == self.stop
+        if sync or (stop_asked and not env.distributed):
+            summary = self.steplog.flush(self.validate if validating else dict, stop_asked)
             val = summary.pop("val")
-            interrupted = summary.pop("stop")
-            ckpt_due = ckpt_due or interrupted
-            last.update(summary)
-            if "val_loss" in val:
-                last["val_loss"] = val["val_loss"]
-                if cfg.keep_best and (best is None or val["val_loss"] < best[1]):
-                    best, best_state, worse = (done, val["val_loss"]), _full_state(wrapped), 0
-                elif cfg.keep_best:
-                    worse += 1
-                    early = cfg.patience > 0 and worse >= cfg.patience
-        if ckpt_due and not zero.is_engine(wrapped):
-            with float_lr(optimizer):
-                ckpt.save_checkpoint(
-                    root,
-                    done,
-                    wrapped,
-                    optimizer,
-                    meta,
-                    env,
-                    cfg.keep_ckpts,
-                    files=[run_dir / "metrics.jsonl"],
-                )
-            steplog.restart_clock()  # checkpoint time is not step time
-        maybe_inject_fault(done, env.rank)
-        if interrupted:
+            self.interrupted = summary.pop("stop")
+            self.last.update(summary)
+            if val:
+                self._track_best(done, val)
+            # With keep_best every validation is a checkpoint, so a resume finds the best.
+            ckpt_due = ckpt_due or self.interrupted or (cfg.keep_best and bool(val))
+        if ckpt_due:
+            self.save(done)
+        for callback in self.callbacks:
+            callback.on_step_end(done, env.rank)
+        if self.interrupted:
             logger.info("stopped by a signal after step %d, checkpoint written", done)
-            break
-        if early:
-            logger.info("no better val_loss in %d validations: stopping at step %d", worse, done)
-            break
+        elif self.early:
+            logger.info("no better %s in %d validations: stopping at step %d",
+                        cfg.best_metric, self.worse, done)  # fmt: skip
+        return self.interrupted or self.early
 
-    if (done == total or early) and cfg.final_save:
-        state = best_state if best_state is not None else _full_state(wrapped)
-        if env.is_main:
-            export_model(run_dir, state, model.cfg, {k: v for k, v in meta.items() if k != "model"})
-    metrics.close()
-    result = TrainResult(
-        step=done,
-        loss=last["loss"],
-        val_loss=last["val_loss"],
-        elapsed_s=time.perf_counter() - steplog.run_t0,
-        tokens_per_s=last["tps"],
-        mfu=last["mfu"],
-        stopped_early=done < total,
-        best_step=best[0] if best else None,
-        best_val_loss=best[1] if best else None,
-        interrupted=interrupted,
-    )
-    if env.is_main:
-        atomic_write_text(run_dir / "result.json", json.dumps(asdict(result), indent=2) + "\n")
-    return result
+    def fit(self) -> TrainResult:
+        done = self.start
+        steps = range(self.start, self.stop)
+        for step in progress(steps, total=len(steps), desc="train", unit="step"):
+            self.step(step)
+            done = step + 1
+            if self._after_step(done):
+                break
+        return self._finish(done)
+
+    def _finish(self, done: int) -> TrainResult:
+        """Export the weights (the best validation's with keep_best) when the run ended,
+        close the logs, write result.json."""
+        exported = (done == self.total or self.early) and self.cfg.final_save
+        if exported:
+            state = self.best_state if self.best_state is not None else _full_state(self.wrapped)
+            info = {k: v for k, v in self.meta.items() if k != "model"}
+            if self.best is not None:
+                info["best_step"] = self.best["step"]
+            if self.env.is_main:
+                export_model(self.run_dir, state, self.model.cfg, info)
+        self.metrics.close()
+        best = self.best
+        result = TrainResult(
+            step=done, loss=self.last["loss"], val_loss=self.last["val_loss"],
+            elapsed_s=time.perf_counter() - self.steplog.run_t0,
+            tokens_per_s=self.last["tps"], mfu=self.last["mfu"], stopped_early=done < self.total,
+            best_step=best["step"] if best else None,
+            best_val_loss=best.get("val_loss") if best else None,
+            best=best, interrupted=self.interrupted, exported=exported,
+        )  # fmt: skip
+        if self.env.is_main:
+            text = json.dumps(asdict(result), indent=2) + "\n"
+            atomic_write_text(self.run_dir / "result.json", text)
+        return result

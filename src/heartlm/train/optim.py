@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-SCHEDULES = ("cosine", "step", "exponential", "constant")
+from heartlm.train.config import SCHEDULES
+
 REFERENCE_BATCH = 256
 
 

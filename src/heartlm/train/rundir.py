@@ -18,8 +18,8 @@ from pathlib import Path
 
 from heartlm.errors import HeartlmError
 from heartlm.lock import held_by_parent
-from heartlm.log import is_main_process
 from heartlm.outdir import check_writable, claimed, partial_dir, swap_in
+from heartlm.runtime import is_main_process
 from heartlm.train.stopsignal import EXIT_STOPPED
 
 RUN_MARKERS = ("run.json", "metrics.jsonl", "checkpoints", "model.safetensors")

@@ -1,6 +1,6 @@
-"""Evaluation data: a token folder as is, or raw WFDB records ingested and tokenized the way
-the fine-tuned run's own training data was (same codebook, beat window and sampling rate;
-records at any other rate are resampled by ingest)."""
+"""A run's input data: a token folder as is, or raw WFDB records ingested and tokenized the
+way the run's own training data was (same codebook, beat window and sampling rate; records
+at any other rate are resampled by ingest). `heartlm evaluate` and `heartlm embed` use it."""
 
 from __future__ import annotations
 
@@ -20,9 +20,14 @@ def is_token_folder(path: Path) -> bool:
 
 @contextlib.contextmanager
 def token_folder(
-    data: Path, run: Path, lineage: dict[str, Any], overrides: dict[str, Any]
+    data: Path,
+    run: Path,
+    lineage: dict[str, Any],
+    overrides: dict[str, Any],
+    codebook: Path | None = None,
 ) -> Iterator[Path]:
-    """Yield a token folder for `data`; WFDB records are tokenized in a temporary folder."""
+    """Yield a token folder for `data`; WFDB records are tokenized in a temporary folder
+    with `codebook` (default: the run's own `codebook.safetensors`)."""
     if is_token_folder(data):
         yield data
         return
@@ -46,7 +51,7 @@ def token_folder(
         store, tokens = Path(tmp) / "store", Path(tmp) / "tokens"
         logger.info(f"{data}: ingesting at {config.fs:g} Hz and tokenizing with {run}'s codebook")
         ingest([data], store, config)
-        tok = TokenizeConfig(codebook=run / "codebook.safetensors")
+        tok = TokenizeConfig(codebook=codebook or run / "codebook.safetensors")
         if lineage.get("rr_window"):
             tok.rr_window = int(lineage["rr_window"])
         tokenize(store, tokens, tok)

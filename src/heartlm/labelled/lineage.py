@@ -1,10 +1,11 @@
-"""What a fine-tuned run carries to tokenize new records exactly like its training data.
+"""What a run carries to tokenize new records exactly like its training data.
 
 A fine-tuned folder holds `codebook.safetensors` + `codebook.json` (copied from the token
 folder) and `lineage.json`: the ingest settings of the beat store behind the tokens
 (tokens run.json -> store run.json), the tokenizer settings that shape tokens (`rr_window`)
-and the codebook hash. `heartlm evaluate` reads them back to ingest and tokenize raw WFDB
-records at the run's own sampling rate and window.
+and the codebook hash. `heartlm evaluate` and `heartlm embed` read them back to ingest and
+tokenize raw WFDB records at the run's own sampling rate and window; for a pretrained run,
+which names its token folder instead, `run_lineage` reads the same from that folder.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
                 f"token folder has no {name}: cannot make a self-contained run", tokens
             )
         shutil.copy2(tokens / name, out / name)
+    lineage = describe(tokens)
+    atomic_write_text(out / LINEAGE, json.dumps(lineage, indent=2) + "\n")
+    return lineage
+
+
+def describe(tokens: Path) -> dict[str, Any]:
+    """The lineage of a token folder: its store's ingest settings, rr_window, codebook."""
     meta = parse_json_file(tokens / "tokens.json")
     store = _store_folder(tokens, meta)
     ingest = None
@@ -62,7 +70,6 @@ def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
         "fs": meta.get("fs"),
         "window_samples": meta.get("window_samples"),
     }
-    atomic_write_text(out / LINEAGE, json.dumps(lineage, indent=2) + "\n")
     return lineage
 
 
@@ -73,3 +80,19 @@ def read_lineage(run: Path) -> dict[str, Any]:
 def read_finetune_info(run: Path) -> dict[str, Any]:
     """`finetune.json` of a fine-tuned run: task, window, splits, class weights, best step."""
     return read_json(run, FINETUNE_INFO, f"no {FINETUNE_INFO}: not a fine-tuned heartlm run")
+
+
+def run_lineage(run: Path) -> tuple[dict[str, Any], Path]:
+    """(lineage, codebook file) of a fine-tuned run, or of a pretrained run from the token
+    folder its config.json names."""
+    if (run / LINEAGE).is_file():
+        return read_lineage(run), run / CODEBOOK_FILES[0]
+    tokens = Path(read_json(run, "config.json", "no config.json: not an exported heartlm run")
+                  .get("tokens") or "")  # fmt: skip
+    if not (tokens / "tokens.json").is_file():
+        raise HeartlmError(
+            f"has no {LINEAGE}, and the token folder it was trained on ({tokens}) is gone: "
+            "give a token folder made with its codebook",
+            run,
+        )
+    return describe(tokens), tokens / CODEBOOK_FILES[0]

@@ -1,4 +1,4 @@
-"""Run a fine-tuned model over labelled windows: per-beat class predictions or AFIB scores."""
+"""Run a model over windows: per-beat class predictions, AFIB scores, or embeddings."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import contextlib
 import numpy as np
 import torch
 
-from heartlm.finetune.data import Windows
+from heartlm.labelled.windows import Windows
 from heartlm.log import progress
 
 
-def _batches(windows: Windows, batch: int, device: torch.device):
+def _batches(windows: Windows, batch: int, device: torch.device, desc: str = "evaluate"):
     starts = range(0, len(windows), batch)
-    for lo in progress(starts, total=len(starts), desc="evaluate", unit="batch"):
+    for lo in progress(starts, total=len(starts), desc=desc, unit="batch"):
         hi = min(lo + batch, len(windows))
         morph = torch.from_numpy(windows.morph[lo:hi]).to(device)
         rhythm = torch.from_numpy(windows.rhythm[lo:hi]).to(device)
@@ -64,3 +64,35 @@ def afib_scores(
             logits = model(morph, rhythm, valid_BT=valid, head="window", features_BTF=features)
         scores.append(torch.softmax(logits.float(), dim=-1)[:, 1].cpu().numpy())
     return np.concatenate(scores) if scores else np.zeros(0)
+
+
+@torch.no_grad()
+def embeddings(
+    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(beat index, per-beat embeddings (n_beats, D), per-window embeddings (n_windows, D)):
+    the final-norm hidden states, float32. A beat's comes from its scoring window (the one
+    whose centre is nearest); a window's is the mean over its real beats, or its CLS state
+    when the model has one."""
+    model.eval().to(device)
+    cls = bool(getattr(model.cfg, "cls_token", False))
+    beats, beat_h, window_h = [], [], []
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device, "embed"):
+        with _autocast(device):
+            h = model(morph, rhythm, valid_BT=valid, head="hidden", features_BTF=features)
+        h = h.float()
+        if cls:
+            window_h.append(h[:, 0].cpu().numpy())
+            h = h[:, 1:]
+        else:
+            real = torch.from_numpy(~windows.pad[lo:hi]).to(device)[..., None].float()
+            window_h.append(((h * real).sum(1) / real.sum(1).clamp_min(1.0)).cpu().numpy())
+        scored = windows.scored[lo:hi]
+        beats.append(windows.beat[lo:hi][scored])
+        beat_h.append(h.cpu().numpy()[scored])
+    width = int(getattr(model.cfg, "d_model", 0))
+    if not beats:
+        return np.zeros(0, np.int64), np.zeros((0, width), np.float32), np.zeros((0, width))
+    beat, emb = np.concatenate(beats), np.concatenate(beat_h)
+    order = np.argsort(beat, kind="stable")
+    return beat[order], emb[order], np.concatenate(window_h)

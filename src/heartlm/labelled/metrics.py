@@ -1,9 +1,8 @@
 """Scores for beat classes (EC57 confusion matrix, Se, +P, F1) and AFIB windows (F1, AUROC).
 
-Division by zero has one defined answer everywhere: a ratio with an empty denominator
-is 0.0 (as scikit-learn's `zero_division=0`), so a class with no reference beats or no
-predictions scores 0.0 and its `support` says why. AUROC needs both classes and is
-None (JSON null) otherwise.
+Se, +P and F1 come from `heartlm.scores`: a ratio with an empty denominator is 0.0, so a
+class with no reference beats or no predictions scores 0.0 and its `support` says why.
+AUROC needs both classes and is None (JSON null) otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.scores import f1, positive_predictivity, ratio, sensitivity
 
 
 def confusion_matrix(reference: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.ndarray:
@@ -27,10 +27,6 @@ def confusion_matrix(reference: np.ndarray, predicted: np.ndarray, n_classes: in
     return flat.reshape(n_classes, n_classes)
 
 
-def _ratio(num: float, den: float) -> float:
-    return float(num) / float(den) if den > 0 else 0.0
-
-
 def class_scores(cm: np.ndarray, names: tuple[str, ...] = AAMI_CLASSES) -> dict[str, dict]:
     """Per-class Se = TP/(TP+FN), +P = TP/(TP+FP), F1 = 2TP/(2TP+FP+FN), and support."""
     cm = np.asarray(cm)
@@ -39,9 +35,9 @@ def class_scores(cm: np.ndarray, names: tuple[str, ...] = AAMI_CLASSES) -> dict[
     fp = cm.sum(axis=0) - tp
     return {
         name: {
-            "se": _ratio(tp[i], tp[i] + fn[i]),
-            "ppv": _ratio(tp[i], tp[i] + fp[i]),
-            "f1": _ratio(2 * tp[i], 2 * tp[i] + fp[i] + fn[i]),
+            "se": sensitivity(tp[i], fn[i]),
+            "ppv": positive_predictivity(tp[i], fp[i]),
+            "f1": f1(tp[i], fp[i], fn[i]),
             "support": int(tp[i] + fn[i]),
         }
         for i, name in enumerate(names)
@@ -50,7 +46,7 @@ def class_scores(cm: np.ndarray, names: tuple[str, ...] = AAMI_CLASSES) -> dict[
 
 def accuracy(cm: np.ndarray) -> float:
     cm = np.asarray(cm)
-    return _ratio(np.trace(cm), cm.sum())
+    return ratio(np.trace(cm), cm.sum())
 
 
 def auroc(labels: np.ndarray, scores: np.ndarray) -> float | None:
@@ -73,9 +69,9 @@ def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5
     fp = int((~labels & predicted).sum())
     fn = int((labels & ~predicted).sum())
     return {
-        "f1": _ratio(2 * tp, 2 * tp + fp + fn),
-        "se": _ratio(tp, tp + fn),
-        "ppv": _ratio(tp, tp + fp),
+        "f1": f1(tp, fp, fn),
+        "se": sensitivity(tp, fn),
+        "ppv": positive_predictivity(tp, fp),
         "auroc": auroc(labels, scores),
         "tp": tp,
         "fp": fp,
@@ -93,6 +89,13 @@ def beat_report(reference: np.ndarray, predicted: np.ndarray) -> dict:
         "confusion": cm.tolist(),
         "n_beats": int(cm.sum()),
     }
+
+
+def macro_f1(reference: np.ndarray, predicted: np.ndarray, classes: np.ndarray) -> float:
+    """Mean F1 of `classes` (0 when there are none)."""
+    scores = class_scores(confusion_matrix(reference, predicted, len(AAMI_CLASSES)))
+    per_class = [scores[AAMI_CLASSES[c]]["f1"] for c in classes]
+    return float(np.mean(per_class)) if per_class else 0.0
 
 
 def per_record_beats(
@@ -131,8 +134,8 @@ def afib_episode_scores(labels: np.ndarray, predicted: np.ndarray, record: np.nd
         found += sum(bool(pred[a:b].any()) for a, b in ref_runs)
         n_calls += len(pred_runs)
         true_calls += sum(bool(ref[a:b].any()) for a, b in pred_runs)
-    return {"episodes": n_ref, "se": _ratio(found, n_ref), "calls": n_calls,
-            "ppv": _ratio(true_calls, n_calls)}  # fmt: skip
+    return {"episodes": n_ref, "se": ratio(found, n_ref), "calls": n_calls,
+            "ppv": ratio(true_calls, n_calls)}  # fmt: skip
 
 
 def per_record_afib(
