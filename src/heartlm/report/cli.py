@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "NVLink measurement (2840: 355 GB/s, 4 x H100 NVLink, 1 GiB)",
     )
     parser.add_argument(
-        "--gpus-per-node", type=int, help="GPUs per node in the prediction (default: most measured)"
+        "--gpus-per-node", type=int, default=4, help="GPUs per node in the prediction (4)"
     )
     parser.add_argument("--nodes", default="2,4,16,64", help="node counts to predict")
     parser.add_argument(
@@ -61,8 +61,10 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
     """Fit the model per DDP configuration (reference CPU count) and predict M nodes."""
     nodes = _numbers(args.nodes, "--nodes")
     networks = _numbers(args.inter_node_gbps, "--inter-node-gbps", float)
-    if args.intra_node_gbps <= 0 or not 0 <= args.overlap <= 1:
-        raise HeartlmError("--intra-node-gbps must be positive and --overlap in [0, 1]")
+    if args.intra_node_gbps <= 0 or args.gpus_per_node < 1 or not 0 <= args.overlap <= 1:
+        raise HeartlmError(
+            "--intra-node-gbps and --gpus-per-node must be positive, --overlap in [0, 1]"
+        )
     intra = study.busbw.get("nvlink") or {2: commmodel.gbps_to_bytes(args.intra_node_gbps)}
     cpus = study.reference_cpus()
     curves: dict[str, dict] = {}
@@ -71,7 +73,7 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
         base = next((r for r in rows if r["gpus"] == "1"), None)
         if base is None or config[3] != "ddp":
             continue
-        g_node = args.gpus_per_node or max(int(r["gpus"]) for r in rows)
+        g_node = args.gpus_per_node
         fit = commmodel.fit(
             [int(r["gpus"]) for r in rows],
             [num(r, "time_s") / num(r, "steps") for r in rows],

@@ -187,7 +187,7 @@ def engine_command(
 def unsupported(cell: Cell) -> str | None:
     """Why a cell cannot run as asked (recorded as skipped), or None."""
     if cell.task == "finetune" and (cell.backend != "ddp" or cell.data_path != "gpu"):
-        return "heartlm finetune has no --backend/--workers flags yet (ddp, gpu data path only)"
+        return "finetune cells run with ddp and the device data path only"
     return None
 
 
