@@ -5,6 +5,11 @@ vocabulary 1032), bf16, fused AdamW, 4 DataLoader workers, a fixed number of ste
 tokens/s over the timed steps after the warm-up. One JSON line per window:batch config.
 
     python benchmarks/hf_peer.py --configs 128:256,1024:32 --out results/train.jsonl
+    torchrun --standalone --nproc-per-node 4 benchmarks/hf_peer.py ...   # DDP, 4 GPUs
+
+Under torchrun the Trainer runs DDP (find_unused_parameters off: every weight is used);
+`batch` is per GPU, `tokens_per_s` counts all GPUs, `mfu` is per GPU, and rank 0 alone
+writes the line.
 
 MFU uses the FLOPs this model computes per token (heartlm.train.flops formula with the
 vocabulary head at every position, plus BERT's 768x768 head transform).
@@ -16,6 +21,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -95,6 +101,7 @@ def run_one(args: argparse.Namespace, window: int, batch: int) -> dict:
             disable_tqdm=True,
             seed=0,
             use_cpu=not cuda,
+            ddp_find_unused_parameters=False,
         )
         trainer = Trainer(
             model=model,
@@ -105,7 +112,8 @@ def run_one(args: argparse.Namespace, window: int, batch: int) -> dict:
         with contextlib.redirect_stdout(sys.stderr):  # Trainer prints its log dicts
             trainer.train()
     seconds = marks[steps] - marks[args.warmup]
-    tps = args.timed * batch * window / seconds
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    tps = args.timed * batch * window / seconds * world
     d, L = args.hidden, args.layers
     n_body = L * (4 * d * d + 2 * d * 4 * d)
     v_pad = VOCAB  # BERT does not pad its vocabulary
@@ -121,7 +129,8 @@ def run_one(args: argparse.Namespace, window: int, batch: int) -> dict:
         "window": window,
         "batch": batch,
         "tokens_per_s": round(tps, 1),
-        "mfu": round(fpt * tps / peak, 4) if peak else 0.0,
+        "world_size": world,
+        "mfu": round(fpt * tps / (peak * world), 4) if peak else 0.0,
         "step_time_s": round(seconds / args.timed, 5),
         "flops_per_token": fpt,
         "params": sum(p.numel() for p in model.parameters()),
@@ -176,6 +185,8 @@ def main() -> int:
                 "error": repr(exc)[:500],
             }
         line = json.dumps({**result, **env})
+        if os.environ.get("RANK", "0") != "0":
+            continue
         print(line, flush=True)
         if args.out:
             with open(args.out, "a") as f:

@@ -112,34 +112,38 @@ def test_deepspeed_missing_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_deepspeed_initialize_passes_the_zero_config(
+def test_deepspeed_initialize_hands_over_our_optimizer_and_the_zero_config(
     monkeypatch: pytest.MonkeyPatch, stage: int
 ) -> None:
     import torch
 
     seen: dict = {}
+    engine = types.SimpleNamespace(_support_torch_style_backward=True)
 
-    def initialize(model, model_parameters, config):
-        seen.update(model=model, params=list(model_parameters), config=config)
-        return "engine", "optimizer", None, None
+    def initialize(model, optimizer, config):
+        seen.update(model=model, optimizer=optimizer, config=config)
+        return engine, "wrapped optimizer", None, None
 
     monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace(initialize=initialize))
     model = torch.nn.Linear(3, 2)
-    model.bias.requires_grad_(False)
-    cfg = zero.ZeroConfig(stage=stage, micro_batch_per_gpu=4, grad_accum=2, lr=1e-3)
-    assert zero.initialize(model, cfg) == ("engine", "optimizer")
-    assert seen["model"] is model
-    assert [p is model.weight for p in seen["params"]] == [True]
+    adamw = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = zero.ZeroConfig(stage=stage, micro_batch_per_gpu=4, grad_clip=0.5, reduce_bf16=True)
+    got, opt = zero.initialize(model, adamw, cfg, torch.device("cpu"))
+    assert got is engine and isinstance(opt, zero.ZeroOptimizer)
+    assert seen["model"] is model and seen["optimizer"] is adamw
     ds = seen["config"]
     assert ds["zero_optimization"]["stage"] == stage
-    assert ds["train_micro_batch_size_per_gpu"] == 4
-    assert ds["gradient_accumulation_steps"] == 2
-    assert ds["optimizer"]["params"]["lr"] == 1e-3
+    assert ds["train_micro_batch_size_per_gpu"] == 4 and ds["gradient_accumulation_steps"] == 1
+    assert ds["gradient_clipping"] == 0.5 and ds["communication_data_type"] == "bf16"
 
 
-def test_zero_stage_is_validated() -> None:
+def test_zero_stage_accumulation_and_resume_are_checked() -> None:
     with pytest.raises(ValueError, match="--zero-stage must be 1, 2 or 3"):
         zero.deepspeed_config(zero.ZeroConfig(stage=4))
+    with pytest.raises(HeartlmError, match=r"gradient accumulation .* is not supported"):
+        zero.check_supported(accum=2, resume=False)
+    with pytest.raises(HeartlmError, match="writes no checkpoints, so there is nothing to"):
+        zero.check_supported(accum=1, resume=True)
 
 
 # --- Multi-process training on gloo (CPU): the issue's "done when" -------------------------
@@ -184,7 +188,8 @@ def _env(**extra: str) -> dict[str, str]:
     drop = ("HEARTLM_FAULT", "TORCHELASTIC", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.pop("HEARTLM_PROGRESS", None)
-    return {**env, "OMP_NUM_THREADS": "1", **extra}
+    # A stated peak gives CPU runs an MFU, so its per-device normalisation is checked.
+    return {**env, "OMP_NUM_THREADS": "1", "HEARTLM_PEAK_TFLOPS": "1", **extra}
 
 
 def _heartlm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -194,6 +199,13 @@ def _heartlm(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def _flops_per_token(run: Path) -> float:
+    """Model FLOPs per token as the run's MFU implies them: mfu x world x peak / tokens/s."""
+    world = json.loads((run / "run.json").read_text())["counts"]["world_size"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return rows[-1]["mfu"] * world * 1e12 / rows[-1]["tokens_per_s"]
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -234,6 +246,9 @@ def test_two_processes_log_the_losses_of_one_and_resume_with_one(
     for step, loss in two.items():
         assert loss == pytest.approx(golden[step], rel=RTOL), step
     assert (run / "checkpoints" / "step_00000004").is_dir()
+    # MFU is per device: world x peak in the denominator, whatever the process count.
+    fpt = _flops_per_token(tokens.parent / "golden")
+    assert fpt > 0 and _flops_per_token(run) == pytest.approx(fpt, rel=1e-9)
 
     resumed = _heartlm("pretrain", str(tokens), "--out", str(run), *TRAIN_ARGS, "--resume")
     assert "resumed from" in resumed.stderr and "step 4" in resumed.stderr
@@ -298,11 +313,89 @@ def test_killed_rank_without_restarts_fails(tokens: Path) -> None:
     assert not (run / "model.safetensors").exists()
 
 
-def test_deepspeed_backend_in_the_loop_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+# Levers of each backend: 2 processes must log the 1-process losses at every step; exactly
+# (RTOL) where the lever is lossless, within BF16_RTOL where gradients travel in bf16 (their
+# rounding, 2**-9 relative per element, moves these losses by about 2e-5 in 6 steps).
+BF16_RTOL = 1e-3
+LEVERS = {
+    "ddp-buckets": (["--ddp-bucket-mb", "0.01", "--no-ddp-bucket-view",
+                     "--ddp-static-graph", "on"], RTOL),
+    "ddp-bf16": (["--grad-reduce", "bf16"], BF16_RTOL),
+    "fsdp-reshard": (["--backend", "fsdp", "--fsdp-reshard", "always"], RTOL),
+    "fsdp-bf16": (["--backend", "fsdp", "--fsdp-reshard", "never", "--grad-reduce", "bf16"],
+                  BF16_RTOL),
+}  # fmt: skip
+
+
+def _two_process_losses(tokens: Path, name: str, flags: list[str], **env: str) -> dict:
+    run = tokens.parent / name
+    _heartlm("pretrain", str(tokens), "--out", str(run), *TRAIN_ARGS, "--nproc", "2",
+             "--ckpt-every", "0", *flags, env=_env(**env))  # fmt: skip
+    return _losses(run)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("lever", list(LEVERS))
+def test_backend_levers_keep_the_losses_of_one_process(
+    tokens: Path, golden: dict[int, float], lever: str
+) -> None:
+    flags, rtol = LEVERS[lever]
+    losses = _two_process_losses(tokens, lever, flags)
+    assert sorted(losses) == sorted(golden)
+    for step, loss in losses.items():
+        assert loss == pytest.approx(golden[step], rel=rtol), (lever, step)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_zero_keeps_the_losses_of_one_process(
+    tokens: Path, golden: dict[int, float], stage: int
+) -> None:
+    """Runs where DeepSpeed is installed (not in CI: an optional extra), on its CPU
+    accelerator over gloo; the GPU test below checks NCCL and bf16 autocast."""
+    pytest.importorskip("deepspeed")
+    flags = ["--backend", "deepspeed", "--zero-stage", str(stage)]
+    losses = _two_process_losses(tokens, f"zero{stage}", flags, DS_ACCELERATOR="cpu")
+    for step, loss in losses.items():
+        assert loss == pytest.approx(golden[step], rel=RTOL), (stage, step)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_zero_on_two_gpus_matches_ddp(tmp_path: Path, stage: int) -> None:
+    """bf16 autocast, compiled, NCCL: ZeRO-N and DDP from the same start differ only in
+    the order gradients are summed (fp32), so 6 steps agree to BF16_RTOL."""
     import torch
 
-    from heartlm.train.distributed import DistEnv, wrap_model
+    pytest.importorskip("deepspeed")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    tokens = _write_tokens(tmp_path / "tokens")
+    gpu = ["--device", "cuda", "--precision", "bf16", "--nproc", "2", "--ckpt-every", "0"]
+    args = [a for a in TRAIN_ARGS if a not in ("cpu", "fp32", "--device", "--precision")]
+    runs = {}
+    for name, flags in (("ddp", []), ("zero", ["--backend", "deepspeed", "--zero-stage",
+                                               str(stage)])):  # fmt: skip
+        run = tmp_path / name
+        _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *flags)
+        runs[name] = _losses(run)
+    for step, loss in runs["zero"].items():
+        assert loss == pytest.approx(runs["ddp"][step], rel=BF16_RTOL), (stage, step)
 
+
+def test_deepspeed_refusals_come_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from heartlm.cli import main
+
+    tokens = _write_tokens(tmp_path / "tokens", n_records=4)
+    run = tmp_path / "run"
+    base = ["pretrain", str(tokens), "--out", str(run), "--preset", "tiny", "--window", "16",
+            "--device", "cpu", "--backend", "deepspeed"]  # fmt: skip
+    monkeypatch.setitem(sys.modules, "deepspeed", None)
+    assert main(base) == 2
+    assert "DeepSpeed is not installed" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace())
-    with pytest.raises(HeartlmError, match="does not drive a DeepSpeed engine yet"):
-        wrap_model(torch.nn.Linear(2, 2), DistEnv(), backend="deepspeed")
+    assert main([*base, "--batch", "8", "--micro-batch", "4"]) == 2
+    assert "gradient accumulation" in capsys.readouterr().err
+    assert not run.exists()

@@ -155,6 +155,20 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]
 
 
+def test_mfu_is_per_device_and_a_stated_peak_is_checked(monkeypatch: pytest.MonkeyPatch):
+    from heartlm.train.flops import mfu_per_gpu, peak_flops
+
+    # 4 devices at 100 k tokens/s each, 1e9 FLOPs/token, 1e15 peak each: 0.1 per device.
+    assert mfu_per_gpu(1e9, 4e5, 1e15, 4) == pytest.approx(0.1)
+    assert mfu_per_gpu(1e9, 1e5, 1e15, 1) == pytest.approx(0.1)
+    assert mfu_per_gpu(1e9, 1e5, 0.0, 1) == 0.0
+    monkeypatch.setenv("HEARTLM_PEAK_TFLOPS", "989")
+    assert peak_flops(torch.device("cpu")) == 989e12
+    monkeypatch.setenv("HEARTLM_PEAK_TFLOPS", "fast")
+    with pytest.raises(HeartlmError, match="HEARTLM_PEAK_TFLOPS='fast' is not a positive"):
+        peak_flops(torch.device("cpu"))
+
+
 def test_save_pretrained_then_from_pretrained_in_a_fresh_process_gives_identical_logits(
     tmp_path: Path,
 ) -> None:

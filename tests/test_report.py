@@ -30,9 +30,10 @@ def fabricate_study(folder: Path) -> None:
                     t = step * work.timed_steps(cell) * (1.02 if cpus == 1 else 1.0)
                     rep = {
                         "status": "ok", "time_s": t, "wall_s": t + 7.3, "mfu": 0.41,
-                        "step_s": step, "compute_s": 0.8 * step, "comm_s": 0.1 * step,
+                        "step_s": step, "compute_s": 0.8 * step, "comm_exposed_s": 0.1 * step,
                         "data_wait_s": 0.001, "other_s": 0.1 * step - 0.001,
-                        "data_wait_pct": 0.5, "grad_bytes": 4 * 86_000_000,
+                        "comm_overlapped_s": 0.05 * step, "data_wait_pct": 0.5,
+                        "grad_bytes": 4 * 86_000_000,
                     }  # fmt: skip
                     reps = [rep, {**rep, "time_s": t * 1.01}, {**rep, "time_s": t * 0.99}]
                     rows.append(cell_row(cell, work, "base", reps))
@@ -110,39 +111,65 @@ def test_report_refuses_a_folder_without_results_or_with_bad_numbers(tmp_path, c
     assert not (study / "report.md").exists()
 
 
-def test_comm_model_recovers_the_curve_it_was_generated_from():
-    grad_bytes, bw, lat, t1 = 344e6, 120e9, 30e-6, 0.25
+def test_comm_model_reproduces_the_node_it_was_fitted_on_and_adds_the_network():
+    grad, t1, busbw, w = 344e6, 0.045, 300e9, 2 / 3
+    overhead = {2: 0.003, 4: 0.005}
     for scaling in ("weak", "strong"):
-        gpus = [1, 2, 4, 8]
-        steps = [
-            commmodel.compute_s(t1, n, scaling) + commmodel.ring_s(n, grad_bytes, bw, lat)
-            for n in gpus
-        ]
-        fit = commmodel.fit_intra(gpus, steps, grad_bytes, scaling, assumed_bandwidth=1.0)
-        assert fit.points == 3
-        assert fit.bandwidth == pytest.approx(bw, rel=1e-6)
-        assert fit.latency_s == pytest.approx(lat, rel=1e-6)
-        # one node: the prediction reproduces the measurements
-        for n, s in zip(gpus, steps, strict=True):
-            assert commmodel.predict_step_s(fit, 1, n, 50e9, 1e-5) == pytest.approx(s)
-    # across nodes the stated network adds a ring over the nodes at the node's bandwidth
-    fit = commmodel.fit_intra([1, 2, 4], [0.25, 0.26, 0.27], grad_bytes, "weak", 1.0)
-    node_bw = commmodel.gbps_to_bytes(400.0)
-    assert node_bw == 50e9
-    one = commmodel.predict_step_s(fit, 1, 4, node_bw, 1e-5)
-    four = commmodel.predict_step_s(fit, 4, 4, node_bw, 1e-5)
-    assert four - one == pytest.approx(2 * 3 / 4 * grad_bytes / node_bw + 2 * 3 * 1e-5)
-    # weak scaling: T(N) = steps / N * t_step(N)
-    t = commmodel.predict_time_s(fit, 40, 4, 4, node_bw, 1e-5)
-    assert t == pytest.approx(40 / 16 * four)
+        steps = {1: t1}
+        for n, o in overhead.items():
+            c = commmodel.compute_s(t1, n, scaling)
+            a = commmodel.ring_s(n, grad, busbw)
+            steps[n] = c + o + max(0.0, a - w * c)
+        fit = commmodel.fit(list(steps), list(steps.values()), grad, scaling, {2: busbw})
+        assert fit.points == 2
+        assert fit.overhead_s == pytest.approx(overhead)
+        for n, t in steps.items():  # one node: the measurements come back
+            assert commmodel.predict_step_s(fit, 1, n, 50e9) == pytest.approx(t)
+    # weak, 4 nodes of 4 GPUs: the network's ring is added, less what backward hides
+    # (2/3 of the compute); at 400 Gb/s it hides entirely
+    fit = commmodel.fit([1, 2, 4], [t1, t1 + 0.003, t1 + 0.005], grad, "weak", {2: busbw})
+    assert commmodel.gbps_to_bytes(400.0) == 50e9
+    net = commmodel.gbps_to_bytes(100.0)  # slow enough that backward cannot hide it all
+    a = commmodel.ring_s(4, grad, busbw) + commmodel.ring_s(4, grad, net) + 6 * 1e-5
+    expected = t1 + fit.overhead(4) + a - w * t1
+    assert a > w * t1
+    assert commmodel.predict_step_s(fit, 4, 4, net, 1e-5) == pytest.approx(expected)
+    assert commmodel.predict_step_s(fit, 4, 4, 50e9, 1e-5) == pytest.approx(t1 + 0.005)
+    assert commmodel.steps_at(fit, 64, 16) == 4
+    # a flat ring over a socket for every rank (the emulated second node)
+    sock = 2e9
+    flat = commmodel.predict_flat_step_s(fit, 2, sock)
+    assert flat == pytest.approx(t1 + fit.overhead(2) + grad / sock - w * t1)
 
 
-def test_comm_model_with_one_or_no_multi_gpu_point():
-    fit = commmodel.fit_intra([1, 2], [0.2, 0.21], 1e8, "weak", assumed_bandwidth=5e9)
-    assert fit.points == 1 and fit.latency_s == 0
-    assert fit.bandwidth == pytest.approx(2 * 1 / 2 * 1e8 / 0.01)
-    fit = commmodel.fit_intra([1], [0.2], 1e8, "weak", assumed_bandwidth=5e9)
-    assert fit.points == 0 and fit.bandwidth == 5e9
-    hidden = commmodel.fit_intra([1, 2, 4], [0.2, 0.2, 0.2], 1e8, "weak", 5e9)
-    assert hidden.bandwidth == float("inf")
-    assert commmodel.predict_step_s(hidden, 1, 4, 50e9, 1e-5) == pytest.approx(0.2)
+def test_comm_model_needs_the_one_gpu_step():
+    with pytest.raises(ValueError, match="1-GPU step"):
+        commmodel.fit([2, 4], [0.2, 0.21], 1e8, "weak", {2: 1e11})
+    fit = commmodel.fit([1], [0.2], 1e8, "weak", {2: 1e11})
+    assert fit.points == 0 and commmodel.predict_step_s(fit, 1, 4, 5e10) == pytest.approx(0.2)
+
+
+def test_report_sets_the_socket_run_beside_the_models_prediction(tmp_path):
+    study = tmp_path / "study"
+    fabricate_study(study)
+    comm = study / "comm"
+    comm.mkdir()
+    for label, world, busbw in (("nvlink", 2, 300e9), ("nvlink", 4, 330e9),
+                                ("socket", 2, 2.5e9)):  # fmt: skip
+        results = [{"bytes": 25 * 2**20, "time_s": 1.0, "algbw": 1.0, "busbw": busbw},
+                   {"bytes": 350 * 2**20, "time_s": 1.0, "algbw": 1.0, "busbw": 9e99}]  # fmt: skip
+        info = {"label": label, "world_size": world, "results": results}
+        (comm / f"{label}_n{world}.json").write_text(json.dumps(info))
+    run = {"cell": "pretrain-w128-g2-c4-weak-ddp-gpu", "status": "ok", "task": "pretrain",
+           "window": 128, "scaling": "weak", "world": 2, "gpus_per_node": 1,
+           "step_s": 0.3, "time_s": 0.3 * 20}  # fmt: skip
+    (comm / "socket_runs.json").write_text(json.dumps({"runs": [run]}))
+    assert main(["report", str(study), "--nodes", "2,4,16,64"]) == 0
+    text = (study / "report.md").read_text()
+    section = text[text.index("## Emulated second node"):text.index("## Multi-node")]
+    (row,) = [ln for ln in section.splitlines() if ln.startswith("| pretrain w128 weak")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:4] == ["2 x 1", "2.5", "0.3"]  # the bucket-size bandwidth, not 9e99
+    predicted = float(cells[4])
+    assert cells[5] == f"{100 * (predicted / 0.3 - 1):+.1f} %"
+    assert "| 400 | 64 | 256 |" in text and "| 200 | 2 | 8 |" in text

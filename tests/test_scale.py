@@ -13,7 +13,7 @@ import pytest
 from heartlm import settings
 from heartlm.cli import build_parser, main
 from heartlm.errors import HeartlmError
-from heartlm.scale import metrics
+from heartlm.scale import metrics, twonode
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch
 from heartlm.scale.energy import EnergySampler
 from heartlm.scale.grid import Grid, ScaleConfig, engine_command, grid_state
@@ -74,9 +74,31 @@ def test_config_validation_names_the_flag():
         ScaleConfig(tasks=["pretrain", "train"])
     with pytest.raises(ValueError, match="--batch"):
         ScaleConfig(gpus=[1, 4], batch=6, scaling=["strong"])
+    with pytest.raises(ValueError, match="--backend-cpus 3 is not one of --cpus"):
+        ScaleConfig(cpus=[1, 2], backend_cpus=3)
+    # Defaults fit a committed study: >= 50 timed steps at 1 GPU, metrics windows of 8
+    # (warm-up 16, profiled 8, 16 timed at 4 GPUs), 3 repeats.
     cfg = ScaleConfig(gpus=[1, 2, 4], windows=[128, 1024])
-    assert cfg.steps == 20
+    assert (cfg.steps, cfg.warmup, cfg.profile_steps, cfg.repeats) == (64, 16, 8, 3)
+    assert cfg.workload(128).log_every(Cell("pretrain", 128, 4, 1, "weak", "ddp", "gpu")) == 8
     assert cfg.batch_for(128) == 256 and cfg.batch_for(1024) == 32
+
+
+def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tmp_path):
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[1, 4], windows=[64], tasks=["pretrain"],
+                      scaling=["weak"], backends=["ddp", "fsdp", "zero3"])  # fmt: skip
+    by_backend = {}
+    for cell in cfg.cells():
+        by_backend.setdefault(cell.backend, set()).add(cell.cpus)
+    assert by_backend == {"ddp": {1, 4}, "fsdp": {4}, "zero3": {4}}
+    # one process trains the plain module whatever the backend: one 1-GPU run serves all
+    one = [c for c in cfg.cells() if c.gpus == 1 and c.cpus == 4]
+    assert {cfg.twin(c).backend for c in one if c.backend != "ddp"} == {"ddp"}
+    zero3 = next(c for c in cfg.cells() if c.backend == "zero3")
+    argv = engine_command(zero3, cfg, tmp_path / "tok", tmp_path / "run", None)
+    parser, module = build_parser(argv)
+    got = settings.resolve(module.Config, parser.parse_args(argv), "pretrain").train
+    assert (got.backend, got.parallel.zero_stage, got.final_save) == ("deepspeed", 3, False)
 
 
 def test_core_groups_are_disjoint_when_the_machine_has_enough():
@@ -87,7 +109,8 @@ def test_core_groups_are_disjoint_when_the_machine_has_enough():
 
 
 def test_engine_commands_parse_with_the_real_clis(tmp_path):
-    cfg = ScaleConfig(gpus=[1, 2], cpus=[2], windows=[64], scaling=["weak"], steps=10)
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[2], windows=[64], scaling=["weak"], steps=10, warmup=5,
+                      profile_steps=5)  # fmt: skip
     for task, data_path in (("pretrain", "workers"), ("finetune", "gpu")):
         cell = Cell(task, 64, 2, 2, "weak", "ddp", data_path)
         argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
@@ -195,6 +218,20 @@ def test_an_interrupted_grid_resumes_without_rerunning_finished_cells(tmp_path):
     third = FakeRunner()
     _grid(tmp_path, third, repeats=2).run()
     assert third.calls == []
+    # Fewer --repeats later (say, for a CPU sweep) keeps what was measured: 2 repeats each.
+    assert all(len(reps) == 2 for reps in _grid(tmp_path, FakeRunner()).results().values())
+
+
+def test_repeat_zero_of_every_cell_comes_first_and_cells_share_the_inductor_cache(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    grid = _grid(tmp_path, FakeRunner(), repeats=2)
+    reps = [rep for _, rep in grid.pending()]
+    assert reps == [0] * 5 + [1] * 5
+    cells = [cell for cell, _ in grid.pending()]
+    caches = {grid.launch(c, r, []).env["TORCHINDUCTOR_CACHE_DIR"] for c, r in grid.pending()}
+    assert len(cells) == 10 and caches == {str(tmp_path / "study" / ".inductor-cache")}
 
 
 def test_max_time_leaves_cells_pending_for_a_resume(tmp_path):
@@ -251,6 +288,7 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     argv = ["scale", "--gpus", "1,2", "--cpus", "1", "--window", "16", "--task", "pretrain",
             "--scaling", "weak", "--preset", "tiny", "--steps", "4", "--warmup", "2",
             "--profile-steps", "0", "--batch", "2", "--timeout", "120", "--data", str(tokens),
+            "--repeats", "1",
             "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     rows = {r["gpus"]: r for r in read_results(out / "results.csv")}
@@ -258,6 +296,7 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     for r in rows.values():
         assert r["status"] == "ok", r["error"]
         assert r["tokens"] == str(2 * 4 * 16)
+        assert int(r["grad_bytes"]) > 0  # 4 x parameters: cells skip the final save
     t1, t2 = float(rows["1"]["time_s"]), float(rows["2"]["time_s"])
     assert float(rows["2"]["speedup"]) == pytest.approx(t1 / t2, rel=1e-5)
     assert float(rows["2"]["efficiency"]) == pytest.approx(t1 / t2 / 2, rel=1e-5)
@@ -275,3 +314,11 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     before = (g2 / "result.json").stat().st_mtime_ns
     assert main(argv) == 0
     assert (g2 / "result.json").stat().st_mtime_ns == before
+    # The emulated second node repeats the 2-process weak cell as 2 agents x 1 process,
+    # with the bus bandwidth of their path (gloo here; sockets under NCCL on GPUs).
+    assert twonode.main([str(out), "--procs", "1", "--window", "16", "--sizes-mb", "1"]) == 0
+    (socket,) = json.loads((out / "comm" / "socket_runs.json").read_text())["runs"]
+    assert socket["status"] == "ok", socket["error"]
+    assert socket["cell"] == "pretrain-w16-g2-c1-weak-ddp-gpu" and socket["step_s"] > 0
+    bench = json.loads((out / "comm" / "socket_n2.json").read_text())
+    assert bench["world_size"] == 2 and bench["results"][0]["busbw"] > 0

@@ -52,6 +52,7 @@ class PretrainConfig:
         """The settings TrainConfig does not check (ValueError naming the flag)."""
         self.train.validate()
         self.launch.validate()
+        self.train.check_overwrite(self.overwrite)
         if self.window < 1:
             raise ValueError(f"--window must be >= 1, not {self.window}")
         if self.stride is not None and self.stride < 1:
@@ -81,7 +82,11 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
         cfg.validate()
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
-    resolve_batch(cfg.train.batch, cfg.train.micro_batch, world_size(cfg.launch.nproc))
+    _, accum = resolve_batch(cfg.train.batch, cfg.train.micro_batch, world_size(cfg.launch.nproc))
+    if cfg.train.backend == "deepspeed":
+        from heartlm.train.zero import check_supported
+
+        check_supported(accum, cfg.train.resume)
     data = load_tokens(cfg.tokens)
     try:
         objective = make_objective(

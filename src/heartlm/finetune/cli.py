@@ -69,6 +69,7 @@ class FinetuneConfig:
     def validate(self) -> None:
         self.train.validate()
         self.launch.validate()
+        self.train.check_overwrite(self.overwrite)
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be >= 1, not {self.window}")
         if self.stride is not None and self.stride < 1:

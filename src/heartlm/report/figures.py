@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt
 
 from heartlm.report.study import Study, num
 
-BREAKDOWN = (("compute_s", "compute"), ("comm_s", "communication"), ("data_wait_s", "data wait"),
-             ("other_s", "other"))  # fmt: skip
+BREAKDOWN = (("compute_s", "compute"), ("comm_exposed_s", "exposed communication"),
+             ("data_wait_s", "data wait"), ("other_s", "other"))  # fmt: skip
 
 
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
@@ -109,7 +109,8 @@ def overhead_vs_gpus(study: Study, out: Path) -> list[Path]:
 
 
 def breakdown(study: Study, out: Path) -> list[Path]:
-    """Per-step time split into compute, communication, data wait, other (ms)."""
+    """Per-step time split into its exclusive parts (stacked, summing to the step), with
+    the communication hidden behind them as a hatched bar beside each stack (ms)."""
     cpus = study.reference_cpus()
     bars = [
         (f"{study.label(c)}\n{r['gpus']} GPU", r)
@@ -121,10 +122,14 @@ def breakdown(study: Study, out: Path) -> list[Path]:
         return []
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(bars)), 4.5))
     bottom = [0.0] * len(bars)
+    x = list(range(len(bars)))
     for key, name in BREAKDOWN:
         values = [1e3 * (num(r, key) or 0.0) for _, r in bars]
-        ax.bar(range(len(bars)), values, bottom=bottom, label=name)
+        ax.bar(x, values, width=0.6, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    hidden = [1e3 * (num(r, "comm_overlapped_s") or 0.0) for _, r in bars]
+    ax.bar([i + 0.4 for i in x], hidden, width=0.2, fill=False, hatch="///",
+           label="overlapped communication (not in the step sum)")  # fmt: skip
     ax.set_xticks(range(len(bars)), [label for label, _ in bars], rotation=90, fontsize=7)
     ax.set_ylabel("ms per step")
     ax.set_title(f"Step time breakdown ({cpus} CPU cores per GPU)")
@@ -133,17 +138,24 @@ def breakdown(study: Study, out: Path) -> list[Path]:
 
 
 def multinode(study: Study, out: Path, curves: dict[str, dict]) -> list[Path]:
-    """Measured speedup (markers) beside the model's curve (dashed), clearly labelled."""
+    """Measured speedups (markers: one node; crosses: the emulated second node over a
+    socket) beside the model's curves per network bandwidth (dashed), clearly labelled."""
     if not curves:
         return []
-    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
     top = 1
+    styles = ["--", ":", "-.", (0, (5, 1))]
     for i, (label, c) in enumerate(curves.items()):
         ax.plot(c["measured_gpus"], c["measured_speedup"], "o", color=f"C{i}",
-                label=f"{label} (measured)")  # fmt: skip
-        ax.plot(c["model_gpus"], c["model_speedup"], "--", color=f"C{i}",
-                label=f"{label} (MODEL)")  # fmt: skip
-        top = max(top, *c["model_gpus"])
+                label=f"{label} (measured, one node)")  # fmt: skip
+        sock = c["socket"]
+        if sock:
+            ax.plot([r["world"] for r in sock], [r["speedup"] for r in sock], "x", ms=9,
+                    color=f"C{i}", label=f"{label} (measured, 2 agents over a socket)")  # fmt: skip
+        for j, (gbps, m) in enumerate(c["model"].items()):
+            ax.plot(m["gpus"], m["speedup"], ls=styles[j % len(styles)], color=f"C{i}",
+                    label=f"{label}, {gbps:g} Gb/s per node (MODEL)")  # fmt: skip
+            top = max(top, *m["gpus"])
     ax.plot([1, top], [1, top], color="gray", lw=0.8, label="ideal")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
@@ -151,8 +163,8 @@ def multinode(study: Study, out: Path, curves: dict[str, dict]) -> list[Path]:
         axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("GPUs (nodes x GPUs per node)")
     ax.set_ylabel("speedup")
-    ax.set_title("Predicted multi-node speedup: a communication MODEL, not a measurement")
-    ax.legend(fontsize=7)
+    ax.set_title("Multi-node speedup: lines are a communication MODEL, markers are measured")
+    ax.legend(fontsize=6)
     return _save(fig, out, "multinode_model")
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from heartlm.report.study import Study
 
-MAIN = ["task", "window", "scaling", "gpus", "cpus", "time_s", "speedup", "efficiency",
-        "overhead_s", "tokens_per_s", "mfu", "status"]  # fmt: skip
-BREAKDOWN = ["task", "window", "scaling", "gpus", "cpus", "step_s", "compute_s", "comm_s",
-             "data_wait_s", "other_s", "data_wait_pct"]  # fmt: skip
+MAIN = ["task", "window", "scaling", "backend", "gpus", "cpus", "time_s", "speedup",
+        "efficiency", "overhead_s", "tokens_per_s", "mfu", "max_mem_gib", "status"]  # fmt: skip
+BREAKDOWN = ["task", "window", "scaling", "gpus", "cpus", "step_s", "compute_s", "comm_exposed_s",
+             "data_wait_s", "other_s", "comm_overlapped_s", "data_wait_pct"]  # fmt: skip
 REPEATS = ["task", "window", "scaling", "gpus", "cpus", "repeats_ok", "repeats", "time_s",
            "time_min_s", "time_max_s", "wall_s", "energy_per_pass_j", "energy_per_token_j",
            "binding"]  # fmt: skip
@@ -40,7 +40,12 @@ def _workload(study: Study) -> str:
         "over the timed steps, median over repeats; `wall_s` is the whole launch "
         "(startup, compilation, export). S = T1/TN, E = S/N, O = TN - T1/N, with T1 the "
         "1-GPU cell of the same task, window, CPUs, scaling, backend and data path. "
-        "Breakdown columns are seconds per step from the engine's breakdown.json."
+        "`mfu` is per GPU: model FLOP/s of all GPUs / (GPUs x one GPU's bf16 peak); "
+        "`max_mem_gib` is the peak memory allocated on rank 0's GPU. "
+        "Breakdown columns are seconds per step from the engine's breakdown.json, measured on "
+        "the profiler trace's timeline: compute, exposed communication, data wait and other "
+        "are exclusive and sum to `step_s`; `comm_overlapped_s` is communication hidden "
+        "behind compute or data work, not part of that sum."
     )
 
 
@@ -86,20 +91,43 @@ def _environment(study: Study) -> str:
 
 def _model(curves: dict[str, dict], assumptions: dict[str, str]) -> str:
     if not curves:
-        return "No configuration has a successful 1-GPU cell and its weight size: no model."
+        return "No DDP configuration has a successful 1-GPU cell and its weight size: no model."
     out = ["**This section is a MODEL, not a measurement** (see `heartlm.report.commmodel`).", ""]
     out += [f"- {k}: {v}" for k, v in assumptions.items()]
-    out += ["", "| configuration | fitted intra-node GB/s | latency us | fit points | "
-            "nodes | GPUs | predicted time_s | predicted speedup | predicted efficiency |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out += ["", "| configuration | fitted overhead ms (GPUs) | network Gb/s | nodes | GPUs | "
+            "predicted time_s | predicted speedup | predicted efficiency |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for label, c in curves.items():
         fit = c["fit"]
-        bw = "hidden" if fit.bandwidth == float("inf") else f"{fit.bandwidth / 1e9:.4g}"
-        for m, n, t, s in zip(c["model_nodes"], c["model_gpus"], c["model_time"],
-                              c["model_speedup"], strict=True):  # fmt: skip
-            out.append(f"| {label} | {bw} | {fit.latency_s * 1e6:.3g} | {fit.points} | {m} | "
-                       f"{n} | {t:.4g} | {s:.4g} | {s / n:.3g} |")  # fmt: skip
+        over = ", ".join(f"{1e3 * v:.3g} ({n})" for n, v in sorted(fit.overhead_s.items()))
+        for gbps, m in c["model"].items():
+            for nodes, n, t, s in zip(m["nodes"], m["gpus"], m["time"], m["speedup"],
+                                      strict=True):  # fmt: skip
+                out.append(f"| {label} | {over or '-'} | {gbps:g} | {nodes} | {n} | {t:.4g} | "
+                           f"{s:.4g} | {s / n:.3g} |")  # fmt: skip
     return "\n".join(out)
+
+
+def _socket(curves: dict[str, dict]) -> str:
+    """The emulated second node: measured step beside the model's (goal: within 15 %)."""
+    lines = ["| configuration | agents x GPUs | socket bus bandwidth GB/s | measured step_s | "
+             "predicted step_s | error | within 15 % | speedup |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label, c in curves.items():
+        for r in c["socket"]:
+            lines.append(
+                f"| {label} | 2 x {r['gpus_per_node']} | {r['busbw'] / 1e9:.3g} | "
+                f"{r['step_s']:.4g} | {r['predicted_step_s']:.4g} | {100 * r['error']:+.1f} % | "
+                f"{'yes' if abs(r['error']) <= 0.15 else 'no'} | {r['speedup']:.3g} |"
+            )
+    if len(lines) == 2:
+        return "No socket run (python -m heartlm.scale.twonode DIR) with its bandwidth."
+    return (
+        "Two torchrun agents on one machine with NCCL kept off NVLink and shared memory "
+        "(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1): every rank all-reduces over a socket. "
+        "Predicted: the model fitted on the one-node cells, with the measured socket bus "
+        "bandwidth for all ranks (DIR/comm).\n\n" + "\n".join(lines)
+    )
 
 
 def write_report(
@@ -143,6 +171,10 @@ def write_report(
         "## Figures",
         "",
         *[f"![{p.stem}](figures/{p.name})" for p in pngs],
+        "",
+        "## Emulated second node",
+        "",
+        _socket(curves),
         "",
         "## Multi-node prediction",
         "",

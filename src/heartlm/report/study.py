@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,20 @@ def num(row: dict[str, str], key: str) -> float | None:
     return float(value) if value not in ("", None) else None
 
 
+# DDP all-reduces gradients in buckets of this size (its default): the bandwidth that
+# matters is the one measured at about this size.
+BUCKET_BYTES = 25 * 2**20
+
+
 @dataclass
 class Study:
     folder: Path
     rows: list[dict[str, str]]
     environment: dict[str, Any]
     grid: dict[str, Any]
+    busbw: dict[str, dict[int, float]] = field(default_factory=dict)
+    """measured all-reduce bus bandwidth (bytes/s) per path (nvlink, socket) and ranks"""
+    socket_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def configs(self) -> list[tuple[str, ...]]:
         """Distinct (task, window, scaling, backend, data_path) in results.csv order."""
@@ -99,4 +107,21 @@ def load_study(folder: Path) -> Study:
                     raise HeartlmError(
                         f"line {line}: {c} is not a number: {r[c]!r}", path
                     ) from None
-    return Study(folder, rows, _json(folder / "environment.json"), _json(folder / "grid.json"))
+    study = Study(folder, rows, _json(folder / "environment.json"), _json(folder / "grid.json"))
+    _load_comm(study, folder / "comm")
+    return study
+
+
+def _load_comm(study: Study, comm: Path) -> None:
+    """All-reduce benchmarks (heartlm.scale.allreduce) and socket runs (heartlm.scale.twonode)
+    where the GPU study wrote them; a damaged file is left out, as a missing one."""
+    for path in sorted(comm.glob("*_n*.json")):
+        info = _json(path)
+        results = [r for r in info.get("results", []) if isinstance(r, dict) and r.get("busbw")]
+        if not results or not isinstance(info.get("world_size"), int):
+            continue
+        near = min(results, key=lambda r: abs(float(r["bytes"]) - BUCKET_BYTES))
+        label = info.get("label") or path.name.split("_n")[0]
+        study.busbw.setdefault(label, {})[info["world_size"]] = float(near["busbw"])
+    runs = _json(comm / "socket_runs.json").get("runs", [])
+    study.socket_runs = [r for r in runs if isinstance(r, dict) and r.get("status") == "ok"]

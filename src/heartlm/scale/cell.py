@@ -17,6 +17,7 @@ from typing import Any
 from heartlm import lifeline
 from heartlm.scale import metrics
 from heartlm.scale.energy import EnergySampler
+from heartlm.train.profile import PARTS
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def _last_error(log: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_group(proc: subprocess.Popen) -> None:
     """End the launch and every rank it started (they share its process group)."""
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
@@ -192,10 +193,10 @@ def run_launch(launch: Launch, cell: Cell, work: Workload) -> dict[str, Any]:
         try:
             code = proc.wait(timeout=launch.timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_group(proc)
             code = None
         except BaseException:
-            _stop(proc)  # Ctrl-C: leave no rank behind; the repeat is rerun on resume
+            stop_group(proc)  # Ctrl-C: leave no rank behind; the repeat is rerun on resume
             raise
     result["wall_s"] = time.monotonic() - start
     result["energy_source"] = energy.source
@@ -226,18 +227,29 @@ def _measure(
         tokens=tokens,
         tokens_per_s=tokens / time_s,
         mfu=_median([r.get("mfu") for r in timed]),
+        max_mem_gib=max((r["max_mem_gib"] for r in timed if "max_mem_gib" in r), default=None),
         data_wait_pct=_median([r.get("data_wait_pct") for r in timed]),
     )
     result.update(breakdown)
-    weights = launch.run_dir / "model.safetensors"
-    if weights.is_file():
-        result["grad_bytes"] = weights.stat().st_size  # fp32 weights: the all-reduced bytes
+    result["grad_bytes"] = _weight_bytes(launch.run_dir)
     _drop_heavy(launch.run_dir)
     watts = energy.mean_power(work.warmup + work.profile, work.total_steps(cell))
     if watts is not None:
         result["energy_per_pass_j"] = watts * time_s
         result["energy_per_token_j"] = watts * time_s / tokens
     return result
+
+
+def _weight_bytes(run_dir: Path) -> int | None:
+    """Bytes of the fp32 weights, which DDP all-reduces each step: the exported file, or
+    4 x the parameters run.json counts (a run without its final save)."""
+    weights = run_dir / "model.safetensors"
+    if weights.is_file():
+        return weights.stat().st_size
+    try:
+        return 4 * int(json.loads((run_dir / "run.json").read_bytes())["counts"]["parameters"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _drop_heavy(run_dir: Path) -> None:
@@ -253,13 +265,14 @@ def _median(values: list[Any]) -> float | None:
 
 
 def read_breakdown(run_dir: Path) -> tuple[dict[str, float], range]:
-    """Per-step seconds in compute, communication, data wait and other (breakdown.json),
-    and the steps (1-based) that were profiled, which are not timed."""
+    """Per-step seconds in compute, exposed communication, data wait and other (which sum
+    to the step) and overlapped communication (breakdown.json), and the steps (1-based)
+    that were profiled, which are not timed."""
     try:
         raw = json.loads((run_dir / "breakdown.json").read_bytes())
     except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return {}, range(0)
-    keys = ("step_s", "compute_s", "comm_s", "data_wait_s", "other_s")
+    keys = ("step_s", *PARTS, "comm_overlapped_s")
     found = {k: float(raw[k]) for k in keys if isinstance(raw.get(k), int | float)}
     first, count = raw.get("first_step"), raw.get("profiled_steps")
     if isinstance(first, int) and isinstance(count, int):

@@ -64,7 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="weak (fixed per-GPU batch), strong (fixed global batch)",
     )
     parser.add_argument(
-        "--backend", type=_words, default=["ddp"], help="ddp, fsdp, deepspeed (comma list)"
+        "--backend",
+        type=_words,
+        default=["ddp"],
+        help="ddp, fsdp, zero1, zero2, zero3 (DeepSpeed ZeRO stage N); comma list",
+    )
+    parser.add_argument(
+        "--backend-cpus",
+        type=int,
+        help="the CPU count where backends other than ddp run (default: the largest --cpus)",
     )
     parser.add_argument(
         "--data-path",
@@ -74,13 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--preset", default=d["preset"].default, help="model preset (base)")
     parser.add_argument(
-        "--repeats", type=int, default=1, help="repeats per cell, summarised by median, min, max"
+        "--repeats",
+        type=int,
+        default=d["repeats"].default,
+        help="repeats per cell, summarised by median, min, max (3)",
     )
     parser.add_argument(
-        "--steps", type=int, help="timed steps of a 1-GPU cell (default 5 x lcm of --gpus)"
+        "--steps",
+        type=int,
+        help="timed steps of a 1-GPU cell (default: the least multiple of 8 x lcm of --gpus "
+        "from 50; 64 for 1,2,4)",
     )
     parser.add_argument(
-        "--warmup", type=int, default=d["warmup"].default, help="untimed steps before them (5)"
+        "--warmup", type=int, default=d["warmup"].default, help="untimed steps before them (16)"
     )
     parser.add_argument(
         "--batch",
@@ -95,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile-steps",
         type=int,
         default=d["profile_steps"].default,
-        help="untimed steps profiled for the time breakdown after warm-up (5; 0: none)",
+        help="untimed steps profiled for the time breakdown after warm-up (8; 0: none)",
     )
     parser.add_argument(
         "--engine-args", default="", help="extra flags for every launch, e.g. '--no-compile'"
@@ -113,7 +127,8 @@ def config_from_args(args: argparse.Namespace) -> ScaleConfig:
     try:
         return ScaleConfig(
             gpus=args.gpus, cpus=args.cpus, windows=args.window, tasks=args.task,
-            scaling=args.scaling, backends=args.backend, data_paths=args.data_path,
+            scaling=args.scaling, backends=args.backend, backend_cpus=args.backend_cpus,
+            data_paths=args.data_path,
             preset=args.preset, repeats=args.repeats, steps=args.steps, warmup=args.warmup,
             batch=args.batch, timeout_s=args.timeout, seed=args.seed,
             profile_steps=args.profile_steps, engine_args=shlex.split(args.engine_args),

@@ -22,7 +22,10 @@ from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, 
 TASKS = ("pretrain", "finetune")
 SCALING = ("weak", "strong")
 DATA_PATHS = ("gpu", "workers")
-BACKENDS = ("ddp", "fsdp", "deepspeed")
+# zeroN: DeepSpeed ZeRO stage N (`--backend deepspeed --zero-stage N`).
+BACKENDS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+MIN_TIMED_STEPS = 50
+INDUCTOR_CACHE = ".inductor-cache"
 
 
 @dataclass
@@ -38,19 +41,22 @@ class ScaleConfig:
     tasks: list[str] = field(default_factory=lambda: ["pretrain", "finetune"])
     scaling: list[str] = field(default_factory=lambda: ["weak", "strong"])
     backends: list[str] = field(default_factory=lambda: ["ddp"])
+    backend_cpus: int | None = None
+    """the one CPU count where backends other than ddp run; default the largest --cpus"""
     data_paths: list[str] = field(default_factory=lambda: ["gpu"])
     preset: str = "base"
-    repeats: int = 1
+    repeats: int = 3
     steps: int | None = None
-    """timed steps of a 1-GPU cell; default 5 x lcm(gpus)"""
-    warmup: int = 5
+    """timed steps of a 1-GPU cell; default the least multiple of 8 x lcm(gpus) from 50,
+    so every weak cell's timed steps divide into metrics windows of 8 (log_every)"""
+    warmup: int = 16
     """untimed steps first (compilation, allocator warm-up)"""
     batch: int | None = None
     """windows per GPU per step at 1 GPU; default tokens_per_step // window"""
     tokens_per_step: int = 32768
     timeout_s: float = 600.0
     seed: int = 0
-    profile_steps: int = 5
+    profile_steps: int = 8
     """untimed steps profiled by the engine for breakdown.json (0: no breakdown)"""
     engine_args: list[str] = field(default_factory=list)
     """extra flags passed to every pretrain/finetune launch"""
@@ -79,8 +85,13 @@ class ScaleConfig:
             raise ValueError("--warmup and --profile-steps must be 0 or more")
         if self.timeout_s <= 0:
             raise ValueError("--timeout must be positive")
+        if self.backend_cpus is None:
+            self.backend_cpus = max(self.cpus)
+        elif self.backend_cpus not in self.cpus:
+            raise ValueError(f"--backend-cpus {self.backend_cpus} is not one of --cpus")
         if self.steps is None:
-            self.steps = 5 * math.lcm(*self.gpus)
+            unit = 8 * math.lcm(*self.gpus)
+            self.steps = unit * math.ceil(MIN_TIMED_STEPS / unit)
         if "weak" in self.scaling and any(self.steps % n for n in self.gpus):
             raise ValueError(
                 f"--steps {self.steps} must divide by every --gpus count (weak scaling)"
@@ -122,14 +133,19 @@ class ScaleConfig:
         return [
             Cell(task=t, window=w, gpus=g, cpus=c, scaling=s, backend=b, data_path=d)
             for c, t, w, s, b, d, g in axes
+            if b == "ddp" or c == self.backend_cpus
         ]
 
     def twin(self, cell: Cell) -> Cell | None:
-        """On one GPU, strong and weak scaling are the same run: the strong 1-GPU cell
-        reuses the weak one's result when the grid has both."""
-        if cell.gpus == 1 and cell.scaling == "strong" and "weak" in self.scaling:
-            return dataclasses.replace(cell, scaling="weak")
-        return None
+        """On one GPU, strong and weak scaling are the same run, and so are the backends
+        (FSDP and ZeRO with one process train the plain module, as DDP does): such a
+        1-GPU cell reuses the weak ddp one's result when the grid has it."""
+        if cell.gpus != 1:
+            return None
+        scaling = "weak" if "weak" in self.scaling else cell.scaling
+        backend = "ddp" if "ddp" in self.backends else cell.backend
+        same = dataclasses.replace(cell, scaling=scaling, backend=backend)
+        return None if same == cell else same
 
 
 def engine_command(
@@ -152,12 +168,16 @@ def engine_command(
     if cell.task == "finetune":
         head = ["finetune", str(init_run), "--task", cfg.finetune_task, "--data", str(data)]
         return [*head, *common, "--val-every", str(total), *cfg.engine_args]
+    backend = ["--backend", cell.backend]
+    if cell.backend.startswith("zero"):
+        backend = ["--backend", "deepspeed", "--zero-stage", cell.backend[-1]]
     cmd = [
         "pretrain", str(data), *common,
         "--preset", cfg.preset,
-        "--backend", cell.backend,
+        *backend,
         "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
         "--ckpt-every", "0", "--keep", "1", "--val-every", "0", "--val-batches", "1",
+        "--no-final-save",
     ]  # fmt: skip
     if work.profile:
         cmd += ["--profile-steps", str(work.profile)]
@@ -167,7 +187,7 @@ def engine_command(
 def unsupported(cell: Cell) -> str | None:
     """Why a cell cannot run as asked (recorded as skipped), or None."""
     if cell.task == "finetune" and (cell.backend != "ddp" or cell.data_path != "gpu"):
-        return "heartlm finetune has no --backend/--workers flags yet (ddp, gpu data path only)"
+        return "finetune cells run with ddp and the device data path only"
     return None
 
 
@@ -207,19 +227,24 @@ class Grid:
             return None
 
     def results(self) -> dict[Cell, list[dict[str, Any]]]:
+        """Every finished repeat of each cell, also those of an earlier run of the grid
+        with more --repeats (a cell measured more often keeps all its repeats)."""
         found = {}
         for cell in self.cfg.cells():
-            source = self.cfg.twin(cell) or cell
-            reps = [self.load_result(source, r) for r in range(self.cfg.repeats)]
-            found[cell] = [r for r in reps if r is not None]
+            folder = self.out / "cells" / (self.cfg.twin(cell) or cell).id
+            reps = sorted(int(p.name[1:]) for p in folder.glob("r*") if p.name[1:].isdigit())
+            loaded = [self.load_result(self.cfg.twin(cell) or cell, r) for r in reps]
+            found[cell] = [r for r in loaded if r is not None]
         return found
 
     def pending(self) -> list[tuple[Cell, int]]:
+        """Repeat 0 of every cell first, then repeat 1, ...: a grid cut short by --max-time
+        has measured every cell once before it measures any twice."""
         todo = []
-        for cell in self.cfg.cells():
-            if self.cfg.twin(cell):
-                continue
-            for rep in range(self.cfg.repeats):
+        for rep in range(self.cfg.repeats):
+            for cell in self.cfg.cells():
+                if self.cfg.twin(cell):
+                    continue
                 done = self.load_result(cell, rep)
                 if done is None or (self.retry_failed and done["status"] != "ok"):
                     todo.append((cell, rep))
@@ -230,7 +255,14 @@ class Grid:
         run_dir = folder / "run"
         command = engine_command(cell, self.cfg, self.data, run_dir, self.init_run)
         spec, binding = core_groups(cell.gpus, cell.cpus, sorted(os.sched_getaffinity(0)))
-        env = {"OMP_NUM_THREADS": str(cell.cpus), "HEARTLM_PROGRESS": "0"}
+        # One inductor cache for the whole grid: a cell compiles only the graphs no cell
+        # before it compiled (repeats and CPU counts reuse them).
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(self.out / INDUCTOR_CACHE)
+        env = {
+            "OMP_NUM_THREADS": str(cell.cpus),
+            "HEARTLM_PROGRESS": "0",
+            "TORCHINDUCTOR_CACHE_DIR": cache,
+        }
         if gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids[: cell.gpus]))
         return Launch(

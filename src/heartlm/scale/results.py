@@ -15,15 +15,17 @@ COLUMNS = [
     "task", "window", "gpus", "cpus", "scaling", "backend", "data_path", "preset",
     "batch_per_gpu", "global_batch", "steps", "warmup_steps", "tokens", "repeats", "repeats_ok",
     "time_s", "time_min_s", "time_max_s", "wall_s",
-    "speedup", "efficiency", "overhead_s", "tokens_per_s", "mfu",
-    "step_s", "compute_s", "comm_s", "data_wait_s", "other_s", "data_wait_pct",
-    "energy_per_pass_j", "energy_per_token_j", "grad_bytes", "binding", "status", "error",
+    "speedup", "efficiency", "overhead_s", "tokens_per_s", "mfu", "max_mem_gib",
+    "step_s", "compute_s", "comm_exposed_s", "data_wait_s", "other_s", "comm_overlapped_s",
+    "data_wait_pct", "energy_per_pass_j", "energy_per_token_j", "grad_bytes", "binding",
+    "status", "error",
 ]  # fmt: skip
 
 
 MEDIAN_OF_REPEATS = (
-    "wall_s", "mfu", "step_s", "compute_s", "comm_s", "data_wait_s", "other_s",
-    "data_wait_pct", "energy_per_pass_j", "energy_per_token_j", "grad_bytes",
+    "wall_s", "mfu", "max_mem_gib", "step_s", "compute_s", "comm_exposed_s", "data_wait_s",
+    "other_s", "comm_overlapped_s", "data_wait_pct", "energy_per_pass_j", "energy_per_token_j",
+    "grad_bytes",
 )  # fmt: skip
 
 

@@ -16,6 +16,12 @@ from heartlm.settings import setting
 SCHEDULES = ("cosine", "step", "exponential", "constant")
 BACKENDS = ("ddp", "fsdp", "deepspeed")
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+STATIC_GRAPH = ("auto", "on", "off")
+GRAD_REDUCE = ("fp32", "bf16")
+RESHARD = ("auto", "always", "never")
+# Below this many parameters the gathered bf16 weights of every block fit beside the
+# activations, and FSDP2 resharding would only add an all-gather per block to backward.
+RESHARD_FROM_PARAMS = 1_000_000_000
 AC_MODES = ("none", "full", "selective")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -23,6 +29,40 @@ OPT = "optimisation"
 LOG = "validation, logging, checkpoints"
 SPEED = "speed and parallelism"
 LAUNCH = "launch"
+
+
+@dataclass
+class ParallelConfig:
+    """Levers of data parallelism, to measure rather than assume (docs/distributed.md)."""
+
+    ddp_bucket_mb: float = setting(25.0, group=SPEED)
+    """DDP gradient bucket size, MiB (bucket_cap_mb); compiled graphs split there too"""
+    ddp_bucket_view: bool = setting(True, group=SPEED)
+    """DDP gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy)"""
+    ddp_static_graph: str = setting("auto", choices=STATIC_GRAPH, group=SPEED)
+    """DDP static_graph (auto: on for an uncompiled step without accumulation)"""
+    grad_reduce: str = setting("fp32", choices=GRAD_REDUCE, group=SPEED)
+    """dtype gradients travel in; bf16: DDP bf16_compress_hook, FSDP2 reduce_dtype,
+    DeepSpeed communication_data_type (weights and AdamW stay fp32)"""
+    fsdp_reshard: str = setting("auto", choices=RESHARD, group=SPEED)
+    """FSDP2 reshard_after_forward of the blocks (auto: from 1 B parameters; never: less
+    communication, more memory)"""
+    zero_stage: int = setting(2, choices=(1, 2, 3), group=SPEED)
+    """DeepSpeed ZeRO stage with --backend deepspeed: 1 shards optimizer state, 2 also
+    gradients, 3 also weights"""
+
+    def validate(self) -> None:
+        for flag, value, allowed in (
+            ("--ddp-static-graph", self.ddp_static_graph, STATIC_GRAPH),
+            ("--grad-reduce", self.grad_reduce, GRAD_REDUCE),
+            ("--fsdp-reshard", self.fsdp_reshard, RESHARD),
+            ("--zero-stage", self.zero_stage, (1, 2, 3)),
+        ):
+            if value not in allowed:
+                names = ", ".join(map(str, allowed))
+                raise ValueError(f"{flag} must be one of {names}, not {value!r}")
+        if not (math.isfinite(self.ddp_bucket_mb) and self.ddp_bucket_mb > 0):
+            raise ValueError(f"--ddp-bucket-mb must be a positive number, not {self.ddp_bucket_mb}")
 
 
 @dataclass
@@ -86,8 +126,8 @@ class TrainConfig:
     """what keep_best compares: a *loss is best lowest, anything else (val_f1) highest"""
     patience: int = setting(0, cli=False)
     """with keep_best: stop after this many validations without improvement (0: never)"""
-    final_save: bool = setting(True, cli=False)
-    """checkpoint and export weights at the end (benchmarks turn it off)"""
+    final_save: bool = setting(True, group=LOG)
+    """checkpoint and export the weights at the end (benchmarks turn it off)"""
     precision: str = setting("bf16", choices=("bf16", "fp32"), group=SPEED)
     """bf16 autocast on CUDA (CPU always runs fp32)"""
     compile: bool | None = setting(None, group=SPEED)
@@ -105,6 +145,7 @@ class TrainConfig:
     selective (keep matmul and attention outputs, recompute norms and activations)"""
     backend: str = setting("ddp", choices=BACKENDS, group=SPEED)
     """data parallelism over the processes"""
+    parallel: ParallelConfig = setting(factory=ParallelConfig)
     workers: int = setting(0, group=SPEED)
     """0: windows cut on the device; N: a DataLoader with N workers"""
     prefetch: int = setting(2, group=SPEED)
@@ -134,6 +175,7 @@ class TrainConfig:
             raise ValueError(f"patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
+        self.parallel.validate()
         self._validate_numbers()
 
     def _validate_numbers(self) -> None:
@@ -168,8 +210,17 @@ class TrainConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"--min-lr-ratio must be in [0, 1], not {self.min_lr_ratio}")
 
+    def check_overwrite(self, overwrite: bool) -> None:
+        """A staged (--overwrite) run replaces the old one only once it exported its weights."""
+        if overwrite and not self.final_save:
+            raise ValueError("--overwrite needs the final save: drop --no-final-save")
+
     def require_packages(self) -> None:
         """Refuse settings whose optional package is not installed, before anything runs."""
+        if self.backend == "deepspeed":
+            from heartlm.train.zero import require_deepspeed
+
+            require_deepspeed()
         if self.wandb:
             try:
                 import wandb  # noqa: F401

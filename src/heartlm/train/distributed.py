@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,11 +16,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.runtime import pick_device, ranks
-from heartlm.train.config import AC_MODES, BACKENDS
+from heartlm.train.config import AC_MODES, BACKENDS, RESHARD_FROM_PARAMS, ParallelConfig
 
 
 @dataclass(frozen=True)
@@ -125,56 +127,87 @@ def wrap_model(
     bf16: bool = False,
     static_graph: bool = False,
     ac: str = "none",
+    parallel: ParallelConfig | None = None,
 ) -> nn.Module:
     """Activation checkpointing, compile, then wrap for data parallelism. Returns the
     module to call and train.
 
-    `static_graph` (DDP): pass True only when every step runs the same graph without
-    `no_sync` accumulation.
+    `static_graph` (DDP, with `ddp_static_graph` auto): True only when every step runs the
+    same graph without `no_sync` accumulation. With `deepspeed` the compiled plain module
+    comes back: `heartlm.train.zero.initialize` wraps it with its optimizer.
     """
     apply_ac(model, ac)
     if backend not in BACKENDS:
         raise HeartlmError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    p = parallel or ParallelConfig()
     if backend == "deepspeed":
         from heartlm.train.zero import require_deepspeed
 
         require_deepspeed()
-        # A DeepSpeed engine owns the optimizer, accumulation and clipping (heartlm.train.zero);
-        # this loop drives torch optimizers, so it refuses rather than train differently.
-        raise HeartlmError(
-            "--backend deepspeed: the training loop does not drive a DeepSpeed engine yet; "
-            "use --backend ddp or fsdp"
-        )
     if backend == "fsdp" and env.distributed:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if bf16
-            else MixedPrecisionPolicy()
-        )
-        if compile:
-            for block in model.blocks:  # type: ignore[attr-defined]
-                block.compile(mode=compile_mode)
-        for block in model.blocks:  # type: ignore[attr-defined]
-            fully_shard(block, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
-        return model
+        return _fully_shard(model, compile, compile_mode, bf16, p)
     if compile:
         model.compile(mode=compile_mode)
     if backend == "ddp" and env.distributed:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ids = [env.device.index] if env.device.type == "cuda" else None
-        model = DDP(
-            model,
-            device_ids=ids,
-            gradient_as_bucket_view=True,
-            find_unused_parameters=False,
-            static_graph=static_graph,
-        )
-    elif backend == "fsdp":
+        return _ddp(model, env, static_graph, p)
+    if backend == "fsdp":
         logger.debug("--backend fsdp with one process: training the plain module")
+    return model
+
+
+def _ddp(model: nn.Module, env: DistEnv, static_auto: bool, p: ParallelConfig) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [env.device.index] if env.device.type == "cuda" else None
+    static = static_auto if p.ddp_static_graph == "auto" else p.ddp_static_graph == "on"
+    ddp = DDP(
+        model,
+        device_ids=ids,
+        bucket_cap_mb=p.ddp_bucket_mb,
+        gradient_as_bucket_view=p.ddp_bucket_view,
+        find_unused_parameters=False,
+        static_graph=static,
+    )
+    if p.grad_reduce == "bf16":
+        # Gradients are cast to bf16 for the all-reduce and back into the fp32 buckets, so
+        # the weights and AdamW keep their fp32 master copy; only the wire is bf16.
+        hook = default_hooks.bf16_compress_hook if env.backend == "nccl" else _bf16_on_gloo
+        ddp.register_comm_hook(None, hook)
+    return ddp
+
+
+def _bf16_on_gloo(state, bucket):  # no annotations: DDP checks them as objects, not strings
+    """torch's bf16_compress_hook itself; DDP refuses it by name unless NCCL runs it, and
+    gloo all-reduces bf16 as well (the CPU tests)."""
+    return default_hooks.bf16_compress_hook(state, bucket)
+
+
+def _fully_shard(
+    model: nn.Module, compile: bool, compile_mode: str | None, bf16: bool, p: ParallelConfig
+) -> nn.Module:
+    """FSDP2 per block, then the root: bf16 all-gather under autocast, reduce in
+    `grad_reduce`, each block compiled on its own (graphs end where its collectives are)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    reduce = torch.bfloat16 if p.grad_reduce == "bf16" else torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=reduce)
+    n_params = sum(t.numel() for t in model.parameters())
+    reshard = p.fsdp_reshard == "always" or (
+        p.fsdp_reshard == "auto" and n_params >= RESHARD_FROM_PARAMS
+    )
+    blocks = list(model.blocks)  # type: ignore[attr-defined]
+    for block in blocks:
+        if compile:
+            block.compile(mode=compile_mode)
+        fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
+    # The root's weights (embeddings, heads) are used first and last: never resharded.
+    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    # Gather the next block's weights while this one computes (else FSDP2 waits for the
+    # CPU to reach it); in backward only resharded weights are gathered again.
+    for block, nxt in itertools.pairwise(blocks):
+        block.set_modules_to_forward_prefetch([nxt])
+        if reshard:
+            nxt.set_modules_to_backward_prefetch([block])
     return model
 
 

@@ -14,8 +14,12 @@ number is honest when the head is gathered. Norms, GELU and softmax are not coun
 
 from __future__ import annotations
 
+import math
+import os
+
 import torch
 
+from heartlm.errors import HeartlmError
 from heartlm.model.config import ModelConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), FLOP/s.
@@ -39,8 +43,30 @@ def flops_per_token(cfg: ModelConfig, window: int, predicted_per_window: int) ->
     return 6 * n_body + attention + head
 
 
+PEAK_ENV = "HEARTLM_PEAK_TFLOPS"
+
+
+def mfu_per_gpu(flops_per_tok: float, tokens_per_s: float, peak: float, world_size: int) -> float:
+    """Model FLOPs utilisation of one GPU: the model FLOP/s of all `world_size` devices
+    (`tokens_per_s` counts every device's tokens) over world_size x one device's `peak`.
+    0 when the peak is unknown."""
+    if peak <= 0:
+        return 0.0
+    return flops_per_tok * tokens_per_s / (peak * max(1, world_size))
+
+
 def peak_flops(device: torch.device) -> float:
-    """bf16 dense peak of `device`; 0 for CPU or an unknown card (MFU then reads 0)."""
+    """bf16 dense peak of one `device`, FLOP/s; 0 for CPU or an unknown card (MFU then
+    reads 0). HEARTLM_PEAK_TFLOPS overrides it (a card missing from PEAKS, or a test)."""
+    override = os.environ.get(PEAK_ENV)
+    if override:
+        try:
+            value = float(override)
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and value > 0):
+            raise HeartlmError(f"{PEAK_ENV}={override!r} is not a positive number of TFLOP/s")
+        return value * 1e12
     if device.type != "cuda":
         return 0.0
     name = torch.cuda.get_device_name(device)

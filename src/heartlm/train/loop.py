@@ -30,7 +30,7 @@ from heartlm.model.hlm import HeartLM
 from heartlm.model.load import export_model
 from heartlm.outdir import atomic_write_text
 from heartlm.train import checkpoint as ckpt
-from heartlm.train import stopsignal
+from heartlm.train import stopsignal, zero
 from heartlm.train.callbacks import Callback
 from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
 from heartlm.train.cudagraph import GraphedStep
@@ -126,6 +126,8 @@ def evaluate(
 
 def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's weights as CPU copies (a collective under FSDP; all ranks call it)."""
+    if zero.is_engine(model):
+        return zero.full_state(model)
     state = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
@@ -194,12 +196,22 @@ class Trainer:
         self.wrapped = wrap_model(
             model, env, cfg.backend, self.compile_on, cfg.compile_mode, self.bf16,
             static_graph=self.accum == 1 and not self.compile_on, ac=cfg.ac,
+            parallel=cfg.parallel,
         )  # fmt: skip
         lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
         self.optimizer = build_adamw(
             self.wrapped, lr, cfg.weight_decay, cfg.betas, fused=self.cuda,
             capturable=cfg.cudagraph, layer_decay=cfg.layer_decay, n_layers=model.cfg.n_layers,
         )  # fmt: skip
+        if cfg.backend == "deepspeed" and env.distributed:
+            # The engine takes over this AdamW; its step stands behind self.optimizer.
+            zero.check_supported(self.accum, cfg.resume)
+            logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
+            zcfg = zero.ZeroConfig(cfg.parallel.zero_stage, self.micro, cfg.grad_clip,
+                                   cfg.parallel.grad_reduce == "bf16")  # fmt: skip
+            self.wrapped, self.optimizer = zero.initialize(
+                self.wrapped, self.optimizer, zcfg, env.device
+            )
         self.schedule = Schedule(lr, self.total, cfg.warmup_steps, cfg.schedule,
                                  cfg.min_lr_ratio, cfg.step_every, cfg.step_gamma,
                                  cfg.exp_gamma)  # fmt: skip
@@ -311,7 +323,10 @@ class Trainer:
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
+        if isinstance(self.optimizer, zero.ZeroOptimizer):  # DeepSpeed clips in its step
+            grad_norm = self.optimizer.clip_grad_norm_()
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
@@ -364,7 +379,10 @@ class Trainer:
         self.early = cfg.patience > 0 and self.worse >= cfg.patience
 
     def save(self, done: int) -> None:
-        """A checkpoint after step `done` (all ranks); the best validation's is kept."""
+        """A checkpoint after step `done` (all ranks); the best validation's is kept.
+        None under DeepSpeed (heartlm.train.zero)."""
+        if zero.is_engine(self.wrapped):
+            return
         meta = {**self.meta, "best": self.best} if self.cfg.keep_best else self.meta
         protect = [self.best["step"]] if self.best else []
         with float_lr(self.optimizer):

@@ -11,7 +11,9 @@ from typing import Any
 import torch
 
 from heartlm.train.distributed import DistEnv, all_reduce_sum
+from heartlm.train.flops import mfu_per_gpu
 from heartlm.train.metrics import MetricsLogger
+from heartlm.train.profile import DATA_SPAN
 
 
 def _max_mem_gib(device: torch.device) -> float:
@@ -36,6 +38,11 @@ class DataWait:
 
     @contextlib.contextmanager
     def span(self) -> Iterator[None]:
+        with torch.profiler.record_function(DATA_SPAN), self._timed():
+            yield
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
         if self.cuda:
             begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             begin.record()
@@ -98,7 +105,7 @@ class StepLog:
         now = time.perf_counter()
         step_s = (now - self.t0) / n
         tps = self.tokens_per_step / step_s
-        mfu = self.fpt * tps / self.peak if self.peak else 0.0
+        mfu = mfu_per_gpu(self.fpt, tps, self.peak, self.env.world_size)
         val = validate()
         self.t0 = time.perf_counter()  # validation time is not step time
         mem = _max_mem_gib(self.env.device)

@@ -1,10 +1,17 @@
-"""DeepSpeed ZeRO stages 1–3 around the plain model (`--backend deepspeed`, `heartlm[deepspeed]`).
+"""DeepSpeed ZeRO stages 1–3 around the plain model (`--backend deepspeed --zero-stage N`).
 
-What exists: the translation of heartlm's settings into a DeepSpeed config and the engine's
-initialisation. What does not, yet: a trainer step that drives the engine (DeepSpeed owns
-the optimizer, accumulation, clipping and bf16, so it would call `engine.backward(loss)`
-and `engine.step()`); until then `--backend deepspeed` is refused with one line
-(`heartlm.train.distributed.wrap_model`).
+An optional extra (`pip install 'heartlm[deepspeed]'`, DeepSpeed >= 0.19, no compiled
+DeepSpeed ops needed). heartlm keeps its own AdamW (handed to DeepSpeed as a client
+optimizer, so the parameter groups, weight decay and learning-rate schedule are the ones
+DDP uses), its fp32 weights and its bf16 autocast: ZeRO changes only where gradients,
+optimizer state and (stage 3) weights live. The loop calls `loss.backward()` as with DDP
+(DeepSpeed hooks the model's outputs to reduce gradients during backward), then
+`ZeroOptimizer.step()`, which is the engine's step: reduce, clip to `grad_clip`, AdamW on
+each rank's partition.
+
+Not supported, and refused where asked for: gradient accumulation (the loop's micro-steps
+would each be a DeepSpeed boundary) and checkpoints (DeepSpeed's optimizer partitions are
+not in heartlm's resharding checkpoint format); the final weights are exported.
 """
 
 from __future__ import annotations
@@ -12,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+import torch
+from torch import nn
 
 from heartlm.errors import HeartlmError
 
@@ -23,18 +33,16 @@ class ZeroConfig:
     stage: int = 2
     """ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters"""
     micro_batch_per_gpu: int = 8
-    grad_accum: int = 1
-    lr: float = 3e-4
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.1
     grad_clip: float = 1.0
-    bf16: bool = True
+    """0: no clipping"""
+    reduce_bf16: bool = False
+    """reduce gradients in bf16 (communication_data_type) instead of fp32"""
 
     def validate(self) -> None:
         if self.stage not in (1, 2, 3):
-            raise ValueError(f"--zero-stage must be 1, 2 or 3, got {self.stage}")
-        if self.micro_batch_per_gpu < 1 or self.grad_accum < 1:
-            raise ValueError("--batch and --grad-accum must be at least 1 for --backend deepspeed")
+            raise ValueError(f"--zero-stage must be 1, 2 or 3, not {self.stage}")
+        if self.micro_batch_per_gpu < 1:
+            raise ValueError("--batch must give at least one window per GPU")
 
 
 def require_deepspeed() -> ModuleType:
@@ -49,57 +57,99 @@ def require_deepspeed() -> ModuleType:
 
 
 def deepspeed_config(config: ZeroConfig) -> dict[str, Any]:
-    """The DeepSpeed JSON config for `config` (the world size is DeepSpeed's to infer)."""
+    """The DeepSpeed config for `config` (the world size is DeepSpeed's to infer)."""
     config.validate()
     return {
         "train_micro_batch_size_per_gpu": config.micro_batch_per_gpu,
-        "gradient_accumulation_steps": config.grad_accum,
+        "gradient_accumulation_steps": 1,
         "gradient_clipping": config.grad_clip,
-        "bf16": {"enabled": config.bf16},
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": config.lr,
-                "betas": list(config.betas),
-                "weight_decay": config.weight_decay,
-            },
-        },
+        "communication_data_type": "bf16" if config.reduce_bf16 else "fp32",
+        # heartlm's own torch AdamW; ZeRO partitions its state like DeepSpeed's FusedAdam's.
+        "zero_allow_untested_optimizer": True,
         "zero_optimization": {
             "stage": config.stage,
             "overlap_comm": True,
             "contiguous_gradients": True,
-            # Stage 3 gathers parameters only for the layer being computed.
-            **({"stage3_gather_16bit_weights_on_model_save": True} if config.stage == 3 else {}),
         },
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
 
 
-def initialize(model: Any, config: ZeroConfig) -> tuple[Any, Any]:
-    """Wrap `model` in a DeepSpeed engine; returns (engine, optimizer).
+def check_supported(accum: int, resume: bool) -> None:
+    """Refuse what `--backend deepspeed` cannot do, before anything is trained."""
+    if accum > 1:
+        raise HeartlmError(
+            "--backend deepspeed: gradient accumulation (--micro-batch below the per-GPU "
+            "batch) is not supported; give each GPU its whole batch, or use ddp / fsdp"
+        )
+    if resume:
+        raise HeartlmError(
+            "--backend deepspeed writes no checkpoints, so there is nothing to --resume; "
+            "use --backend ddp or fsdp for resumable runs"
+        )
+
+
+class ZeroOptimizer:
+    """The engine's step behind the few optimizer calls the loop makes.
+
+    `param_groups` are the client AdamW's (the loop sets the learning rate there);
+    `clip_grad_norm_` hands out the tensor that `step` fills with the gradient norm
+    DeepSpeed computed (before clipping), as `torch.nn.utils.clip_grad_norm_` returns it.
+    """
+
+    def __init__(self, engine: Any, device: torch.device) -> None:
+        self.engine, self.device = engine, device
+        self.norm: torch.Tensor | None = None
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.engine.optimizer.param_groups
+
+    def clip_grad_norm_(self) -> torch.Tensor:
+        self.norm = torch.zeros((), device=self.device)
+        return self.norm
+
+    def step(self) -> None:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        if self.norm is not None and norm is not None:
+            self.norm.copy_(torch.as_tensor(norm, dtype=torch.float32))
+        self.norm = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The engine's step has cleared the gradients already."""
+
+
+def initialize(
+    model: nn.Module, optimizer: torch.optim.Optimizer, config: ZeroConfig, device: torch.device
+) -> tuple[nn.Module, ZeroOptimizer]:
+    """Wrap `model` and its AdamW in a DeepSpeed engine: (engine, the loop's optimizer).
 
     Call after `torch.distributed` is initialised from torchrun's environment (DeepSpeed
     reuses that process group).
     """
     deepspeed = require_deepspeed()
-    params = [p for p in model.parameters() if p.requires_grad]
-    engine, optimizer, _, _ = deepspeed.initialize(
-        model=model, model_parameters=params, config=deepspeed_config(config)
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=deepspeed_config(config)
     )
-    return engine, optimizer
+    if not getattr(engine, "_support_torch_style_backward", False):
+        raise HeartlmError(
+            f"--backend deepspeed: DeepSpeed {deepspeed.__version__} does not support "
+            "loss.backward() on its engine; heartlm needs DeepSpeed >= 0.19"
+        )
+    return engine, ZeroOptimizer(engine, device)
 
 
-def wrap_model(model: Any, env: Any) -> Any:
-    """What `train.distributed.wrap_model` calls for `--backend deepspeed`.
+def is_engine(model: nn.Module) -> bool:
+    return hasattr(model, "zero_optimization_stage")
 
-    A DeepSpeed engine replaces the optimizer step and backward as well as the module, so
-    it cannot be handed back as a module to the DDP/FSDP loop; until the loop has a
-    DeepSpeed step, say so clearly instead of training wrongly.
-    """
-    require_deepspeed()
-    raise HeartlmError(
-        "--backend deepspeed: DeepSpeed is installed, but the training loop does not drive a "
-        "DeepSpeed engine yet (engine.backward / engine.step); use --backend fsdp for "
-        "sharded parameters, gradients and optimizer state"
-    )
+
+def full_state(engine: Any) -> dict[str, torch.Tensor]:
+    """The whole model's weights as CPU copies (stage 3 gathers them: all ranks call)."""
+    import deepspeed
+
+    module = engine.module
+    params = list(module.parameters())
+    with deepspeed.zero.GatheredParameters(params, enabled=engine.zero_optimization_stage() == 3):
+        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
