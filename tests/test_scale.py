@@ -322,3 +322,29 @@ def test_one_and_two_process_gloo_grid_end_to_end(tmp_path, tokens):
     assert socket["cell"] == "pretrain-w16-g2-c1-weak-ddp-gpu" and socket["step_s"] > 0
     bench = json.loads((out / "comm" / "socket_n2.json").read_text())
     assert bench["world_size"] == 2 and bench["results"][0]["busbw"] > 0
+
+
+def test_a_cell_profiled_inside_its_warmup_times_its_last_steps(tmp_path):
+    """On a GPU the engine profiles steps 6-13, inside the 16 warm-up steps; the cell must
+    still time exactly its 64 last steps (it once counted 72 and failed every cell)."""
+    from types import SimpleNamespace
+
+    from heartlm.scale.cell import Cell, Workload, _measure
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [
+        json.dumps({"step": s, "elapsed_s": float((s - 1) // 8), "step_time_s": 0.044})
+        for s in range(1, 89)
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "breakdown.json").write_text(json.dumps({"step_s": 0.045, "first_step": 6,
+                                                    "profiled_steps": 8}))  # fmt: skip
+    cell = Cell("pretrain", 128, 1, 16, "weak", "ddp", "gpu")
+    work = Workload(batch=256, steps=64, warmup=16, profile=8)
+    launch = SimpleNamespace(run_dir=run)
+    energy = SimpleNamespace(mean_power=lambda a, b: None)
+    result = _measure({}, launch, cell, work, energy)
+    assert "error" not in result, result.get("error")
+    assert result["steps_measured"] == 64
+    assert result["time_s"] == pytest.approx(64 * 0.044)

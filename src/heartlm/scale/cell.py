@@ -214,11 +214,14 @@ def _measure(
     records = read_step_records(launch.run_dir)
     steps = work.timed_steps(cell)
     breakdown, profiled = read_breakdown(launch.run_dir)
+    # The timed steps are the last ones: the engine profiles where its own schedule puts
+    # it (inside the warm-up on a GPU), so warm-up and profiled steps both come first.
+    untimed = work.warmup + work.profile
     try:
-        time_s, measured = metrics.workload_time(records, work.warmup, steps, profiled)
+        time_s, measured = metrics.workload_time(records, untimed, steps, profiled)
     except ValueError as exc:
         return {**result, "status": "failed", "error": f"metrics.jsonl: {exc}"}
-    timed = [r for r in records if r["step"] > work.warmup and r["step"] not in profiled]
+    timed = [r for r in records if r["step"] > untimed and r["step"] not in profiled]
     tokens = work.tokens(cell)
     result.update(
         time_s=time_s,
