@@ -234,7 +234,6 @@ def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
     from tree_floor import beat_floor
 
-    from heartlm.labelled.windows import keep_label_fraction
     from heartlm.train.data import load_tokens
 
     chosen = FINAL if FINAL != "auto" else _best_selected(r.work / "select.json")
@@ -262,12 +261,8 @@ def final(r: Runner) -> dict[str, Any]:
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
     mitdb = load_tokens(r.work / "tok_mitdb")
     for fraction in FRACTIONS:
-        for seed in SEEDS:
-            data = mitdb
-            if fraction < 1.0:  # the tree sees the same share of labels, drawn the same way
-                data = mitdb.subset(np.arange(len(mitdb.records)))
-                data.aami = keep_label_fraction(mitdb.aami, fraction, seed)
-            rep = beat_floor(data, list(MITDB_DS1), list(MITDB_DS2), seed)
+        for seed in SEEDS:  # the same share of DS1's labels; scored, as above, on all of DS2
+            rep = beat_floor(mitdb, list(MITDB_DS1), list(MITDB_DS2), seed, fraction=fraction)
             beat_rows.append(
                 {"init": "tree floor", "label_fraction": fraction, "seed": seed, **rep}
             )

@@ -105,13 +105,21 @@ def _fit(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: int) 
 
 
 def beat_floor(
-    data: TokenData, train: list[str], test: list[str], seed: int = 0, threads: int = 0
+    data: TokenData,
+    train: list[str],
+    test: list[str],
+    seed: int = 0,
+    threads: int = 0,
+    fraction: float = 1.0,
 ) -> dict[str, Any]:
-    """The tree's per-class beat report on `test`, trained on `train` (record names)."""
+    """The tree's per-class beat report on every labelled beat of `test`, trained on `train`
+    (record names) with a seeded `fraction` of the training beats' labels."""
     x = beat_inputs(data)
     aami = np.asarray(data.aami).astype(np.int64)
     tr, te = _beats(data, _indices(data, train)), _beats(data, _indices(data, test))
     tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
+    if fraction < 1.0:
+        tr = tr[keep_label_fraction(aami[tr], fraction, seed) >= 0]
     n_classes = len(AAMI_CLASSES)
     model = _fit(x[tr], aami[tr], n_classes, seed, threads)
     predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)

@@ -1,0 +1,75 @@
+"""The benchmark scripts' honest-evaluation rules: what the LightGBM floor trains on and what
+it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2
+from heartlm.train.data import TokenData
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import model_study
+import tree_floor
+
+BEATS = 50
+
+
+def _mitdb() -> TokenData:
+    """A MIT-BIH-shaped token set: every DS1 and DS2 record, every beat labelled."""
+    names = [*MITDB_DS1, *MITDB_DS2]
+    n = len(names) * BEATS
+    rng = np.random.default_rng(0)
+    return TokenData(
+        morph=rng.integers(5, 20, n).astype(np.int32),
+        rhythm=rng.integers(5, 9, n).astype(np.int32),
+        aami=rng.integers(0, 5, n).astype(np.int8),
+        rhythm_label=np.zeros(n, np.int8),
+        boundaries=np.arange(0, n + 1, BEATS, dtype=np.int64),
+        records=names,
+        vocab_size=20,
+        rhythm_vocab_size=9,
+        meta={"records": [{"name": r, "db": "mitdb"} for r in names]},
+        features=rng.standard_normal((n, 3)).astype(np.float16),
+    )
+
+
+class _Tree:
+    """Stands in for LightGBM: predicts class N for every beat."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.tile([1.0, 0, 0, 0, 0], (len(x), 1))
+
+
+class _Runner:
+    """model_study's Runner with no transformer runs: only the floor's rows come back."""
+
+    work = Path("unused")
+
+    def parallel(self, jobs: list) -> list:
+        return []
+
+
+def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_of_ds2(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    trained_on: list[int] = []
+
+    def fit(x, y, n_classes, seed, threads):
+        trained_on.append(len(y))
+        return _Tree()
+
+    data = _mitdb()
+    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "FINAL", "pretrained_relative")
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0, 0.1))
+    rows = model_study.final(_Runner())["beats"]
+    # The transformer is scored on every labelled DS2 beat: so is its floor, at every fraction.
+    assert [r["n_beats"] for r in rows] == [len(MITDB_DS2) * BEATS] * 2
+    assert trained_on == [len(MITDB_DS1) * BEATS, round(0.1 * len(MITDB_DS1) * BEATS)]
