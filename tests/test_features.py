@@ -189,3 +189,32 @@ def test_masked_objective_hides_the_shape_of_replaced_beats_and_reconstructs_it(
     plain, _ = MaskedBeats(30, mask_prob=0.25, mode="mask", feature_columns=columns)(model, batch)
     assert torch.isfinite(with_recon) and with_recon > plain
     assert sums["loss_sum"] / sums["count"] == pytest.approx(with_recon.item(), rel=1e-5)
+
+
+def test_unusable_beats_carry_no_shape_features(tmp_path: Path):
+    """A beat the codebook calls UNK (no samples, flat, saturated) has no shape: its shape
+    columns are missing (the mean, 0), as docs/tokens.md says; its rhythm columns stay."""
+    from heartlm.store import TABLE_DTYPE, RecordEntry, StoreWriter
+
+    rng = np.random.default_rng(0)
+    n = 300
+    beats = np.stack([_beat("V" if i % 7 == 3 else "N", rng) for i in range(n)]).astype(np.float32)
+    bad = np.array([40, 41, 100, 101, 102, 200])
+    beats[40:42] = np.nan
+    beats[100:103] = 0.0  # a lead that fell off
+    beats[200] = 50.0 * beats[200]  # saturation, above max_amplitude_mv
+    table = np.zeros(n, TABLE_DTYPE)
+    rr = rng.uniform(0.6, 1.0, n + 1)
+    table["rr_prev"], table["rr_next"] = rr[:-1], rr[1:]
+    table["rr_prev"][0] = table["rr_next"][-1] = np.nan
+    table["sample"] = np.arange(n) * 200
+    w = StoreWriter(tmp_path / "store", fs=FS, pre_samples=PRE, post_samples=W - PRE)
+    w.append(RecordEntry("r0", "synthetic", "x", FS, "I", n * 200), beats, table)
+    w.close()
+    tokenize(tmp_path / "store", tmp_path / "tok", TokenizeConfig(vocab=2, sample=n, device="cpu"))
+    ts = TokenSet.load(tmp_path / "tok")
+    assert (np.asarray(ts.morph)[bad] == shards.UNK).all()
+    f = np.asarray(ts.features, np.float32)
+    shape = morphology_columns(FEATURES)
+    np.testing.assert_array_equal(f[np.ix_(bad, shape)], 0.0)
+    assert (f[bad][:, [FEATURES.index(c) for c in RR_FEATURES]] != 0).any()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from heartlm.shards import UNK
 from heartlm.tokens import patient, rhythm
 
 BEAT_COMPONENTS = 16
@@ -127,12 +128,18 @@ def record_features(
     pre_samples: int,
     fs: float,
 ) -> np.ndarray:
-    """Raw (unstandardised) feature rows (N, len(FEATURES)) of one record's beats, in order."""
+    """Raw (unstandardised) feature rows (N, len(FEATURES)) of one record's beats, in order.
+
+    A beat the codebook calls UNK (non-finite, flat or saturated) has no shape: its shape
+    columns are missing (NaN, standardised to the mean) and it never updates the template;
+    its rhythm columns are kept."""
+    unusable_N = np.asarray(codes_N) == UNK
+    beats_NW = np.where(unusable_N[:, None], np.float32(np.nan), np.asarray(beats_NW, np.float32))
+    components_NC = np.where(unusable_N[:, None], np.float32(np.nan), components_NC)
     regions = patient.regions(pre_samples, fs)
-    template = patient.template_features(
-        np.asarray(beats_NW, dtype=np.float32), baseline_N.astype(np.float64), *regions, fs
-    )
+    template = patient.template_features(beats_NW, baseline_N.astype(np.float64), *regions, fs)
     share = patient.code_share(codes_N.astype(np.int64), n_codes, CODE_SHARE_HALF)
+    share[unusable_N] = np.nan
     rr = rhythm.rr_features(rr_prev_N, rr_next_N)
     return np.concatenate([components_NC, template, share[:, None], rr], axis=1).astype(np.float32)
 
