@@ -7,10 +7,11 @@ import itertools
 import json
 import math
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import atomic_write_text, partial_dir
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, torchrun_argv
+from heartlm.settings import comma_list, setting
 
 TASKS = ("pretrain", "finetune")
 SCALING = ("weak", "strong")
@@ -28,39 +30,63 @@ MIN_TIMED_STEPS = 50
 INDUCTOR_CACHE = ".inductor-cache"
 
 
+INTS, WORDS = comma_list(int), comma_list(str)
+AXES = "grid axes (comma lists)"
+WORKLOAD = "workload of every cell"
+
+
 @dataclass
 class ScaleConfig:
-    """The grid axes and the fixed workload of every cell."""
+    """The grid axes and the fixed workload of every cell: `heartlm scale`'s flags,
+    defaults and help (`heartlm.settings`), and grid.json's `config`."""
 
-    gpus: list[int] = field(default_factory=lambda: [1, 2, 4])
+    gpus: list[int] = setting(factory=lambda: [1, 2, 4], parse=INTS, metavar="N,...", group=AXES)
     """GPU counts (processes on a machine without GPUs)"""
-    cpus: list[int] = field(default_factory=lambda: [1, 2, 4, 16])
+    cpus: list[int] = setting(factory=lambda: [1, 2, 4, 16], parse=INTS, metavar="N,...",
+                              group=AXES)  # fmt: skip
     """CPU cores per GPU (per process)"""
-    windows: list[int] = field(default_factory=lambda: [128, 1024])
+    windows: list[int] = setting(factory=lambda: [128, 1024], flag="--window", parse=INTS,
+                                 metavar="N,...", group=AXES)  # fmt: skip
     """window sizes in beats"""
-    tasks: list[str] = field(default_factory=lambda: ["pretrain", "finetune"])
-    scaling: list[str] = field(default_factory=lambda: ["weak", "strong"])
-    backends: list[str] = field(default_factory=lambda: ["ddp"])
-    backend_cpus: int | None = None
-    """the one CPU count where backends other than ddp run; default the largest --cpus"""
-    data_paths: list[str] = field(default_factory=lambda: ["gpu"])
-    preset: str = "base"
-    repeats: int = 3
-    steps: int | None = None
-    """timed steps of a 1-GPU cell; default the least multiple of 8 x lcm(gpus) from 50,
-    so every weak cell's timed steps divide into metrics windows of 8 (log_every)"""
-    warmup: int = 16
+    tasks: list[str] = setting(factory=lambda: list(TASKS), flag="--task", parse=WORDS,
+                               metavar="NAME,...", group=AXES)  # fmt: skip
+    """pretrain, finetune"""
+    scaling: list[str] = setting(factory=lambda: list(SCALING), parse=WORDS, metavar="NAME,...",
+                                 group=AXES)  # fmt: skip
+    """weak (fixed per-GPU batch), strong (fixed global batch)"""
+    backends: list[str] = setting(factory=lambda: ["ddp"], flag="--backend", parse=WORDS,
+                                  metavar="NAME,...", group=AXES)  # fmt: skip
+    """ddp, fsdp, zero1, zero2, zero3 (DeepSpeed ZeRO stage N)"""
+    backend_cpus: int | None = setting(None, metavar="N", group=AXES)
+    """the one CPU count where backends other than ddp run (default: the largest --cpus)"""
+    data_paths: list[str] = setting(factory=lambda: ["gpu"], flag="--data-path", parse=WORDS,
+                                    metavar="NAME,...", group=AXES)  # fmt: skip
+    """gpu (device-resident windows) or workers (DataLoader, --workers = CPUs per GPU)"""
+    preset: str = setting("base", group=WORKLOAD)
+    """model preset"""
+    repeats: int = setting(3, group=WORKLOAD)
+    """repeats per cell, summarised by median, min, max"""
+    steps: int | None = setting(None, group=WORKLOAD)
+    """timed steps of a 1-GPU cell (default: the least multiple of 8 x lcm of --gpus from 50,
+    64 for 1,2,4, so every weak cell's timed steps divide into metrics windows of 8)"""
+    warmup: int = setting(16, group=WORKLOAD)
     """untimed steps first (compilation, allocator warm-up)"""
-    batch: int | None = None
-    """windows per GPU per step at 1 GPU; default tokens_per_step // window"""
-    tokens_per_step: int = 32768
-    timeout_s: float = 600.0
-    seed: int = 0
-    profile_steps: int = 8
-    """untimed steps profiled by the engine for breakdown.json (0: no breakdown)"""
-    engine_args: list[str] = field(default_factory=list)
-    """extra flags passed to every pretrain/finetune launch"""
-    finetune_task: str = "beats"
+    batch: int | None = setting(None, group=WORKLOAD)
+    """windows per GPU per step at 1 GPU (default: tokens_per_step / window)"""
+    tokens_per_step: int = setting(32768, cli=False)
+    """tokens per GPU per step at 1 GPU when --batch is not given"""
+    timeout_s: float = setting(600.0, flag="--timeout", metavar="S", group=WORKLOAD)
+    """seconds per launch"""
+    seed: int = setting(0, group=WORKLOAD)
+    """seed of every launch"""
+    profile_steps: int = setting(8, group=WORKLOAD)
+    """untimed steps profiled by the engine after the warm-up, for the time breakdown
+    (breakdown.json; 0: none)"""
+    engine_args: list[str] = setting(factory=list, parse=shlex.split, metavar="ARGS",
+                                     group=WORKLOAD)  # fmt: skip
+    """extra flags for every pretrain and finetune launch, e.g. --engine-args=--no-compile"""
+    finetune_task: str = setting("beats", cli=False)
+    """what finetune cells fine-tune (heartlm finetune --task)"""
 
     def __post_init__(self) -> None:
         for name, values in (
