@@ -102,6 +102,27 @@ def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tm
     assert (got.backend, got.parallel.zero_stage, got.final_save) == ("deepspeed", 3, False)
 
 
+def test_finetune_cells_take_the_backend_and_data_path_as_pretrain_cells_do(tmp_path):
+    """finetune shares the engine's settings with pretrain: its cells run every backend
+    and data path of the grid instead of being skipped."""
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[1, 4], windows=[64], tasks=["finetune"],
+                      scaling=["weak"], backends=["ddp", "fsdp", "zero3"],
+                      data_paths=["gpu", "workers"])  # fmt: skip
+    want = {"ddp": ("ddp", 2), "fsdp": ("fsdp", 2), "zero3": ("deepspeed", 3)}
+    for cell in cfg.cells():
+        argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
+        parser, module = build_parser(argv)
+        got = settings.resolve(module.Config, parser.parse_args(argv), "finetune").train
+        assert (got.backend, got.parallel.zero_stage) == want[cell.backend], cell.id
+        assert got.workers == (cell.cpus if cell.data_path == "workers" else 0), cell.id
+    runner = FakeRunner()
+    grid = Grid(cfg, tmp_path / "study", tmp_path / "tok", tmp_path / "init", runner=runner)
+    assert grid.run() == {"ok": len(runner.calls)}
+    # cell ids end in -BACKEND-DATAPATH
+    assert {c.split("-")[-2] for c in runner.calls} == {"ddp", "fsdp", "zero3"}
+    assert {c.split("-")[-1] for c in runner.calls} == {"gpu", "workers"}
+
+
 def test_core_groups_are_disjoint_when_the_machine_has_enough():
     spec, how = core_groups(2, 2, [0, 1, 2, 3, 4])
     assert (spec, how) == ("0,1/2,3", "disjoint")

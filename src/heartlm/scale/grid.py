@@ -135,7 +135,9 @@ class ScaleConfig:
         return max(step, per_gpu // step * step)
 
     def workload(self, window: int, task: str = "pretrain") -> Workload:
-        """finetune has no --profile-steps, so its cells have no breakdown."""
+        """Only pretrain cells are profiled (breakdown.json): finetune cells run their
+        warm-up, then the timed steps, as they did before finetune shared the engine's
+        --profile-steps, so their times stay comparable with studies measured then."""
         return Workload(
             batch=self.batch_for(window),
             steps=self.steps,
@@ -183,6 +185,11 @@ def engine_command(
     """
     work = cfg.workload(cell.window, cell.task)
     total = work.total_steps(cell)
+    # pretrain and finetune share the engine's settings (TrainConfig): the same flags
+    # choose the backend and the data path of both.
+    backend = ["--backend", cell.backend]
+    if cell.backend.startswith("zero"):
+        backend = ["--backend", "deepspeed", "--zero-stage", cell.backend[-1]]
     common = [
         "--out", str(run_dir),
         "--window", str(cell.window),
@@ -190,31 +197,21 @@ def engine_command(
         "--steps", str(total),
         "--log-every", str(work.log_every(cell)),
         "--seed", str(cfg.seed),
+        *backend,
+        "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
     ]  # fmt: skip
     if cell.task == "finetune":
         head = ["finetune", str(init_run), "--task", cfg.finetune_task, "--data", str(data)]
         return [*head, *common, "--val-every", str(total), *cfg.engine_args]
-    backend = ["--backend", cell.backend]
-    if cell.backend.startswith("zero"):
-        backend = ["--backend", "deepspeed", "--zero-stage", cell.backend[-1]]
     cmd = [
         "pretrain", str(data), *common,
         "--preset", cfg.preset,
-        *backend,
-        "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
         "--ckpt-every", "0", "--keep", "1", "--val-every", "0", "--val-batches", "1",
         "--no-final-save",
     ]  # fmt: skip
     if work.profile:
         cmd += ["--profile-steps", str(work.profile)]
     return cmd + list(cfg.engine_args)
-
-
-def unsupported(cell: Cell) -> str | None:
-    """Why a cell cannot run as asked (recorded as skipped), or None."""
-    if cell.task == "finetune" and (cell.backend != "ddp" or cell.data_path != "gpu"):
-        return "finetune cells run with ddp and the device data path only"
-    return None
 
 
 def visible_gpus() -> list[int]:
@@ -306,10 +303,8 @@ class Grid:
         shutil.rmtree(folder, ignore_errors=True)  # a repeat cut off earlier starts afresh
         folder.mkdir(parents=True)
         launch = self.launch(cell, rep, gpu_ids)
-        why = unsupported(cell)
         if gpu_ids and cell.gpus > len(gpu_ids):
             why = f"needs {cell.gpus} GPUs, this machine has {len(gpu_ids)}"
-        if why:
             result = {"cell": cell.id, "status": "skipped", "error": why, "command": launch.argv}
         else:
             try:
