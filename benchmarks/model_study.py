@@ -101,14 +101,15 @@ def quick() -> None:
 class Runner:
     """Runs heartlm commands in the work folder, logging each with its wall time."""
 
-    def __init__(self, work: Path, device: str, jobs: int) -> None:
-        self.work, self.device, self.jobs = work, device, jobs
+    def __init__(self, work: Path, device: str, jobs: int, ecg: Path) -> None:
+        self.work, self.device, self.jobs, self.ecg = work, device, jobs, ecg
         self.commands: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
     def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
         argv = [sys.executable, "-m", "heartlm", *map(str, args)]
-        shown = "heartlm " + shlex.join(argv[3:])
+        # Logged with the databases' folder as ECG: no machine's paths in committed results.
+        shown = "heartlm " + shlex.join(argv[3:]).replace(str(self.ecg), "ECG")
         if done is not None and (self.work / done).exists():
             return ""
         print(f"$ {shown}", file=sys.stderr, flush=True)
@@ -415,7 +416,7 @@ def main() -> int:
     if args.quick:
         quick()
     args.work.mkdir(parents=True, exist_ok=True)
-    r = Runner(args.work.resolve(), args.device, args.jobs)
+    r = Runner(args.work.resolve(), args.device, args.jobs, args.ecg.resolve())
     for stage in args.stages:
         t0 = time.perf_counter()
         if stage == "prepare":

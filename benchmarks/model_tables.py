@@ -50,24 +50,36 @@ def _table(first: list[str], rows: list[tuple[list[str], list[str]]], columns) -
     return lines
 
 
-def _select(results: dict[str, Any]) -> list[str]:
+SELECT_AFIB_COLUMNS = (
+    ("F1", lambda r: r["f1"]),
+    ("Se", lambda r: r["se"]),
+    ("+P", lambda r: r["ppv"]),
+)
+
+
+def _selection(results: dict[str, Any], key: str, columns, title: str, how: str) -> list[str]:
+    """A selection stage's table: one row per configuration, the floor last."""
     rows = [
         (
             [name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
-            [f"{f(rep):.3f}" for _, f in BEAT_COLUMNS],
+            [f"{f(rep):.3f}" for _, f in columns],
         )
-        for name, rep in results["beats"].items()
+        for name, rep in results[key].items()
     ]
     folds = " / ".join(" ".join(f) for f in results["folds"])
-    return [
+    return [title, "", *_header(results), f"Folds: {folds}. {how}", "",
+            *_table(["configuration", "flags"], rows, columns)]  # fmt: skip
+
+
+def _select(results: dict[str, Any]) -> list[str]:
+    return _selection(
+        results,
+        "beats",
+        BEAT_COLUMNS,
         "# Model selection on MIT-BIH DS1 (two record-wise folds; DS2 not read)",
-        "",
-        *_header(results),
-        f"Folds: {folds}. Each configuration trains on one fold (validation records carved "
-        "from it) and is scored on the other; confusion matrices summed over both folds.",
-        "",
-        *_table(["configuration", "flags"], rows, BEAT_COLUMNS),
-    ]
+        "Each configuration trains on one fold (validation records carved from it) and is "
+        "scored on the other; confusion matrices summed over both folds.",
+    )
 
 
 def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[str]]]:
@@ -126,21 +138,14 @@ def _final(results: dict[str, Any]) -> list[str]:
 
 
 def _select_afib(results: dict[str, Any]) -> list[str]:
-    rows = [
-        ([name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
-         [f"{rep[k]:.3f}" for k in ("f1", "se", "ppv")])
-        for name, rep in results["afib"].items()
-    ]  # fmt: skip
-    folds = " / ".join(" ".join(f) for f in results["folds"])
-    return [
+    return _selection(
+        results,
+        "afib",
+        SELECT_AFIB_COLUMNS,
         "# AFIB selection on real records outside DS2 (two folds; DS2 not read)",
-        "",
-        *_header(results),
-        f"Folds (the synthetic records train in both, are never scored): {folds}. Window "
-        "counts pooled over both folds.",
-        "",
-        *_table(["configuration", "flags"], rows, (("F1", None), ("Se", None), ("+P", None))),
-    ]
+        "The synthetic records train in both folds and are never scored; window counts "
+        "pooled over both folds.",
+    )
 
 
 def _per_record(results: dict[str, Any]) -> list[str]:

@@ -33,16 +33,6 @@ from heartlm.errors import HeartlmError
 from heartlm.shards import NUM_SPECIAL
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, and CI shares its two cores. Module-wide, so the
-    golden runs of module fixtures sum in the same order as the runs they are compared with."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tokens(tmp_path_factory.mktemp("faults") / "tokens")

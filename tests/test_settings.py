@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from tinydata import TINY, make_tokens
 
@@ -15,14 +14,6 @@ from heartlm.cli import build_parser, main
 from heartlm.finetune.cli import FinetuneConfig
 from heartlm.pretrain import PretrainConfig
 from heartlm.train.config import LaunchConfig, TrainConfig
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,6 @@ from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, host
 N_CODES = 24
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and CI shares its two cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_data(lengths: list[int], seed: int = 0, record_tokens: bool = False) -> TokenData:
     """Records whose tokens follow an arithmetic pattern (learnable from neighbours);
     with `record_tokens`, every beat of record r is token NUM_SPECIAL + r instead."""
