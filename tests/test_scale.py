@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from heartlm import settings
 from heartlm.cli import build_parser, main
@@ -99,6 +100,27 @@ def test_other_backends_run_at_one_cpu_count_and_zero_stages_map_to_deepspeed(tm
     parser, module = build_parser(argv)
     got = settings.resolve(module.Config, parser.parse_args(argv), "pretrain").train
     assert (got.backend, got.parallel.zero_stage, got.final_save) == ("deepspeed", 3, False)
+
+
+def test_finetune_cells_take_the_backend_and_data_path_as_pretrain_cells_do(tmp_path):
+    """finetune shares the engine's settings with pretrain: its cells run every backend
+    and data path of the grid instead of being skipped."""
+    cfg = ScaleConfig(gpus=[1, 2], cpus=[1, 4], windows=[64], tasks=["finetune"],
+                      scaling=["weak"], backends=["ddp", "fsdp", "zero3"],
+                      data_paths=["gpu", "workers"])  # fmt: skip
+    want = {"ddp": ("ddp", 2), "fsdp": ("fsdp", 2), "zero3": ("deepspeed", 3)}
+    for cell in cfg.cells():
+        argv = engine_command(cell, cfg, tmp_path / "tok", tmp_path / "run", tmp_path / "init")
+        parser, module = build_parser(argv)
+        got = settings.resolve(module.Config, parser.parse_args(argv), "finetune").train
+        assert (got.backend, got.parallel.zero_stage) == want[cell.backend], cell.id
+        assert got.workers == (cell.cpus if cell.data_path == "workers" else 0), cell.id
+    runner = FakeRunner()
+    grid = Grid(cfg, tmp_path / "study", tmp_path / "tok", tmp_path / "init", runner=runner)
+    assert grid.run() == {"ok": len(runner.calls)}
+    # cell ids end in -BACKEND-DATAPATH
+    assert {c.split("-")[-2] for c in runner.calls} == {"ddp", "fsdp", "zero3"}
+    assert {c.split("-")[-1] for c in runner.calls} == {"gpu", "workers"}
 
 
 def test_core_groups_are_disjoint_when_the_machine_has_enough():
@@ -264,6 +286,36 @@ def test_bad_flags_and_data_are_one_line_errors_and_write_nothing(tmp_path, caps
     assert err[0].startswith("heartlm: error:") and "tokens.json" in err[0]
     assert err[1].startswith("heartlm: error:") and "--task" in err[1]
     assert not out.exists()
+
+
+def test_print_config_then_config_reruns_the_same_grid(tmp_path, capsys):
+    """scale's settings come from ScaleCommand/ScaleConfig like every stage's: a printed
+    config, fed back, resolves to the same run.json, and so does the study's run.json.
+    (--max-time -1 starts no cell: the study is only claimed and written down.)"""
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "tokens.json").write_text("{}")
+    flags = ["scale", "--gpus", "1,2", "--cpus", "1", "--window", "16", "--task", "pretrain",
+             "--backend", "ddp,fsdp", "--preset", "tiny", "--timeout", "60", "--data", str(tokens),
+             "--engine-args=--no-compile --lr 1e-3", "--max-time", "-1",
+             "--out", str(tmp_path / "a")]  # fmt: skip
+    capsys.readouterr()
+    assert main([*flags, "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert not (tmp_path / "a").exists()  # printing writes nothing
+    printed = yaml.safe_load(text)
+    assert printed["grid"]["steps"] == 64 and printed["grid"]["backend_cpus"] == 1
+    assert printed["grid"]["engine_args"] == ["--no-compile", "--lr", "1e-3"]
+    experiment = tmp_path / "study.yaml"
+    experiment.write_text(text)
+    assert main(["scale", "--config", str(experiment)]) == 0
+    resolved = json.loads((tmp_path / "a" / "run.json").read_text())["config"]
+    assert resolved == printed
+    again = tmp_path / "b"
+    assert main(["scale", "--config", str(tmp_path / "a" / "run.json"), "--out", str(again)]) == 0
+    assert json.loads((again / "run.json").read_text())["config"] == {**resolved, "out": str(again)}
+    grids = [json.loads((d / "grid.json").read_text()) for d in (tmp_path / "a", again)]
+    assert grids[0] == grids[1]
 
 
 def test_energy_is_mean_power_over_the_timed_steps():

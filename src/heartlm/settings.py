@@ -49,7 +49,9 @@ def setting(
 
     `exclusive`: fields sharing this name are alternatives (`--steps` / `--epochs`): giving
     one in a layer clears the others. `cli=False`: settable in a config file, no flag.
-    `parse`: the flag's text to a value (for types argparse cannot convert itself).
+    `parse`: the flag's text to a value (for types argparse cannot convert itself); on a
+    list field the flag then takes one argument, which `parse` turns into the whole list
+    (`comma_list`), in place of one argument per item.
     """
     meta = {"flag": flag, "positional": positional, "required": required, "choices": choices,
             "metavar": metavar, "parse": parse, "group": group, "exclusive": exclusive,
@@ -57,6 +59,17 @@ def setting(
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def comma_list(item: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """A `parse` for a list given as one comma-separated argument (`--gpus 1,2,4`); empty
+    items are dropped. argparse names it in its error: 'invalid comma-separated int value'."""
+
+    def parse(text: str) -> list[Any]:
+        return [item(v.strip()) for v in text.split(",") if v.strip()]
+
+    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'item')}"
+    return parse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +123,23 @@ def _default(f: dataclasses.Field) -> Any:
 
 def leaves(cls: type, defaults: Any = None, prefix: str = "", cli: bool = True) -> Iterator[_Leaf]:
     """Every setting of `cls` depth-first; `defaults` (an instance of a section) supplies
-    the defaults a command gives the section in place of the class's own. A section
-    marked `cli=False` has no flags, only its place in config files."""
+    the defaults a command gives the section in place of the class's own. A section made
+    by its class alone (`factory=TheClass`) keeps the class's field defaults, as
+    jsonargparse reads them: an instance could hold values its `__post_init__` derived
+    from the others (scale's --steps from --gpus), which must be derived again from the
+    flags given, not fixed. A section marked `cli=False` has no flags, only its place in
+    config files."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        default = _default(f) if defaults is None else getattr(defaults, f.name)
         flag = cli and f.metadata.get("cli", True)
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        elif dataclasses.is_dataclass(hint) and f.default_factory is hint:
+            default = None  # the section class's own field defaults
+        else:
+            default = _default(f)
         if dataclasses.is_dataclass(hint):
             yield from leaves(hint, default, f"{prefix}{f.name}.", flag)
         else:
@@ -135,7 +157,8 @@ def _inner(hint: Any) -> tuple[Any, bool]:
 def _help(leaf: _Leaf) -> str:
     text = leaf.help
     shown = leaf.default
-    if shown is None or shown is False or leaf.meta("positional") or leaf.meta("required"):
+    nothing = shown is None or shown is False or shown in ((), [])
+    if nothing or leaf.meta("positional") or leaf.meta("required"):
         return text or " "
     if isinstance(shown, tuple | list):
         shown = ",".join(map(str, shown))
@@ -178,7 +201,7 @@ def _add_flag(target: Any, leaf: _Leaf) -> None:
         switch = "store_true" if leaf.default is False else argparse.BooleanOptionalAction
         target.add_argument(leaf.flag, action=switch, **kwargs)
         return
-    if typing.get_origin(inner) is list:
+    if typing.get_origin(inner) is list and not leaf.meta("parse"):
         kwargs["nargs"] = "+"
         inner = typing.get_args(inner)[0]
     kwargs["type"] = leaf.meta("parse") or inner

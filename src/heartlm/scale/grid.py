@@ -7,10 +7,11 @@ import itertools
 import json
 import math
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import atomic_write_text, partial_dir
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, torchrun_argv
+from heartlm.settings import comma_list, setting
 
 TASKS = ("pretrain", "finetune")
 SCALING = ("weak", "strong")
@@ -28,39 +30,63 @@ MIN_TIMED_STEPS = 50
 INDUCTOR_CACHE = ".inductor-cache"
 
 
+INTS, WORDS = comma_list(int), comma_list(str)
+AXES = "grid axes (comma lists)"
+WORKLOAD = "workload of every cell"
+
+
 @dataclass
 class ScaleConfig:
-    """The grid axes and the fixed workload of every cell."""
+    """The grid axes and the fixed workload of every cell: `heartlm scale`'s flags,
+    defaults and help (`heartlm.settings`), and grid.json's `config`."""
 
-    gpus: list[int] = field(default_factory=lambda: [1, 2, 4])
+    gpus: list[int] = setting(factory=lambda: [1, 2, 4], parse=INTS, metavar="N,...", group=AXES)
     """GPU counts (processes on a machine without GPUs)"""
-    cpus: list[int] = field(default_factory=lambda: [1, 2, 4, 16])
+    cpus: list[int] = setting(factory=lambda: [1, 2, 4, 16], parse=INTS, metavar="N,...",
+                              group=AXES)  # fmt: skip
     """CPU cores per GPU (per process)"""
-    windows: list[int] = field(default_factory=lambda: [128, 1024])
+    windows: list[int] = setting(factory=lambda: [128, 1024], flag="--window", parse=INTS,
+                                 metavar="N,...", group=AXES)  # fmt: skip
     """window sizes in beats"""
-    tasks: list[str] = field(default_factory=lambda: ["pretrain", "finetune"])
-    scaling: list[str] = field(default_factory=lambda: ["weak", "strong"])
-    backends: list[str] = field(default_factory=lambda: ["ddp"])
-    backend_cpus: int | None = None
-    """the one CPU count where backends other than ddp run; default the largest --cpus"""
-    data_paths: list[str] = field(default_factory=lambda: ["gpu"])
-    preset: str = "base"
-    repeats: int = 3
-    steps: int | None = None
-    """timed steps of a 1-GPU cell; default the least multiple of 8 x lcm(gpus) from 50,
-    so every weak cell's timed steps divide into metrics windows of 8 (log_every)"""
-    warmup: int = 16
+    tasks: list[str] = setting(factory=lambda: list(TASKS), flag="--task", parse=WORDS,
+                               metavar="NAME,...", group=AXES)  # fmt: skip
+    """pretrain, finetune"""
+    scaling: list[str] = setting(factory=lambda: list(SCALING), parse=WORDS, metavar="NAME,...",
+                                 group=AXES)  # fmt: skip
+    """weak (fixed per-GPU batch), strong (fixed global batch)"""
+    backends: list[str] = setting(factory=lambda: ["ddp"], flag="--backend", parse=WORDS,
+                                  metavar="NAME,...", group=AXES)  # fmt: skip
+    """ddp, fsdp, zero1, zero2, zero3 (DeepSpeed ZeRO stage N)"""
+    backend_cpus: int | None = setting(None, metavar="N", group=AXES)
+    """the one CPU count where backends other than ddp run (default: the largest --cpus)"""
+    data_paths: list[str] = setting(factory=lambda: ["gpu"], flag="--data-path", parse=WORDS,
+                                    metavar="NAME,...", group=AXES)  # fmt: skip
+    """gpu (device-resident windows) or workers (DataLoader, --workers = CPUs per GPU)"""
+    preset: str = setting("base", group=WORKLOAD)
+    """model preset"""
+    repeats: int = setting(3, group=WORKLOAD)
+    """repeats per cell, summarised by median, min, max"""
+    steps: int | None = setting(None, group=WORKLOAD)
+    """timed steps of a 1-GPU cell (default: the least multiple of 8 x lcm of --gpus from 50,
+    64 for 1,2,4, so every weak cell's timed steps divide into metrics windows of 8)"""
+    warmup: int = setting(16, group=WORKLOAD)
     """untimed steps first (compilation, allocator warm-up)"""
-    batch: int | None = None
-    """windows per GPU per step at 1 GPU; default tokens_per_step // window"""
-    tokens_per_step: int = 32768
-    timeout_s: float = 600.0
-    seed: int = 0
-    profile_steps: int = 8
-    """untimed steps profiled by the engine for breakdown.json (0: no breakdown)"""
-    engine_args: list[str] = field(default_factory=list)
-    """extra flags passed to every pretrain/finetune launch"""
-    finetune_task: str = "beats"
+    batch: int | None = setting(None, group=WORKLOAD)
+    """windows per GPU per step at 1 GPU (default: tokens_per_step / window)"""
+    tokens_per_step: int = setting(32768, cli=False)
+    """tokens per GPU per step at 1 GPU when --batch is not given"""
+    timeout_s: float = setting(600.0, flag="--timeout", metavar="S", group=WORKLOAD)
+    """seconds per launch"""
+    seed: int = setting(0, group=WORKLOAD)
+    """seed of every launch"""
+    profile_steps: int = setting(8, group=WORKLOAD)
+    """untimed steps profiled by the engine after the warm-up, for the time breakdown
+    (breakdown.json; 0: none)"""
+    engine_args: list[str] = setting(factory=list, parse=shlex.split, metavar="ARGS",
+                                     group=WORKLOAD)  # fmt: skip
+    """extra flags for every pretrain and finetune launch, e.g. --engine-args=--no-compile"""
+    finetune_task: str = setting("beats", cli=False)
+    """what finetune cells fine-tune (heartlm finetune --task)"""
 
     def __post_init__(self) -> None:
         for name, values in (
@@ -109,7 +135,9 @@ class ScaleConfig:
         return max(step, per_gpu // step * step)
 
     def workload(self, window: int, task: str = "pretrain") -> Workload:
-        """finetune has no --profile-steps, so its cells have no breakdown."""
+        """Only pretrain cells are profiled (breakdown.json): finetune cells run their
+        warm-up, then the timed steps, as they did before finetune shared the engine's
+        --profile-steps, so their times stay comparable with studies measured then."""
         return Workload(
             batch=self.batch_for(window),
             steps=self.steps,
@@ -157,6 +185,11 @@ def engine_command(
     """
     work = cfg.workload(cell.window, cell.task)
     total = work.total_steps(cell)
+    # pretrain and finetune share the engine's settings (TrainConfig): the same flags
+    # choose the backend and the data path of both.
+    backend = ["--backend", cell.backend]
+    if cell.backend.startswith("zero"):
+        backend = ["--backend", "deepspeed", "--zero-stage", cell.backend[-1]]
     common = [
         "--out", str(run_dir),
         "--window", str(cell.window),
@@ -164,31 +197,21 @@ def engine_command(
         "--steps", str(total),
         "--log-every", str(work.log_every(cell)),
         "--seed", str(cfg.seed),
+        *backend,
+        "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
     ]  # fmt: skip
     if cell.task == "finetune":
         head = ["finetune", str(init_run), "--task", cfg.finetune_task, "--data", str(data)]
         return [*head, *common, "--val-every", str(total), *cfg.engine_args]
-    backend = ["--backend", cell.backend]
-    if cell.backend.startswith("zero"):
-        backend = ["--backend", "deepspeed", "--zero-stage", cell.backend[-1]]
     cmd = [
         "pretrain", str(data), *common,
         "--preset", cfg.preset,
-        *backend,
-        "--workers", str(cell.cpus if cell.data_path == "workers" else 0),
         "--ckpt-every", "0", "--keep", "1", "--val-every", "0", "--val-batches", "1",
         "--no-final-save",
     ]  # fmt: skip
     if work.profile:
         cmd += ["--profile-steps", str(work.profile)]
     return cmd + list(cfg.engine_args)
-
-
-def unsupported(cell: Cell) -> str | None:
-    """Why a cell cannot run as asked (recorded as skipped), or None."""
-    if cell.task == "finetune" and (cell.backend != "ddp" or cell.data_path != "gpu"):
-        return "finetune cells run with ddp and the device data path only"
-    return None
 
 
 def visible_gpus() -> list[int]:
@@ -280,10 +303,8 @@ class Grid:
         shutil.rmtree(folder, ignore_errors=True)  # a repeat cut off earlier starts afresh
         folder.mkdir(parents=True)
         launch = self.launch(cell, rep, gpu_ids)
-        why = unsupported(cell)
         if gpu_ids and cell.gpus > len(gpu_ids):
             why = f"needs {cell.gpus} GPUs, this machine has {len(gpu_ids)}"
-        if why:
             result = {"cell": cell.id, "status": "skipped", "error": why, "command": launch.argv}
         else:
             try:
