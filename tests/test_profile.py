@@ -41,11 +41,13 @@ def _brute(events: list[dict], steps: int) -> dict[str, float]:
     step = [e for e in events if e["name"] == "heartlm::step"]
     lo, hi = min(e["ts"] for e in step), max(e["ts"] + e["dur"] for e in step)
     t = np.arange(lo, hi) + 0.5
+
     def cover(es):
         m = np.zeros(t.size, bool)
         for e in es:
             m |= (t > e["ts"]) & (t < e["ts"] + e["dur"])
         return m
+
     ops = [e for e in events if e["cat"] == "cpu_op"]
     data = cover([e for e in events if e["name"] == "heartlm::data"])
     comm = cover([e for e in ops if e["name"].startswith("c10d")])

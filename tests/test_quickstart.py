@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from heartlm import settings
 from heartlm.cli import build_parser, main
 from heartlm.quickstart import QuickstartConfig, stages
 from heartlm.scale.results import read_results
@@ -32,8 +33,9 @@ def test_stages_chain_and_every_command_parses_with_the_real_cli(tmp_path):
         if target is not None:
             written.add(target)
     assert len(written) == 6
-    scale_args = build_parser(plan[5][1])[0].parse_args(plan[5][1])
-    assert scale_args.gpus == [1, 2] and scale_args.task == ["pretrain"]
+    parser, module = build_parser(plan[5][1])
+    grid = settings.resolve(module.Config, parser.parse_args(plan[5][1]), "scale").grid
+    assert grid.gpus == [1, 2] and grid.tasks == ["pretrain"]
 
 
 def test_quickstart_refuses_a_folder_that_holds_files(tmp_path, capsys):

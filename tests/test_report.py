@@ -166,7 +166,7 @@ def test_report_sets_the_socket_run_beside_the_models_prediction(tmp_path):
     (comm / "socket_runs.json").write_text(json.dumps({"runs": [run]}))
     assert main(["report", str(study), "--nodes", "2,4,16,64"]) == 0
     text = (study / "report.md").read_text()
-    section = text[text.index("## Emulated second node"):text.index("## Multi-node")]
+    section = text[text.index("## Emulated second node") : text.index("## Multi-node")]
     (row,) = [ln for ln in section.splitlines() if ln.startswith("| pretrain w128 weak")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:4] == ["2 x 1", "2.5", "0.3"]  # the bucket-size bandwidth, not 9e99
