@@ -521,7 +521,7 @@ import heartlm.ingest.pipeline as pipeline
 from heartlm.scale.cell import Cell, Launch, Workload, run_launch
 
 def slow(path, config):
-    print(os.getpid(), flush=True)
+    os.write(1, b"%d\\n" % os.getpid())  # one write: two workers' lines never interleave
     time.sleep(120)
 
 if sys.argv[1] == "pool":
@@ -558,7 +558,8 @@ def test_16_pool_workers_and_cell_launches_die_with_a_killed_parent(tmp_path):
             [sys.executable, str(script), kind, str(log)], stdout=subprocess.PIPE, text=True
         )
         if kind == "pool":
-            pids = [int(parent.stdout.readline()) for _ in range(expected)]
+            lines = filter(None, (line.strip() for line in parent.stdout))
+            pids = [int(next(lines)) for _ in range(expected)]
         else:
             pids = [int(_poll(log))]
         parent.kill()
