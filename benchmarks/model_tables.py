@@ -78,7 +78,13 @@ def _select(results: dict[str, Any]) -> list[str]:
         BEAT_COLUMNS,
         "# Model selection on MIT-BIH DS1 (two record-wise folds; DS2 not read)",
         "Each configuration trains on one fold (validation records carved from it) and is "
-        "scored on the other; confusion matrices summed over both folds.",
+        "scored on the other; confusion matrices summed over both folds"
+        + (
+            f" and seeds {', '.join(map(str, results['seeds']))}; "
+            f"{results['label_fraction']:.0%} of the training fold's labels."
+            if "seeds" in results
+            else "."
+        ),
     )
 
 

@@ -3,6 +3,7 @@ it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -73,3 +74,20 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     # The transformer is scored on every labelled DS2 beat: so is its floor, at every fraction.
     assert [r["n_beats"] for r in rows] == [len(MITDB_DS2) * BEATS] * 2
     assert trained_on == [len(MITDB_DS1) * BEATS, round(0.1 * len(MITDB_DS1) * BEATS)]
+
+
+def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(tmp_path: Path):
+    def row(s_f1: float, v_f1: float) -> dict:
+        return {"per_class": {"S": {"f1": s_f1}, "V": {"f1": v_f1}}}
+
+    rows = {
+        "pretrained_relative": row(0.3, 0.8),
+        "pretrained_relative_window32": row(0.4, 0.8),
+        "scratch_relative": row(0.5, 0.9),
+        "scratch_relative_window32": row(0.2, 0.9),
+        "tree floor": row(0.9, 0.9),
+    }
+    (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
+    best = model_study._best_selected
+    assert best(tmp_path / "select.json", "pretrained") == "pretrained_relative_window32"
+    assert best(tmp_path / "select.json", "scratch") == "scratch_relative"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device call of the model study (benchmarks/model_study.py) on a fresh GPU machine:
+# install the carried wheels, run the stages, bring back their tables and a log.
+#
+#   bash benchmarks/model_study_call.sh prepare pretrain select final
+#
+# Environment: ECG (.carry/ecg, a copy of ../shared/ecg carried with the call), WORK
+# (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 fine-tuning runs at once).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ECG=${ECG:-.carry/ecg}
+WORK=${WORK:-/tmp/hlm-model}
+DEST=${OUT:-benchmarks/model-study-out}
+mkdir -p "$DEST"
+if [ ! -e /tmp/hlm-wheels.done ]; then
+  python3 -m pip install -q --no-deps --no-index --break-system-packages \
+    --root-user-action=ignore .carry/wheels/*.whl && touch /tmp/hlm-wheels.done
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" --jobs "${JOBS:-8}" \
+  >"$DEST/model_study.log" 2>&1
+status=$?
+for stage in "$@"; do
+  cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
+done
+tail -5 "$DEST/model_study.log"
+exit $status
