@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import gc
 import json
 import platform
 import statistics
@@ -112,7 +113,10 @@ def run_one(
     device: torch.device,
 ) -> dict:
     torch._dynamo.reset()
-    torch.cuda.empty_cache() if device.type == "cuda" else None
+    gc.collect()  # the last run's model, optimizer and graphs
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)  # max_mem_gib is this run's own peak
     torch.backends.cuda.matmul.allow_tf32 = opts.get("tf32", "1") == "1"
     data = random_tokens(args.records, max(window * 4, args.beats_per_record))
     sampler = WindowSampler(data, window, window, seed=0, device=device)

@@ -3,6 +3,7 @@ memory on a GPU."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -61,11 +62,13 @@ def test_checkpointing_on_a_gpu_saves_memory_and_keeps_gradients(mode):
         pytest.skip("needs a CUDA GPU")
 
     def peak(ac: str):
+        gc.collect()  # the last model (its blocks' wrapped forwards form a reference cycle)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()  # what the last call's results still hold
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss, grads = _loss_and_grads(ac, "cuda", preset="base", window=512)
-        return loss, grads, torch.cuda.max_memory_allocated()
+        return loss, grads, torch.cuda.max_memory_allocated() - start
 
     loss, grads, mem = peak("none")
     loss_ac, grads_ac, mem_ac = peak(mode)
@@ -73,3 +76,18 @@ def test_checkpointing_on_a_gpu_saves_memory_and_keeps_gradients(mode):
     torch.testing.assert_close(loss_ac, loss)
     for name, grad in grads.items():
         torch.testing.assert_close(grads_ac[name], grad, rtol=2e-2, atol=1e-4, msg=name)
+
+
+def test_selective_policy_keeps_matmuls_and_draws_and_recomputes_the_rest():
+    """A saved attention on CUDA consumes RNG that its recomputation would skip: every
+    functional random op is saved too, so later dropouts draw the forward's masks."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from heartlm.train.distributed import _keep_matmuls
+
+    aten = torch.ops.aten
+    saved = (aten.mm.default, aten._scaled_dot_product_flash_attention.default,
+             aten.native_dropout.default)  # fmt: skip
+    redone = (aten.gelu.default, aten.native_layer_norm.default, aten.bernoulli_.float)
+    assert all(_keep_matmuls(None, op) == CheckpointPolicy.MUST_SAVE for op in saved)
+    assert all(_keep_matmuls(None, op) == CheckpointPolicy.PREFER_RECOMPUTE for op in redone)

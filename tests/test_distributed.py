@@ -399,3 +399,22 @@ def test_deepspeed_refusals_come_before_anything_is_written(
     assert main([*base, "--batch", "8", "--micro-batch", "4"]) == 2
     assert "gradient accumulation" in capsys.readouterr().err
     assert not run.exists()
+
+
+@pytest.mark.parametrize(("stage", "compiled"), [(2, True), (3, False)])
+def test_zero_stage_3_trains_eagerly(monkeypatch: pytest.MonkeyPatch, stage: int, compiled: bool):
+    """ZeRO-3's placeholder weights cannot be traced (a fake-tensor error on the GPUs):
+    stage 3 skips compile, stages 1 and 2 keep it."""
+    import torch
+
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.config import ParallelConfig
+    from heartlm.train.distributed import DistEnv, wrap_model
+
+    monkeypatch.setattr(zero, "require_deepspeed", lambda: None)
+    model = HeartLM(model_config("tiny", vocab_size=45, max_len=16))
+    calls: list[object] = []
+    monkeypatch.setattr(model, "compile", lambda **kw: calls.append(kw))
+    env = DistEnv(0, 1, 0, torch.device("cpu"), "gloo")
+    wrap_model(model, env, "deepspeed", compile=True, parallel=ParallelConfig(zero_stage=stage))
+    assert bool(calls) == compiled

@@ -204,7 +204,10 @@ class WindowSampler:
         if epoch not in self._perms:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             self._perms = {e: p for e, p in self._perms.items() if e >= epoch - 1}
-            self._perms[epoch] = torch.randperm(self.n_windows, generator=g).to(self.device)
+            perm = torch.randperm(self.n_windows, generator=g)
+            if self.device.type == "cuda":  # a pageable copy would stall the step on the host
+                perm = perm.pin_memory()
+            self._perms[epoch] = perm.to(self.device, non_blocking=True)
         return self._perms[epoch]
 
     def positions(

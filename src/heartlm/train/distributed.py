@@ -146,7 +146,11 @@ def wrap_model(
         require_deepspeed()
     if backend == "fsdp" and env.distributed:
         return _fully_shard(model, compile, compile_mode, bf16, p)
-    if compile:
+    if compile and backend == "deepspeed" and p.zero_stage == 3:
+        # Stage 3 swaps every weight for an empty placeholder that hooks gather around each
+        # module's forward; dynamo cannot trace through them (a fake-tensor error on GPUs).
+        logger.info("--zero-stage 3 trains the module eagerly: compile is off")
+    elif compile:
         model.compile(mode=compile_mode)
     if backend == "ddp" and env.distributed:
         return _ddp(model, env, static_graph, p)
@@ -214,12 +218,20 @@ def _fully_shard(
 def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
     from torch.utils.checkpoint import CheckpointPolicy
 
-    return CheckpointPolicy.MUST_SAVE if op in _SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+    # A random op (dropout; on CUDA also attention with dropout) is never recomputed: a
+    # recomputation that skipped one of them (a saved attention) would shift the RNG offset
+    # and every later dropout would draw other masks than the forward did. In-place ones
+    # (the CPU's math attention draws with bernoulli_) cannot be cached; they are redrawn
+    # from the restored RNG state, in order, as nothing random before them is skipped.
+    random = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+    keep = op in _SAVED or (random and not op._schema.is_mutable)  # type: ignore[attr-defined]
+    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 _aten = torch.ops.aten
 # Selective checkpointing keeps what is expensive to recompute (matmuls and attention) and
-# recomputes the cheap, memory-hungry rest (norms, GELU, dropout, residual adds).
+# what is random (dropout), and recomputes the cheap, memory-hungry rest (norms, GELU,
+# residual adds).
 _SAVED = {
     _aten.mm.default,
     _aten.addmm.default,
@@ -235,7 +247,7 @@ def apply_ac(model: nn.Module, mode: str) -> None:
     """Activation checkpointing of each transformer block, from outside the model.
 
     `full`: a block keeps only its input and recomputes everything in backward. `selective`:
-    it keeps its matmul and attention outputs (`_SAVED`) and recomputes the rest. The
+    it keeps its matmul, attention and dropout outputs and recomputes the rest. The
     block's `forward` is wrapped in place, so parameter names, state dicts and checkpoints
     are the same with and without it. RNG state is restored for the recomputation, so
     dropout draws the same masks: gradients equal those without checkpointing.
