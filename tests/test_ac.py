@@ -83,11 +83,11 @@ def test_selective_policy_keeps_matmuls_and_draws_and_recomputes_the_rest():
     functional random op is saved too, so later dropouts draw the forward's masks."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from heartlm.train.distributed import _keep_matmuls
+    from heartlm.train.distributed import _selective_policy
 
     aten = torch.ops.aten
     saved = (aten.mm.default, aten._scaled_dot_product_flash_attention.default,
              aten.native_dropout.default)  # fmt: skip
     redone = (aten.gelu.default, aten.native_layer_norm.default, aten.bernoulli_.float)
-    assert all(_keep_matmuls(None, op) == CheckpointPolicy.MUST_SAVE for op in saved)
-    assert all(_keep_matmuls(None, op) == CheckpointPolicy.PREFER_RECOMPUTE for op in redone)
+    assert all(_selective_policy(None, op) == CheckpointPolicy.MUST_SAVE for op in saved)
+    assert all(_selective_policy(None, op) == CheckpointPolicy.PREFER_RECOMPUTE for op in redone)

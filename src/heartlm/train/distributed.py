@@ -215,7 +215,7 @@ def _fully_shard(
     return model
 
 
-def _keep_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+def _selective_policy(ctx: object, op: object, *args: object, **kwargs: object) -> object:
     from torch.utils.checkpoint import CheckpointPolicy
 
     # A random op (dropout; on CUDA also attention with dropout) is never recomputed: a
@@ -259,7 +259,7 @@ def apply_ac(model: nn.Module, mode: str) -> None:
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
     def context() -> object:
-        return create_selective_checkpoint_contexts(_keep_matmuls)
+        return create_selective_checkpoint_contexts(_selective_policy)
 
     extra = {"context_fn": context} if mode == "selective" else {}
     for block in model.blocks:  # type: ignore[attr-defined]
