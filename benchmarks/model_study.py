@@ -3,16 +3,17 @@
     python benchmarks/model_study.py prepare  --ecg ../shared/ecg --work W
     python benchmarks/model_study.py pretrain --work W
     python benchmarks/model_study.py select   --work W      # beats: DS1, two record-wise folds
-    python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, 100/10/1 %
+    python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, FRACTIONS
     python benchmarks/model_study.py select_afib final_afib --work W   # the same for AFIB
 
 Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
 builds the token folders: the codebook and feature space are learnt on the unlabelled
 pretraining corpus (MIT-BIH outside DS2, NSTDB, LUDB, a synthetic corpus); MIT-BIH and the
 AFIB training set are tokenized with it. `select` compares fine-tuning configurations on
-two record-wise folds of DS1 (train on one, score the other, confusion matrices summed);
-DS2 is not read. `final` runs the chosen configuration on DS1 -> DS2 with seeds 0, 1, 2,
-pretrained and from scratch, at 100 %, 10 % and 1 % of the labels, with the LightGBM floor
+two record-wise folds of DS1 (train on one, score the other, confusion matrices summed)
+at SELECT_FRACTION of the labels over SELECT_SEEDS; DS2 is not read. `final` trains the
+pretrained and the scratch model, each with its own chosen configuration, on DS1 and
+scores DS2 with seeds 0, 1, 2 at each of FRACTIONS of the labels, with the LightGBM floor
 of `tree_floor.py` on the same inputs and labels. `select_afib` and `final_afib` do the same
 for AFIB windows: chosen on two folds of the real records outside DS2, scored on DS2.
 Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{json,md}.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -43,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 # Two record-wise folds of DS1, balanced by hand for S (209/118/124 vs 201/207/220/223),
-# V (208/203 vs 106/119/223/201) and AF/flutter (203 vs 201), so each fold trains on every
-# class and on irregular rhythm. Rounds 1-6 used folds with both AF records on one side:
-# the model trained without them called 85 % of its S false positives on N beats inside
-# AF/flutter (tree on DS1: S F1 0.37 there, 0.55 with these folds; benchmarks/README.md).
+# V (208/203 vs 106/119/223/201) and AF (203 vs 201), so each fold trains on every class
+# and on irregular rhythm. Rounds 1-6 used folds with both AF records on one side: 85 % of
+# the S false positives of the model trained without them were N beats inside AF or
+# flutter (tree on DS1: S F1 0.37 there, 0.54 with these folds; benchmarks/README.md).
 FOLDS = (
     ("101", "108", "109", "112", "115", "118", "124", "203", "208", "209", "230"),
     ("106", "114", "116", "119", "122", "201", "205", "207", "215", "220", "223"),
@@ -98,16 +100,23 @@ FRACTIONS = (0.1, 0.01)
 
 def quick() -> None:
     """--quick: a pipeline check on the CPU (tiny model, a few steps); its numbers mean nothing."""
-    global SEEDS, FRACTIONS
+    global SEEDS, FRACTIONS, SELECT_SEEDS
     PRETRAIN[PRETRAIN.index("small")] = "tiny"
     PRETRAIN[PRETRAIN.index("--steps") + 1] = "20"
     for flags in (BEATS, AFIB):
         flags[flags.index("--epochs")] = "--steps"
         flags[flags.index("--steps") + 1] = "6"
     BEATS[BEATS.index("--window") + 1] = AFIB[AFIB.index("--window") + 1] = "16"
-    SEEDS, FRACTIONS = (0,), (0.1,)
+    SEEDS, FRACTIONS, SELECT_SEEDS = (0,), (0.1,), (0,)
     for name in [n for n, flags in CONFIGS.items() if "--epochs" in flags]:
         del CONFIGS[name]  # --steps replaces --epochs here
+
+
+def _tag(*parts: Any) -> str:
+    """Short digest of what a run was trained with (flags, records, label share) for its
+    folder name: a work folder reused after a change never passes an old run off as new."""
+    text = json.dumps([PRETRAIN, BEATS, AFIB, *parts], default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 class Runner:
@@ -229,8 +238,8 @@ def select(r: Runner) -> dict[str, Any]:
     from heartlm.train.data import load_tokens
 
     def one(config: str, k: int, seed: int) -> tuple[str, dict[str, Any]]:
-        name = f"sel_{config}_fold{k}_s{seed}"
         train, test = FOLDS[k], FOLDS[1 - k]
+        name = f"sel_{config}_fold{k}_s{seed}_{_tag(CONFIGS[config], train, SELECT_FRACTION)}"
         r.finetune(name, "beats", "tok_mitdb", "--records", *train, "--seed", seed,
                    "--label-fraction", SELECT_FRACTION, *CONFIGS[config])  # fmt: skip
         return config, r.evaluate(name, "tok_mitdb", "--records", *test)
@@ -258,7 +267,7 @@ def final(r: Runner) -> dict[str, Any]:
     }
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_beats_{init}_{fraction:g}_s{seed}"
+        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[chosen[init]])}"
         flags = [f for f in CONFIGS[chosen[init]] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(
@@ -298,7 +307,7 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
     x {pretrained, scratch} grid."""
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}"
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(extra)}"
         flags = [f for f in extra if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
@@ -356,7 +365,7 @@ def select_afib(r: Runner) -> dict[str, Any]:
     synth = [k for k in _afib_keys(data) if k.startswith("synth/")]
 
     def one(config: str, k: int) -> tuple[str, dict[str, Any]]:
-        name = f"sel_afib_{config}_fold{k}"
+        name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
         return config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k])
 

@@ -133,8 +133,9 @@ def wrap_model(
     module to call and train.
 
     `static_graph` (DDP, with `ddp_static_graph` auto): True only when every step runs the
-    same graph without `no_sync` accumulation. With `deepspeed` the compiled plain module
-    comes back: `heartlm.train.zero.initialize` wraps it with its optimizer.
+    same graph without `no_sync` accumulation. With `deepspeed` the plain module (compiled
+    where `heartlm.train.zero.traceable`) comes back: `heartlm.train.zero.initialize` wraps
+    it with its optimizer.
     """
     apply_ac(model, ac)
     if backend not in BACKENDS:
@@ -146,11 +147,7 @@ def wrap_model(
         require_deepspeed()
     if backend == "fsdp" and env.distributed:
         return _fully_shard(model, compile, compile_mode, bf16, p)
-    if compile and backend == "deepspeed" and p.zero_stage == 3:
-        # Stage 3 swaps every weight for an empty placeholder that hooks gather around each
-        # module's forward; dynamo cannot trace through them (a fake-tensor error on GPUs).
-        logger.info("--zero-stage 3 trains the module eagerly: compile is off")
-    elif compile:
+    if compile:
         model.compile(mode=compile_mode)
     if backend == "ddp" and env.distributed:
         return _ddp(model, env, static_graph, p)
@@ -218,7 +215,7 @@ def _fully_shard(
 def _selective_policy(ctx: object, op: object, *args: object, **kwargs: object) -> object:
     from torch.utils.checkpoint import CheckpointPolicy
 
-    # A random op (dropout; on CUDA also attention with dropout) is never recomputed: a
+    # A functional random op (dropout; on CUDA also attention with dropout) is saved: a
     # recomputation that skipped one of them (a saved attention) would shift the RNG offset
     # and every later dropout would draw other masks than the forward did. In-place ones
     # (the CPU's math attention draws with bernoulli_) cannot be cached; they are redrawn

@@ -76,6 +76,13 @@ def deepspeed_config(config: ZeroConfig) -> dict[str, Any]:
     }
 
 
+def traceable(stage: int, distributed: bool) -> bool:
+    """Whether torch.compile can trace the module DeepSpeed trains. Not under ZeRO-3 across
+    processes: every weight becomes an empty placeholder that hooks gather around each
+    module's forward, and dynamo fails on them (a fake-tensor error on the GPUs)."""
+    return not (stage == 3 and distributed)
+
+
 def check_supported(accum: int, resume: bool) -> None:
     """Refuse what `--backend deepspeed` cannot do, before anything is trained."""
     if accum > 1:
