@@ -72,21 +72,24 @@ def shifted(x: np.ndarray, data: TokenData, shift: int) -> np.ndarray:
 
 def variants(data: TokenData, table: np.ndarray) -> dict[str, np.ndarray]:
     base = beat_inputs(data)
-    width = len(features.FEATURES) + 1  # feature columns and the rhythm token, per beat
-    absolute = [
-        features.FEATURES.index("log_rr_prev"),
-        *features.absolute_columns(features.FEATURES),
-    ]
-    relative = np.delete(base, [k * width + c for k in range(3) for c in absolute], axis=1)
-    rr_cols = [features.FEATURES.index(c) for c in RR_FEATURES]
-    rr = np.asarray(data.features, np.float32)[:, rr_cols]
+    names = list(data.meta.get("features", features.FEATURES))
+    width = len(names) + 1  # feature columns and the rhythm token, per beat
+    if base.shape[1] != 3 * width:
+        raise SystemExit(f"{base.shape[1]} input columns, expected 3 x {width}")
+
+    def without(columns: list[int]) -> np.ndarray:
+        return np.delete(base, [k * width + c for k in range(3) for c in columns], axis=1)
+
+    shape = features.absolute_columns(names)  # what --inputs relative hides
+    rr = np.asarray(data.features, np.float32)[:, [names.index(c) for c in RR_FEATURES]]
     wider = np.concatenate([shifted(rr, data, s) for s in (2, 3, -2, -3)], axis=1)
     prev = table["rr_prev"].astype(np.float64)
     past = _per_record(data, prev, past_prematurity)[:, None]
     rank = _per_record(data, prev, rank_in_record)[:, None]
     return {
         "floor (all inputs)": base,
-        "relative only (as --inputs relative)": relative,
+        "relative only (as --inputs relative)": without(shape),
+        "no shape components, no heart rate": without([*shape, names.index("log_rr_prev")]),
         "+ prematurity vs past 8 beats": np.concatenate([base, past], axis=1),
         "+ RR context of beats ±2, ±3": np.concatenate([base, wider], axis=1),
         "+ RR rank within the record": np.concatenate([base, rank], axis=1),
