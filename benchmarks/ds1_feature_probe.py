@@ -2,10 +2,11 @@
 
 The LightGBM floor of `tree_floor.py` on the two record-wise DS1 folds of `model_study.py`
 (train on one, score the other, confusion matrices summed), with input variants computed
-from the token folder and its beat store: the floor as it is; only the patient-relative
-columns (what `--inputs relative` gives the transformer); prematurity against the mean of
-the previous beats only; RR context of two more neighbours each side; and the beat's RR
-rank within its record. A lead for the next token format, not a result: no transformer.
+from the token folder and its beat store: the floor as it is; without the heart rate; only
+the patient-relative columns (what `--inputs relative` gives the transformer); prematurity
+against the mean of the previous beats only; RR context of two more neighbours each side;
+and the beat's RR rank within its record. A lead for the next token format, not a result: no
+transformer.
 
     python benchmarks/ds1_feature_probe.py W/tok_mitdb W/store_mitdb --out probe.json
 """
@@ -22,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from heartlm.inputs import hidden_columns
 from heartlm.labelled import metrics
 from heartlm.runinfo import versions
 from heartlm.store import TABLE_DTYPE
-from heartlm.tokens import features
 from heartlm.tokens.rhythm import RR_FEATURES
 from heartlm.train.data import TokenData, load_tokens
 
@@ -72,7 +73,7 @@ def shifted(x: np.ndarray, data: TokenData, shift: int) -> np.ndarray:
 
 def variants(data: TokenData, table: np.ndarray) -> dict[str, np.ndarray]:
     base = beat_inputs(data)
-    names = list(data.meta.get("features", features.FEATURES))
+    names = list(data.meta["features"])
     width = len(names) + 1  # feature columns and the rhythm token, per beat
     if base.shape[1] != 3 * width:
         raise SystemExit(f"{base.shape[1]} input columns, expected 3 x {width}")
@@ -80,7 +81,7 @@ def variants(data: TokenData, table: np.ndarray) -> dict[str, np.ndarray]:
     def without(columns: list[int]) -> np.ndarray:
         return np.delete(base, [k * width + c for k in range(3) for c in columns], axis=1)
 
-    shape = features.absolute_columns(names)  # what --inputs relative hides
+    relative = hidden_columns(names, "relative")  # what --inputs relative hides
     rr = np.asarray(data.features, np.float32)[:, [names.index(c) for c in RR_FEATURES]]
     wider = np.concatenate([shifted(rr, data, s) for s in (2, 3, -2, -3)], axis=1)
     prev = table["rr_prev"].astype(np.float64)
@@ -88,8 +89,10 @@ def variants(data: TokenData, table: np.ndarray) -> dict[str, np.ndarray]:
     rank = _per_record(data, prev, rank_in_record)[:, None]
     return {
         "floor (all inputs)": base,
-        "relative only (as --inputs relative)": without(shape),
-        "no shape components, no heart rate": without([*shape, names.index("log_rr_prev")]),
+        "no heart rate (as --inputs no-heart-rate)": without(
+            hidden_columns(names, "no-heart-rate")
+        ),
+        "relative only (as --inputs relative)": without(relative),
         "+ prematurity vs past 8 beats": np.concatenate([base, past], axis=1),
         "+ RR context of beats ±2, ±3": np.concatenate([base, wider], axis=1),
         "+ RR rank within the record": np.concatenate([base, rank], axis=1),

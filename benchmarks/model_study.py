@@ -63,17 +63,21 @@ BEATS = ["--window", "128", "--stride", "32", "--epochs", "20", "--batch", "64",
 AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "--lr", "3e-4",
         "--warmup", "100"]
 # fmt: on
+NOHR = ["--inputs", "no-heart-rate", "--dropout", "0.1"]
 REL = ["--inputs", "relative", "--dropout", "0.1"]
-REL32 = [*REL, "--window", "32", "--stride", "8"]
-CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select` (round 6: 10 % labels)
+W32 = ["--window", "32", "--stride", "8"]
+# Round 7: every configuration hides the absolute heart rate (`heartlm.inputs.RATE_FEATURES`:
+# on the DS1 folds the floor's S calls follow the patient's rate); `--inputs` all against
+# relative is open again on the folds with AF on both sides.
+CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
+    "pretrained_no_heart_rate": NOHR,
+    "scratch_no_heart_rate": ["--from-scratch", *NOHR],
     "pretrained_relative": REL,
     "scratch_relative": ["--from-scratch", *REL],
-    "pretrained_relative_window32": REL32,
-    "scratch_relative_window32": ["--from-scratch", *REL32],
-    "pretrained_relative_window32_lr1e-4": [*REL32, "--lr", "1e-4"],
-    "pretrained_relative_window32_decay0.7": [*REL32, "--layer-decay", "0.7"],
-    "pretrained_relative_window32_epochs60": [*REL32, "--epochs", "60"],
-    "scratch_relative_window32_epochs60": ["--from-scratch", *REL32, "--epochs", "60"],
+    "pretrained_no_heart_rate_window32_epochs60": [*NOHR, *W32, "--epochs", "60"],
+    "scratch_no_heart_rate_window32": ["--from-scratch", *NOHR, *W32],
+    "pretrained_relative_window32_epochs60": [*REL, *W32, "--epochs", "60"],
+    "scratch_relative_window32": ["--from-scratch", *REL, *W32],
 }
 SELECT_FRACTION = 0.1
 """Share of the training fold's labels in `select`: pretraining has to pay where labels are
@@ -82,9 +86,9 @@ SELECT_SEEDS = (0, 1)
 """Seeds per configuration and fold in `select`, confusion matrices summed: one seed's DS1
 S F1 moved by up to 0.12 between identical runs in round 5."""
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
-    "pretrained": [],
+    "pretrained_no_heart_rate": NOHR,
+    "scratch_no_heart_rate": ["--from-scratch", *NOHR],
     "pretrained_relative": REL,
-    "pretrained_shape_dropout": ["--dropout", "0.1", "--morph-dropout", "0.3"],
     "scratch_relative": ["--from-scratch", *REL],
 }
 FINAL = "auto"
@@ -93,9 +97,9 @@ scratch) its configuration with the best mean of S F1 and V F1 in W/select.json 
 only), a rule fixed before DS2 is read. Each initialisation gets its own best recipe, so
 "pretrained beats scratch" compares the best of each."""
 SEEDS = (0, 1, 2)
-FRACTIONS = (0.1, 0.01)
-"""Label shares `final` scores (round 6: the two that round 5 scored with a recipe chosen at
-100 %; round 5's 100 % rows stand)."""
+FRACTIONS = (1.0, 0.1, 0.01)
+"""Label shares `final` scores: all of DS1's labels for the beat-class goals, 10 % and 1 % for
+"pretraining pays"."""
 
 
 def quick() -> None:
@@ -219,6 +223,15 @@ def pretrain(r: Runner) -> None:
     )
 
 
+def _inputs(flags: list[str]) -> str:
+    """The `--inputs` value of a configuration's flags (finetune's default: all)."""
+    return flags[flags.index("--inputs") + 1] if "--inputs" in flags else "all"
+
+
+def _floor_name(inputs: str) -> str:
+    return f"tree floor ({inputs})"
+
+
 def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     from heartlm.labelled import metrics
 
@@ -248,11 +261,15 @@ def select(r: Runner) -> dict[str, Any]:
     found = r.parallel([lambda g=g: one(*g) for g in grid])
     rows = {c: _sum_reports([rep for cc, rep in found if cc == c]) for c in CONFIGS}
     data = load_tokens(r.work / "tok_mitdb")
-    floors = [beat_floor(data, list(FOLDS[k]), list(FOLDS[1 - k]), s, fraction=SELECT_FRACTION)
-              for k in (0, 1) for s in SELECT_SEEDS]  # fmt: skip
-    rows["tree floor"] = _sum_reports(floors)
+    configs = dict(CONFIGS)
+    for inputs in sorted({_inputs(flags) for flags in CONFIGS.values()}):
+        floors = [beat_floor(data, list(FOLDS[k]), list(FOLDS[1 - k]), s,
+                             fraction=SELECT_FRACTION, inputs=inputs)
+                  for k in (0, 1) for s in SELECT_SEEDS]  # fmt: skip
+        rows[_floor_name(inputs)] = _sum_reports(floors)
+        configs[_floor_name(inputs)] = ["tree_floor.py", "--inputs", inputs]
     return {"folds": FOLDS, "label_fraction": SELECT_FRACTION, "seeds": SELECT_SEEDS,
-            "configs": {**CONFIGS, "tree floor": "tree_floor.py"}, "beats": rows}  # fmt: skip
+            "configs": configs, "beats": rows}  # fmt: skip
 
 
 def final(r: Runner) -> dict[str, Any]:
@@ -287,12 +304,13 @@ def final(r: Runner) -> dict[str, Any]:
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
     mitdb = load_tokens(r.work / "tok_mitdb")
-    for fraction in FRACTIONS:
-        for seed in SEEDS:  # the same share of DS1's labels; scored, as above, on all of DS2
-            rep = beat_floor(mitdb, list(MITDB_DS1), list(MITDB_DS2), seed, fraction=fraction)
-            beat_rows.append(
-                {"init": "tree floor", "label_fraction": fraction, "seed": seed, **rep}
-            )
+    for inputs in sorted({_inputs(CONFIGS[name]) for name in chosen.values()}):
+        for fraction in FRACTIONS:
+            for seed in SEEDS:  # the same share of DS1's labels; scored, as above, on all of DS2
+                rep = beat_floor(mitdb, list(MITDB_DS1), list(MITDB_DS2), seed,
+                                 fraction=fraction, inputs=inputs)  # fmt: skip
+                beat_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
+                                  "seed": seed, **rep})  # fmt: skip
     configs = {f"{init}: {name}": CONFIGS[name] for init, name in chosen.items()}
     return {"config": configs, "beats": beat_rows, "afib": []}
 
@@ -371,10 +389,13 @@ def select_afib(r: Runner) -> dict[str, Any]:
 
     found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
     rows = {c: _pooled([rep["counts"] for cc, rep in found if cc == c]) for c in AFIB_CONFIGS}
-    floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k]) for k in (0, 1)]
-    rows["tree floor"] = _pooled(floor)
-    return {"folds": folds, "configs": {**AFIB_CONFIGS, "tree floor": "tree_floor.py"},
-            "afib": rows}  # fmt: skip
+    configs = dict(AFIB_CONFIGS)
+    for inputs in sorted({_inputs(flags) for flags in AFIB_CONFIGS.values()}):
+        floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k], inputs=inputs)
+                 for k in (0, 1)]  # fmt: skip
+        rows[_floor_name(inputs)] = _pooled(floor)
+        configs[_floor_name(inputs)] = ["tree_floor.py", "--inputs", inputs]
+    return {"folds": folds, "configs": configs, "afib": rows}
 
 
 def final_afib(r: Runner) -> dict[str, Any]:
@@ -392,11 +413,11 @@ def final_afib(r: Runner) -> dict[str, Any]:
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
     for fraction in FRACTIONS:
         for seed in SEEDS:
+            inputs = _inputs(AFIB_CONFIGS[chosen])
             rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(MITDB_DS2),
-                             seed=seed, fraction=fraction)  # fmt: skip
-            afib_rows.append(
-                {"init": "tree floor", "label_fraction": fraction, "seed": seed, "afib": rep}
-            )
+                             seed=seed, fraction=fraction, inputs=inputs)  # fmt: skip
+            afib_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
+                              "seed": seed, "afib": rep})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 

@@ -5,7 +5,8 @@
 #   bash benchmarks/model_study_call.sh prepare pretrain select final
 #
 # Environment: ECG (.carry/ecg, a copy of ../shared/ecg carried with the call), WORK
-# (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 fine-tuning runs at once).
+# (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 fine-tuning runs at once),
+# LIMIT_S (560: seconds before the stages are stopped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
@@ -17,8 +18,9 @@ if [ ! -e /tmp/hlm-wheels.done ]; then
     --root-user-action=ignore .carry/wheels/*.whl && touch /tmp/hlm-wheels.done
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" --jobs "${JOBS:-8}" \
-  >"$DEST/model_study.log" 2>&1
+# Stopped before the call's limit, so the stages that finished still come back.
+timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
+  --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1
 status=$?
 for stage in "$@"; do
   cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"

@@ -61,7 +61,7 @@ def _selection(results: dict[str, Any], key: str, columns, title: str, how: str)
     """A selection stage's table: one row per configuration, the floor last."""
     rows = [
         (
-            [name, " ".join(results["configs"][name]) if name != "tree floor" else "LightGBM"],
+            [name, " ".join(results["configs"][name])],
             [f"{f(rep):.3f}" for _, f in columns],
         )
         for name, rep in results[key].items()

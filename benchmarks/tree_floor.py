@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.inputs import INPUTS, hidden_columns
 from heartlm.labelled import metrics
 from heartlm.labelled.windows import IGNORE, cut_windows, keep_label_fraction, streams_of
 from heartlm.train.data import TokenData, load_tokens
@@ -57,11 +58,17 @@ def _beats(data: TokenData, records: list[int]) -> np.ndarray:
     ).astype(np.int64)
 
 
-def beat_inputs(data: TokenData) -> np.ndarray:
-    """(n_beats, 3 * (F + 1)) rows: beat, previous and next beat (NaN across records)."""
+def _features(data: TokenData, inputs: str) -> np.ndarray:
+    """The feature rows without the columns `--inputs` hides from the transformer."""
+    names = list(data.meta.get("features", []))
+    return np.delete(np.asarray(data.features, np.float32), hidden_columns(names, inputs), axis=1)
+
+
+def beat_inputs(data: TokenData, inputs: str = "all") -> np.ndarray:
+    """(n_beats, 3 * (F + 1)) rows: beat, previous and next beat (NaN across records), the
+    feature columns that `--inputs` hides left out."""
     rows = np.concatenate(
-        [np.asarray(data.features, np.float32), np.asarray(data.rhythm, np.float32)[:, None]],
-        axis=1,
+        [_features(data, inputs), np.asarray(data.rhythm, np.float32)[:, None]], axis=1
     )
     record = np.repeat(np.arange(len(data.records)), np.diff(data.boundaries))
     columns = [rows]
@@ -72,10 +79,13 @@ def beat_inputs(data: TokenData) -> np.ndarray:
     return np.concatenate(columns, axis=1)
 
 
-def window_inputs(data: TokenData, records: list[int], window: int) -> tuple[np.ndarray, ...]:
+def window_inputs(
+    data: TokenData, records: list[int], window: int, inputs: str = "all"
+) -> tuple[np.ndarray, ...]:
     """(inputs, labels) of the non-overlapping windows `heartlm evaluate` scores for AFIB."""
     w = cut_windows(streams_of(data), records, window, window, "afib")
-    feats = w.features.astype(np.float32)
+    names = list(data.meta.get("features", []))
+    feats = np.delete(w.features.astype(np.float32), hidden_columns(names, inputs), axis=2)
     real = ~w.pad
     count = real.sum(axis=1, keepdims=True).clip(min=1)
     mean = (feats * real[..., None]).sum(axis=1) / count
@@ -111,10 +121,12 @@ def beat_floor(
     seed: int = 0,
     threads: int = 0,
     fraction: float = 1.0,
+    inputs: str = "all",
 ) -> dict[str, Any]:
     """The tree's per-class beat report on every labelled beat of `test`, trained on `train`
-    (record names) with a seeded `fraction` of the training beats' labels."""
-    x = beat_inputs(data)
+    (record names) with a seeded `fraction` of the training beats' labels, on the inputs
+    that fine-tuning with `--inputs` gives the transformer."""
+    x = beat_inputs(data, inputs)
     aami = np.asarray(data.aami).astype(np.int64)
     tr, te = _beats(data, _indices(data, train)), _beats(data, _indices(data, test))
     tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
@@ -135,14 +147,15 @@ def afib_floor(
     seed: int = 0,
     threads: int = 0,
     fraction: float = 1.0,
+    inputs: str = "all",
 ) -> dict[str, Any]:
     """The tree's AFIB window scores on `test`, trained on `train` (record names) with a
     seeded `fraction` of the training windows' labels."""
-    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window)
+    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
-    x_te, y_te = window_inputs(test_data, _indices(test_data, test), window)
+    x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs)
     model = _fit(x_tr, y_tr, 2, seed, threads)
     scores = model.predict(x_te)
     return metrics.binary_scores(y_te, scores)
@@ -155,12 +168,13 @@ def main() -> int:
     ap.add_argument("--train", nargs="+", required=True)
     ap.add_argument("--test", nargs="+", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--inputs", choices=INPUTS, default="all", help="as heartlm finetune's")
     args = ap.parse_args()
     data = load_tokens(args.tokens)
     if args.task == "beats":
-        report = beat_floor(data, args.train, args.test, args.seed)
+        report = beat_floor(data, args.train, args.test, args.seed, inputs=args.inputs)
     else:
-        report = afib_floor(data, args.train, data, args.test, seed=args.seed)
+        report = afib_floor(data, args.train, data, args.test, seed=args.seed, inputs=args.inputs)
     print(json.dumps(report, indent=1))
     return 0
 

@@ -34,7 +34,10 @@ def _mitdb() -> TokenData:
         records=names,
         vocab_size=20,
         rhythm_vocab_size=9,
-        meta={"records": [{"name": r, "db": "mitdb"} for r in names]},
+        meta={
+            "records": [{"name": r, "db": "mitdb"} for r in names],
+            "features": ["beat_pc0", "rr_prev_local", "log_rr_prev"],
+        },
         features=rng.standard_normal((n, 3)).astype(np.float16),
     )
 
@@ -55,13 +58,28 @@ class _Runner:
         return []
 
 
+class _Transformers(_Runner):
+    """Every transformer run 'predicts' one correct beat of each class."""
+
+    def parallel(self, jobs: list) -> list:
+        return [job() for job in jobs]
+
+    def finetune(self, *args) -> None:
+        pass
+
+    def evaluate(self, *args) -> dict:
+        return {"confusion": np.eye(5, dtype=int).tolist()}
+
+
 def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_of_ds2(
     monkeypatch: pytest.MonkeyPatch,
 ):
     trained_on: list[int] = []
+    columns: set[int] = set()
 
     def fit(x, y, n_classes, seed, threads):
         trained_on.append(len(y))
+        columns.add(x.shape[1])
         return _Tree()
 
     data = _mitdb()
@@ -74,20 +92,62 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     # The transformer is scored on every labelled DS2 beat: so is its floor, at every fraction.
     assert [r["n_beats"] for r in rows] == [len(MITDB_DS2) * BEATS] * 2
     assert trained_on == [len(MITDB_DS1) * BEATS, round(0.1 * len(MITDB_DS1) * BEATS)]
+    # ... and on the transformer's inputs: --inputs relative leaves rr_prev_local and the
+    # rhythm token of the beat and its two neighbours.
+    assert columns == {3 * 2}
+    assert {r["init"] for r in rows} == {"tree floor (relative)"}
 
 
-def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(tmp_path: Path):
+def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     def row(s_f1: float, v_f1: float) -> dict:
         return {"per_class": {"S": {"f1": s_f1}, "V": {"f1": v_f1}}}
+
+    monkeypatch.setattr(model_study, "CONFIGS", {
+        "pretrained_relative": ["--inputs", "relative"],
+        "pretrained_relative_window32": ["--inputs", "relative", "--window", "32"],
+        "scratch_relative": ["--from-scratch", "--inputs", "relative"],
+        "scratch_relative_window32": ["--from-scratch", "--window", "32"],
+    })  # fmt: skip
 
     rows = {
         "pretrained_relative": row(0.3, 0.8),
         "pretrained_relative_window32": row(0.4, 0.8),
         "scratch_relative": row(0.5, 0.9),
         "scratch_relative_window32": row(0.2, 0.9),
-        "tree floor": row(0.9, 0.9),
+        "tree floor (relative)": row(0.9, 0.9),
     }
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
     best = model_study._best_selected
     assert best(tmp_path / "select.json", "pretrained") == "pretrained_relative_window32"
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative"
+
+
+def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    widths: list[int] = []
+
+    def fit(x, y, n_classes, seed, threads):
+        widths.append(x.shape[1])
+        return _Tree()
+
+    data = _mitdb()
+    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0,))
+    monkeypatch.setattr(model_study, "CONFIGS", {
+        "pretrained_no_heart_rate": ["--inputs", "no-heart-rate"],
+        "scratch_relative": ["--from-scratch", "--inputs", "relative"],
+    })  # fmt: skip
+    result = model_study.select(_Transformers())
+    floors = {n: f for n, f in result["configs"].items() if n.startswith("tree floor")}
+    assert floors == {
+        "tree floor (no-heart-rate)": ["tree_floor.py", "--inputs", "no-heart-rate"],
+        "tree floor (relative)": ["tree_floor.py", "--inputs", "relative"],
+    }
+    # Two folds per input set: beat_pc0 + rr_prev_local + rhythm, then rr_prev_local + rhythm.
+    assert widths == [9, 9, 6, 6]
+    ds1_beats = len(MITDB_DS1) * BEATS
+    assert all(result["beats"][n]["n_beats"] == ds1_beats for n in floors)

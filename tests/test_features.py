@@ -12,8 +12,9 @@ import torch
 
 from heartlm import shards
 from heartlm.errors import HeartlmError
+from heartlm.inputs import RATE_FEATURES, absolute_columns, hidden_columns
 from heartlm.tokens import Codebook, TokenizeConfig, TokenSet, patient, tokenize
-from heartlm.tokens.features import FEATURES, FeatureSpace, absolute_columns, morphology_columns
+from heartlm.tokens.features import FEATURES, FeatureSpace, morphology_columns
 from heartlm.tokens.rhythm import RR_FEATURES, rr_features
 
 FS, PRE, W = 250.0, 63, 163
@@ -97,6 +98,18 @@ def test_column_groups():
     assert {FEATURES[i] for i in range(len(FEATURES)) if i not in shape} == set(RR_FEATURES)
 
 
+def test_input_sets_hide_nested_groups_and_unknown_sets_are_refused():
+    rate = {FEATURES.index(name) for name in RATE_FEATURES}
+    assert rate and rate <= {FEATURES.index(name) for name in RR_FEATURES}
+    assert hidden_columns(FEATURES, "all") == []
+    assert set(hidden_columns(FEATURES, "no-heart-rate")) == rate
+    relative = set(hidden_columns(FEATURES, "relative"))
+    assert relative == rate | set(absolute_columns(FEATURES))
+    assert "rr_prev_local" not in {FEATURES[i] for i in relative}
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        hidden_columns(FEATURES, "patient")
+
+
 def test_two_dimensional_shards_round_trip_and_version_one_is_refused(tmp_path: Path):
     x = np.arange(12, dtype=np.float16).reshape(4, 3)
     shards.write_shard(tmp_path / "f.bin", x)
@@ -162,6 +175,23 @@ def test_relative_only_model_ignores_codes_and_absolute_shape():
                                      head="beat"))  # fmt: skip
     other[..., 2] += 1.0
     assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+
+
+def test_hidden_columns_without_relative_only_keep_the_codes_visible():
+    from heartlm.model import HeartLM, model_config
+
+    torch.manual_seed(0)
+    cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, n_features=3, max_len=8,
+                       absolute_columns=(2,))  # fmt: skip
+    model = HeartLM(cfg).eval()
+    morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
+    feats = torch.randn(2, 8, 3)
+    out = model(morph, rhythm, features_BTF=feats, head="beat")
+    other = feats.clone()
+    other[..., 2] += 3.0
+    assert torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+    assert not torch.allclose(out, model((morph + 1).clamp(max=39), rhythm, features_BTF=feats,
+                                         head="beat"))  # fmt: skip
 
 
 def test_masked_objective_hides_the_shape_of_replaced_beats_and_reconstructs_it():

@@ -257,6 +257,21 @@ def test_finetune_beats_writes_a_self_contained_run(beats_run, corpus):
     assert not list(corpus.glob(".ft_beats*"))  # no staging folder left behind
 
 
+@pytest.mark.parametrize("inputs", ["no-heart-rate", "relative"])
+def test_inputs_hide_the_same_columns_in_the_saved_model(corpus, tmp_path, capsys, inputs):
+    from heartlm.inputs import RATE_FEATURES, hidden_columns
+
+    assert _finetune(corpus, tmp_path / "ft", "--inputs", inputs) == 0
+    names = json.loads((corpus / "tok" / "tokens.json").read_text())["features"]
+    saved = json.loads((tmp_path / "ft" / "config.json").read_text())
+    saved = saved.get("model", saved)
+    hidden = [names[i] for i in saved["absolute_columns"]]
+    assert set(RATE_FEATURES) <= set(hidden)
+    assert saved["absolute_columns"] == hidden_columns(names, inputs)
+    assert saved["relative_only"] is (inputs == "relative")  # codes stay visible otherwise
+    assert _evaluate_json(capsys, tmp_path / "ft", corpus / "tok")["n_beats"] > 0
+
+
 def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
     rep = _evaluate_json(capsys, beats_run, corpus / "tok")
     assert {"accuracy", "per_class", "confusion", "task", "n_beats"} <= set(rep)

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heartlm.errors import HeartlmError
+from heartlm.inputs import INPUTS
 from heartlm.log import logger
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
 TASKS = ("beats", "afib")
 SELECT = ("f1", "loss")
-INPUTS = ("all", "relative")
 TASK = "task and data"
 
 
@@ -61,8 +61,9 @@ class FinetuneConfig:
     dropout: float | None = setting(None, metavar="P", group=TASK)
     """the model's dropout while fine-tuning (default: the pretrained run's)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
-    """all: codes and every feature; relative: only patient-relative features and rhythm
-    (codes read as MASK, absolute shape columns as zero), in training and at evaluation"""
+    """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
+    relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
+    and heart rate as zero); in training and at evaluation"""
     train: TrainConfig = setting(factory=_engine_defaults)
     launch: LaunchConfig = setting(factory=LaunchConfig)
 

@@ -75,11 +75,12 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
-    if cfg.inputs == "relative":
-        from heartlm.tokens.features import absolute_columns
+    if cfg.inputs != "all":
+        from heartlm.inputs import hidden_columns
 
-        overrides["relative_only"] = True
-        overrides["absolute_columns"] = tuple(absolute_columns(data.meta.get("features", [])))
+        overrides["relative_only"] = cfg.inputs == "relative"
+        names = data.meta.get("features", [])
+        overrides["absolute_columns"] = tuple(hidden_columns(names, cfg.inputs))
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
     # byte for byte and still be the same vocabulary.

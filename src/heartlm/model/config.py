@@ -34,9 +34,10 @@ class ModelConfig:
     n_features: int = 0
     """continuous beat features per beat (token folder `features`); 0: ids only"""
     relative_only: bool = False
-    """see only patient-relative inputs: every morphology id reads as MASK and the
-    `absolute_columns` of the features as zero (fine-tuning `--inputs relative`)"""
+    """every morphology id reads as MASK (fine-tuning `--inputs relative`)"""
     absolute_columns: tuple[int, ...] = ()
+    """feature columns read as zero, in training and at evaluation (fine-tuning `--inputs`:
+    `heartlm.tokens.features.hidden_columns`)"""
     n_beat_classes: int = 5
     n_window_classes: int = 2
     norm: str = "layernorm"

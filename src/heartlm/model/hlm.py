@@ -128,7 +128,7 @@ class HeartLM(nn.Module, Pretrained):
             if features_BTF is None:
                 raise ValueError(f"the model takes {cfg.n_features} beat features per beat")
             features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
-            if cfg.relative_only and cfg.absolute_columns:
+            if cfg.absolute_columns:
                 features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
             x = x + self.feature_proj(features_BTF)
         if cfg.cls_token:

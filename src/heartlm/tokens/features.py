@@ -43,12 +43,6 @@ FEATURES: tuple[str, ...] = (
 )
 
 
-def absolute_columns(names: list[str] | tuple[str, ...]) -> list[int]:
-    """Columns of the beat's shape on their own (principal components), as opposed to the
-    patient-relative ones: what a model must not lean on to generalise across patients."""
-    return [i for i, name in enumerate(names) if name.startswith(("beat_pc", "p_pc"))]
-
-
 def morphology_columns(names: list[str] | tuple[str, ...]) -> list[int]:
     """Columns that describe the beat's shape: hidden with its code when a beat is masked.
     The timing columns (`rhythm.RR_FEATURES`) stay visible, as the rhythm token does."""

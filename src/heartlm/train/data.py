@@ -49,7 +49,8 @@ class TokenData:
     def shape_columns(self, absolute_only: bool = False) -> Tensor | None:
         """Bool mask of the feature columns that a masked beat hides (None: no features):
         every shape column, or with `absolute_only` those that are not patient-relative."""
-        from heartlm.tokens.features import absolute_columns, morphology_columns
+        from heartlm.inputs import absolute_columns
+        from heartlm.tokens.features import morphology_columns
 
         if not self.n_features:
             return None
