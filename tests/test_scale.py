@@ -400,3 +400,8 @@ def test_a_cell_profiled_inside_its_warmup_times_its_last_steps(tmp_path):
     assert "error" not in result, result.get("error")
     assert result["steps_measured"] == 64
     assert result["time_s"] == pytest.approx(64 * 0.044)
+    # The socket run of the emulated second node times the same steps (it once counted the
+    # profiled ones too: "72 timed steps logged, expected 64" failed both socket runs).
+    socket = twonode.measure(run, work, cell)
+    assert "error" not in socket, socket.get("error")
+    assert socket["time_s"] == pytest.approx(result["time_s"])

@@ -9,21 +9,46 @@ from heartlm.report.study import Study
 
 MAIN = ["task", "window", "scaling", "backend", "gpus", "cpus", "time_s", "speedup",
         "efficiency", "overhead_s", "tokens_per_s", "mfu", "max_mem_gib", "status"]  # fmt: skip
-BREAKDOWN = ["task", "window", "scaling", "gpus", "cpus", "step_s", "compute_s", "comm_exposed_s",
-             "data_wait_s", "other_s", "comm_overlapped_s", "data_wait_pct"]  # fmt: skip
-REPEATS = ["task", "window", "scaling", "gpus", "cpus", "repeats_ok", "repeats", "time_s",
-           "time_min_s", "time_max_s", "wall_s", "energy_per_pass_j", "energy_per_token_j",
-           "binding"]  # fmt: skip
+BREAKDOWN = ["task", "window", "scaling", "backend", "gpus", "cpus", "step_s", "compute_s",
+             "comm_exposed_s", "data_wait_s", "other_s", "comm_overlapped_s",
+             "data_wait_pct"]  # fmt: skip
+REPEATS = ["task", "window", "scaling", "backend", "gpus", "cpus", "repeats_ok", "repeats",
+           "time_s", "time_min_s", "time_max_s", "wall_s", "energy_per_pass_j",
+           "energy_per_token_j", "binding"]  # fmt: skip
 ENV_KEYS = ["host", "gpu_model", "gpu_count", "driver", "cuda", "nccl", "torch", "cpu_model",
             "cpu_count", "cpus_usable", "os"]  # fmt: skip
 
 
 def table(rows: list[dict[str, str]], columns: list[str]) -> str:
-    """A markdown table of the given results.csv columns, strings unchanged."""
+    """A markdown table of the given results.csv columns, strings unchanged; a row that
+    repeats an earlier one in these columns (the 1-GPU cell each backend is compared
+    with) is shown once."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")).replace("|", "/") for c in columns) + " |")
+        line = "| " + " | ".join(str(r.get(c, "")).replace("|", "/") for c in columns) + " |"
+        if line not in lines:
+            lines.append(line)
     return "\n".join(lines)
+
+
+def _shown(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Measured rows, less the 1-GPU reference rows of backends with no multi-GPU result yet
+    (results.csv repeats the one 1-GPU cell for every backend it is compared with)."""
+
+    def group(r: dict[str, str]) -> tuple[str, ...]:
+        return (r["task"], r["window"], r["scaling"], r["backend"], r["cpus"])
+
+    scaled = {group(r) for r in rows if r["gpus"] != "1"}
+    first = {r["backend"] for r in rows[:1]}
+    return [r for r in rows if r["gpus"] != "1" or group(r) in scaled or r["backend"] in first]
+
+
+def _pending(rows: list[dict[str, str]]) -> str:
+    """One line for the cells of the grid that have not run yet (a later call resumes them)."""
+    if not rows:
+        return ""
+    kinds = sorted({f"{r['task']} w{r['window']} {r['backend']} {r['cpus']} CPUs" for r in rows})
+    return f"\n\n{len(rows)} cells of the grid have not run yet: {'; '.join(kinds)}."
 
 
 def _workload(study: Study) -> str:
@@ -133,8 +158,9 @@ def _socket(curves: dict[str, dict]) -> str:
 def write_report(
     study: Study, figures: list[Path], curves: dict[str, dict], assumptions: dict[str, str]
 ) -> str:
-    rows = study.rows
-    failed = [r for r in rows if r["status"] not in ("ok",)]
+    rows = _shown([r for r in study.rows if r["status"] == "ok"])
+    pending = [r for r in study.rows if r["status"] == "pending"]
+    failed = [r for r in study.rows if r["status"] not in ("ok", "pending")]
     pngs = [p for p in figures if p.suffix == ".png"]
     parts = [
         "# heartlm scaling study",
@@ -148,7 +174,7 @@ def write_report(
         "",
         "## Results",
         "",
-        table(rows, MAIN),
+        table(rows, MAIN) + _pending(pending),
         "",
         "## Goals (derived from the tables above)",
         "",

@@ -65,8 +65,14 @@ class Workload:
     def timed_steps(self, cell: Cell) -> int:
         return self.steps // cell.gpus if cell.scaling == "weak" else self.steps
 
+    @property
+    def untimed(self) -> int:
+        """Steps before the timed ones: warm-up and profiling, wherever the engine profiles
+        (on a GPU its profiler window lies inside the warm-up)."""
+        return self.warmup + self.profile
+
     def total_steps(self, cell: Cell) -> int:
-        return self.warmup + self.profile + self.timed_steps(cell)
+        return self.untimed + self.timed_steps(cell)
 
     def log_every(self, cell: Cell) -> int:
         """Metrics windows that end where warm-up and profiling end, so none is mixed."""
@@ -214,14 +220,11 @@ def _measure(
     records = read_step_records(launch.run_dir)
     steps = work.timed_steps(cell)
     breakdown, profiled = read_breakdown(launch.run_dir)
-    # The timed steps are the last ones: the engine profiles where its own schedule puts
-    # it (inside the warm-up on a GPU), so warm-up and profiled steps both come first.
-    untimed = work.warmup + work.profile
     try:
-        time_s, measured = metrics.workload_time(records, untimed, steps, profiled)
+        time_s, measured = metrics.workload_time(records, work.untimed, steps, profiled)
     except ValueError as exc:
         return {**result, "status": "failed", "error": f"metrics.jsonl: {exc}"}
-    timed = [r for r in records if r["step"] > untimed and r["step"] not in profiled]
+    timed = [r for r in records if r["step"] > work.untimed and r["step"] not in profiled]
     tokens = work.tokens(cell)
     result.update(
         time_s=time_s,
@@ -236,7 +239,7 @@ def _measure(
     result.update(breakdown)
     result["grad_bytes"] = _weight_bytes(launch.run_dir)
     _drop_heavy(launch.run_dir)
-    watts = energy.mean_power(work.warmup + work.profile, work.total_steps(cell))
+    watts = energy.mean_power(work.untimed, work.total_steps(cell))
     if watts is not None:
         result["energy_per_pass_j"] = watts * time_s
         result["energy_per_token_j"] = watts * time_s / tokens

@@ -32,7 +32,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text
 from heartlm.scale import metrics
-from heartlm.scale.cell import Cell, read_breakdown, read_step_records, stop_group
+from heartlm.scale.cell import Cell, Workload, read_breakdown, read_step_records, stop_group
 from heartlm.scale.grid import INDUCTOR_CACHE, ScaleConfig, engine_command, visible_gpus
 from heartlm.train.launch import LAUNCH_ENV, free_port
 
@@ -110,14 +110,19 @@ def run_pair(study: Path, cfg: ScaleConfig, data: Path, procs: int, window: int,
     code = agents("heartlm", command, procs, env, folder / "log.txt", gpus, timeout_s)
     if code != 0:
         return {**row, "status": "failed", "error": f"pretrain: exit {code}"}
-    work = cfg.workload(window, "pretrain")
+    return {**row, **measure(run_dir, cfg.workload(window, "pretrain"), cell)}
+
+
+def measure(run_dir: Path, work: Workload, cell: Cell) -> dict[str, Any]:
+    """The run's time over the cell's timed steps (after warm-up and profiling), as the
+    grid measures its own cells, and the engine's breakdown."""
     breakdown, profiled = read_breakdown(run_dir)
     steps = work.timed_steps(cell)
     try:
-        time_s, _ = metrics.workload_time(read_step_records(run_dir), work.warmup, steps, profiled)
+        time_s, _ = metrics.workload_time(read_step_records(run_dir), work.untimed, steps, profiled)
     except ValueError as exc:
-        return {**row, "status": "failed", "error": f"metrics.jsonl: {exc}"}
-    return {**row, "time_s": time_s, "steps": steps, "step_s": time_s / steps,
+        return {"status": "failed", "error": f"metrics.jsonl: {exc}"}
+    return {"time_s": time_s, "steps": steps, "step_s": time_s / steps,
             "tokens_per_s": work.tokens(cell) / time_s, **breakdown}  # fmt: skip
 
 
