@@ -15,6 +15,8 @@
 #   levers    ddp with 100-MiB buckets and with bf16 gradients, pretrain weak (8 launches)
 #   peer      Hugging Face BertForMaskedLM + Trainer at 1, 2 and 4 GPUs (torchrun)
 #   socket    2 torchrun agents x 1, then x 2 GPUs over a socket, window 128 (twonode)
+#   accum     the socket run with ACCUM (8) micro-batches per all-reduce, its own 1/2-GPU
+#             reference (STUDY/accumN), and its report
 #   report    results.csv over every phase's cells, and heartlm report
 #   all       every phase in that order
 # After every phase the study (without traces, caches and weights) is packed into
@@ -136,6 +138,24 @@ phase_socket() {
     --window "${WINDOWS%%,*}" --timeout "$TIMEOUT_S" \
     >>"$LOG" 2>&1 || say "socket: a run failed (see study.log)"
   say "socket: $(cat "$STUDY/comm/socket_runs.json" 2>/dev/null | tr -d '\n' | cut -c1-300)"
+}
+phase_accum() {
+  # The socket run again with ACCUM (8) micro-batches of MICRO (256) windows per all-reduce: its
+  # own small study (1 and 2 GPUs over NVLink for the model's fit, the same accumulation
+  # at 1 GPU as the reference), then 2 agents x 1 GPU over the socket and its report.
+  local sub="$STUDY/accum${ACCUM:-8}" t
+  t=$(budget 150) || { say "accum: no time left"; return 0; }
+  timeout $(( $(left) - 15 )) $PY -m heartlm scale --out "$sub" "${DATA[@]}" --gpus 1,2 \
+    --preset "$PRESET" --timeout "$TIMEOUT_S" --max-time "$t" --cpus 16 --task pretrain \
+    --window "${WINDOWS%%,*}" --scaling weak --repeats 1 --batch $(( ${MICRO:-256} * ${ACCUM:-8} )) \
+    --steps 16 --engine-args="--micro-batch ${MICRO:-256}" \
+    "${SCALE_ARGS[@]}" >>"$LOG" 2>&1
+  [ "$(left)" -gt 60 ] || { say "accum: no time left for the socket run"; return 0; }
+  timeout $(( $(left) - 15 )) $PY -m heartlm.scale.twonode "$sub" --procs 1 \
+    --window "${WINDOWS%%,*}" --timeout "$TIMEOUT_S" >>"$LOG" 2>&1 \
+    || say "accum: the socket run failed (see study.log)"
+  $PY -m heartlm report "$sub" >>"$LOG" 2>&1
+  say "accum: $(grep -A3 '^| configuration' "$sub/report.md" 2>/dev/null | tail -1)"
 }
 phase_report() {
   # results.csv over the union of the phases' axes; nothing is launched (--max-time 0),

@@ -175,3 +175,20 @@ def test_report_sets_the_socket_run_beside_the_models_prediction(tmp_path):
     predicted = float(cells[4])
     assert cells[5] == f"{100 * (predicted / 0.3 - 1):+.1f} %"
     assert "| 400 | 64 | 256 |" in text and "| 200 | 2 | 8 |" in text
+
+
+def test_with_micro_batches_only_the_last_backward_hides_the_all_reduce():
+    from heartlm.report.study import Study
+
+    def study(engine_args: list[str]) -> Study:
+        grid = {"workload": {"batch": 2048, "engine_args": engine_args}}
+        return Study(Path("unused"), [], {}, grid)
+
+    assert study([]).micro_batches() == 1
+    assert study(["--micro-batch", "256"]).micro_batches() == 8
+    assert study(["--micro-batch", "300"]).micro_batches() == 7  # the last one is short
+    # 0.4 s of compute, 0.12 s of all-reduce over a socket: hidden behind 2/3 of the step's
+    # compute, but 0.087 s exposed when only the last of 8 micro-batches overlaps it.
+    fit = commmodel.fit([1], [0.4], 3.13e9 * 0.12, "weak", {2: 1e11}, 2 / 3 / 8)
+    busbw = 3.13e9
+    assert commmodel.predict_flat_step_s(fit, 2, busbw) == pytest.approx(0.4 + 0.12 - 0.4 / 12)

@@ -67,6 +67,7 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
         )
     intra = study.busbw.get("nvlink") or {2: commmodel.gbps_to_bytes(args.intra_node_gbps)}
     cpus = study.reference_cpus()
+    overlap = args.overlap / study.micro_batches()
     curves: dict[str, dict] = {}
     for config in study.configs():
         rows = [r for r in study.ok(config, cpus) if r["grad_bytes"]]
@@ -80,7 +81,7 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
             num(base, "grad_bytes"),
             config[2],
             intra,
-            args.overlap,
+            overlap,
         )
         t1, steps1 = num(base, "time_s"), int(base["steps"])
         model = {}
@@ -137,8 +138,13 @@ def run(args: argparse.Namespace) -> int:
         "intra-node": "bus bandwidth measured by heartlm.scale.allreduce (DIR/comm)"
         if study.busbw.get("nvlink")
         else f"{args.intra_node_gbps:g} Gb/s bus bandwidth assumed (no DIR/comm/nvlink_n*.json)",
-        "overlap": f"the all-reduce hides behind {args.overlap:.3g} of the compute (backward); "
-        "the rest of the parallel cost is fitted per GPU count on the measured node",
+        "overlap": f"the all-reduce hides behind {args.overlap:.3g} of the compute (backward)"
+        + (
+            f" of the last of {study.micro_batches()} micro-batches"
+            if study.micro_batches() > 1
+            else ""
+        )
+        + "; the rest of the parallel cost is fitted per GPU count on the measured node",
         "gradient bytes": "size of the fp32 weights (results.csv grad_bytes)",
         "CPU cores per GPU": str(study.reference_cpus()),
     }

@@ -14,7 +14,8 @@ Per optimizer step on N = M nodes x G GPUs:
   (B_intra on this node's GPUs; B_net stated, or measured over a socket).
 - w * c(N), what DDP hides: each gradient bucket is all-reduced as soon as backward
   produced it, so communication overlaps the backward pass, w = 2/3 of the compute
-  (backward costs twice the forward's FLOPs) unless stated.
+  (backward costs twice the forward's FLOPs) unless stated; with k micro-batches per step,
+  only the last one's backward reduces (DDP's no_sync before it): w = 2/3 / k.
 - o(N), the cost of going parallel that is not the all-reduce (bucket copies, hooks,
   waiting for the slowest rank), fitted per GPU count as what the measured 1-node steps
   leave over; for more GPUs than measured, the largest count's.

@@ -47,6 +47,17 @@ class Study:
             parts.append(data_path)
         return " ".join(parts)
 
+    def micro_batches(self) -> int:
+        """Micro-batches per optimizer step of a weak cell's rank (`--micro-batch` among the
+        grid's engine_args): DDP reduces only during the last one's backward."""
+        workload = self.grid.get("workload", {})
+        args = list(workload.get("engine_args", []))
+        batch = int(workload.get("batch") or 0)
+        if "--micro-batch" not in args[:-1] or batch <= 0:
+            return 1
+        micro = int(args[args.index("--micro-batch") + 1])
+        return max(1, -(-batch // micro))
+
     def ok(self, config: tuple[str, ...], cpus: str | None = None) -> list[dict[str, str]]:
         rows = [
             r
