@@ -71,6 +71,32 @@ def _selection(results: dict[str, Any], key: str, columns, title: str, how: str)
             *_table(["configuration", "flags"], rows, columns)]  # fmt: skip
 
 
+SICK_COLUMNS = (
+    ("accuracy", lambda r: r["accuracy"]),
+    ("S Se", lambda r: r["per_class"]["S"]["se"]),
+    ("S +P", lambda r: r["per_class"]["S"]["ppv"]),
+    ("S F1", lambda r: r["per_class"]["S"]["f1"]),
+)
+SICK_TITLE = (
+    "## Held-out synthetic sick-sinus patients (ectopic atrial beats outnumber sinus beats; "
+    "never trained on)"
+)
+
+
+def _sick(results: dict[str, Any]) -> list[str]:
+    """The generalisation check beside the selection and the DS2 table, when it ran."""
+    if results.get("sick_test"):  # select: one summed report per configuration
+        rows = [([name], [f"{f(rep):.3f}" for _, f in SICK_COLUMNS])
+                for name, rep in results["sick_test"].items()]  # fmt: skip
+        return ["", SICK_TITLE, "", *_table(["configuration"], rows, SICK_COLUMNS)]
+    runs = [{**r["sick_test"], "init": r["init"], "label_fraction": r["label_fraction"]}
+            for r in results.get("beats", []) if "sick_test" in r]  # fmt: skip
+    if not runs:
+        return []
+    table = _table(["DS1 labels", "init", "seeds"], _grouped(runs, SICK_COLUMNS), SICK_COLUMNS)
+    return ["", SICK_TITLE, "", *table]
+
+
 def _select(results: dict[str, Any]) -> list[str]:
     return _selection(
         results,
@@ -179,11 +205,11 @@ def _per_record(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     stage = results["stage"]
     if stage == "select":
-        lines = _select(results)
+        lines = _select(results) + _sick(results)
     elif stage == "select_afib":
         lines = _select_afib(results)
     else:
-        lines = _final(results) + _per_record(results)
+        lines = _final(results) + _sick(results) + _per_record(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]
     lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
     return "\n".join(lines) + "\n"

@@ -18,11 +18,13 @@ import model_study
 import tree_floor
 
 BEATS = 50
+SICK = ("s0000", "s0001")
 
 
 def _mitdb() -> TokenData:
-    """A MIT-BIH-shaped token set: every DS1 and DS2 record, every beat labelled."""
-    names = [*MITDB_DS1, *MITDB_DS2]
+    """A MIT-BIH-shaped token set: every DS1 and DS2 record and two synthetic sick-sinus
+    training records, every beat labelled."""
+    names = [*MITDB_DS1, *MITDB_DS2, *SICK]
     n = len(names) * BEATS
     rng = np.random.default_rng(0)
     return TokenData(
@@ -35,7 +37,7 @@ def _mitdb() -> TokenData:
         vocab_size=20,
         rhythm_vocab_size=9,
         meta={
-            "records": [{"name": r, "db": "mitdb"} for r in names],
+            "records": [{"name": r, "db": "synth_sick" if r in SICK else "mitdb"} for r in names],
             "features": ["beat_pc0", "rr_prev_local", "log_rr_prev"],
         },
         features=rng.standard_normal((n, 3)).astype(np.float16),
@@ -91,7 +93,9 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     rows = model_study.final(_Runner())["beats"]
     # The transformer is scored on every labelled DS2 beat: so is its floor, at every fraction.
     assert [r["n_beats"] for r in rows] == [len(MITDB_DS2) * BEATS] * 2
-    assert trained_on == [len(MITDB_DS1) * BEATS, round(0.1 * len(MITDB_DS1) * BEATS)]
+    # DS1 and the synthetic sick-sinus records train; DS2 alone is scored.
+    train = (len(MITDB_DS1) + len(SICK)) * BEATS
+    assert trained_on == [train, round(0.1 * train)]
     # ... and on the transformer's inputs: --inputs relative leaves rr_prev_local and the
     # rhythm token of the beat and its two neighbours.
     assert columns == {3 * 2}
@@ -149,5 +153,6 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     }
     # Two folds per input set: beat_pc0 + rr_prev_local + rhythm, then rr_prev_local + rhythm.
     assert widths == [9, 9, 6, 6]
-    ds1_beats = len(MITDB_DS1) * BEATS
+    ds1_beats = len(MITDB_DS1) * BEATS  # each fold trains with the sick records too
     assert all(result["beats"][n]["n_beats"] == ds1_beats for n in floors)
+    assert set(result["sick_test"]) == set(model_study.CONFIGS)

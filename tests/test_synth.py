@@ -260,3 +260,19 @@ def test_a_failed_run_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         write_corpus(tmp_path / "out", records=4, minutes=0.1, fs=128, seed=0, workers=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sick_sinus_patients_have_more_ectopic_than_sinus_beats_and_leave_others_unchanged():
+    rec = synth_record(5.0, 250, (4, 0), sick_sinus=True)
+    symbols = np.array(rec.ann_symbol)
+    beats = np.isin(symbols, ["N", "A"])
+    assert set(symbols[beats]) == {"N", "A"} and beats.sum() == np.isin(symbols, list(
+        SYMBOL_TO_AAMI)).sum()  # fmt: skip
+    assert (symbols == "A").sum() > (symbols == "N").sum()  # the usual beat is ectopic
+    assert "(SBR" in rec.ann_aux and "(AFIB" not in rec.ann_aux
+    t = np.asarray(rec.ann_sample)[beats] / 250
+    rr, kind = np.diff(t), symbols[beats][1:]
+    # slow sinus node with pauses; atrial beats come early
+    assert np.median(rr[kind == "N"]) > 1.15 and rr[kind == "N"].max() > 2.0
+    assert np.median(rr[kind == "A"]) < 0.85 * np.median(rr[kind == "N"])
+    assert "(SBR" not in synth_record(5.0, 250, (4, 0)).ann_aux

@@ -47,6 +47,9 @@ class SynthConfig:
     """share of records from a paced patient (beats '/' and 'f')"""
     noise: float = 1.0
     """scale of baseline wander, muscle and powerline noise (0 = clean)"""
+    sick_sinus_fraction: float = 0.0
+    """share of records from a patient with a slow, pausing sinus node and atrial ectopic beats
+    in the majority (a generalisation check: the usual beat is not the normal one)"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:
@@ -66,6 +69,10 @@ class SynthConfig:
             raise HeartlmError(f"--afib-fraction must be in [0, 1], got {self.afib_fraction:g}")
         if not 0 <= self.paced_fraction <= 1:
             raise HeartlmError(f"paced_fraction must be in [0, 1], got {self.paced_fraction:g}")
+        if not 0 <= self.sick_sinus_fraction <= 1:
+            raise HeartlmError(
+                f"--sick-sinus-fraction must be in [0, 1], got {self.sick_sinus_fraction:g}"
+            )
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
 
@@ -79,15 +86,16 @@ def _share(i: int, fraction: float, phase: float) -> bool:
     return int((i + 1) * fraction + phase) > int(i * fraction + phase)
 
 
-def record_kind(i: int, config: SynthConfig) -> tuple[bool, bool]:
-    """(afib, paced) of record i; a paced record has no AFIB."""
+def record_kind(i: int, config: SynthConfig) -> tuple[bool, bool, bool]:
+    """(afib, paced, sick sinus) of record i; a paced or sick-sinus record has no AFIB."""
     paced = _share(i, config.paced_fraction, 0.5)
-    return _share(i, config.afib_fraction, 0.0) and not paced, paced
+    sick = _share(i, config.sick_sinus_fraction, 0.25) and not paced
+    return _share(i, config.afib_fraction, 0.0) and not (paced or sick), paced, sick
 
 
 def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     """Draw record i and write it into `folder`; returns its annotation symbol counts."""
-    afib, paced = record_kind(i, config)
+    afib, paced, sick = record_kind(i, config)
     rec = synth_record(
         config.minutes,
         config.fs,
@@ -96,6 +104,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         afib=afib,
         paced=paced,
         noise=config.noise,
+        sick_sinus=sick,
     )
     name = record_name(i)
     write_signal(
@@ -104,7 +113,10 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         rec.signal,
         rec.fs,
         rec.sig_names,
-        comments=[f"heartlm synth seed={config.seed} record={i} afib={afib} paced={paced}"],
+        comments=[
+            f"heartlm synth seed={config.seed} record={i} afib={afib} paced={paced}"
+            + (" sick_sinus=True" if sick else "")
+        ],
     )
     wfdb.wrann(
         name,
@@ -117,6 +129,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     counts = Counter(rec.ann_symbol)
     counts["afib_records"] = int(afib)
     counts["paced_records"] = int(paced)
+    counts["sick_sinus_records"] = int(sick)
     counts["afib_episodes"] = rec.ann_aux.count("(AFIB")
     counts["samples"] = len(rec.signal)
     return dict(counts)

@@ -74,6 +74,10 @@ class Patient:
     afib: list[tuple[float, float]]  # AFIB episodes (start s, end s)
     afib_rr: float
     afib_cv: float
+    sick_sinus: bool = False
+    """slow sinus rhythm with long pauses and runs of atrial ectopic beats that outnumber the
+    sinus beats (as in MIT-BIH 232): every reference to 'the usual beat' is the ectopic one"""
+    pause_prob: float = 0.0  # per sinus beat, sick sinus only
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
     emg_mv: float = 0.02
@@ -90,6 +94,7 @@ def draw_patient(
     leads: int,
     afib: bool,
     paced: bool,
+    sick_sinus: bool = False,
 ) -> Patient:
     u = rng.uniform
     # Ectopic burden is patchy across patients, as in MIT-BIH: many have almost none, a few many.
@@ -125,6 +130,11 @@ def draw_patient(
         resp_mod=u(0.02, 0.08),
     )
     p.templates = _templates(rng, leads)
+    if sick_sinus and not paced:  # drawn after everything else: other records stay the same
+        p.sick_sinus, p.afib = True, []
+        p.hr_bpm = u(38, 52)
+        p.p_ectopic["A"] = u(0.55, 0.8)
+        p.pause_prob = u(0.05, 0.15)
     return p
 
 

@@ -45,6 +45,7 @@ def synth_record(
     afib: bool = False,
     paced: bool = False,
     noise: float = 1.0,
+    sick_sinus: bool = False,
 ) -> SynthRecord:
     """Draw one patient and one recording of `minutes` at `fs` Hz.
 
@@ -57,7 +58,7 @@ def synth_record(
     rng = np.random.default_rng(seed)
     duration = float(minutes) * 60.0
     n = round(duration * fs)
-    patient = draw_patient(rng, duration, leads, afib=afib, paced=paced)
+    patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus)
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
 

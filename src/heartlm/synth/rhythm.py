@@ -26,6 +26,8 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     """Lay out one record's beats rhythm episode by rhythm episode."""
     if p.paced:
         segments = [("(P", 0.0, duration_s)]
+    elif p.sick_sinus:
+        segments = [("(SBR", 0.0, duration_s)]
     else:
         segments, t = [], 0.0
         for start, end in p.afib:
@@ -38,7 +40,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     times, symbols, auxes = [], [], []
     last = -rng.uniform(0.2, 0.8)  # the last beat before the record starts
     for aux, start, end in segments:
-        draw = {"(N": _sinus, "(AFIB": _afib, "(P": _paced}[aux]
+        draw = {"(N": _sinus, "(AFIB": _afib, "(P": _paced, "(SBR": _sick_sinus}[aux]
         t, s = draw(rng, p, max(start, last), end)
         t, s = t[t < end], s[t < end]
         if len(t) == 0:
@@ -115,6 +117,24 @@ def _sinus(
     new_t[f] = t[f] - rng.uniform(0.0, 0.04, len(f))
     new_t += np.cumsum(shift)
     return new_t, symbol
+
+
+def _sick_sinus(
+    rng: np.random.Generator, p: Patient, last: float, end: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A slow sinus node with long pauses, interrupted by atrial ectopic beats that often come
+    in runs: each ectopic beat fires 60-80 % of a sinus cycle after the beat before it."""
+    sinus_rr = 60.0 / p.hr_bpm
+    n = int((end - last) / (0.6 * sinus_rr)) + 2
+    ectopic = rng.uniform(size=n) < p.p_ectopic["A"]
+    pause = rng.uniform(size=n) < p.pause_prob
+    rr = sinus_rr * np.where(
+        ectopic,
+        rng.uniform(0.6, 0.8, n),
+        np.where(pause, rng.uniform(2.0, 4.5, n), rng.uniform(0.95, 1.05, n)),
+    )
+    t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
+    return t, np.where(ectopic, "A", "N").astype("<U1")
 
 
 def _afib(

@@ -38,6 +38,7 @@ FEATURES: tuple[str, ...] = (
     *(f"beat_pc{i}" for i in range(BEAT_COMPONENTS)),
     *(f"p_pc{i}" for i in range(P_COMPONENTS)),
     *patient.TEMPLATE_FEATURES,
+    *patient.SINUS_FEATURES,
     "code_share",
     *rhythm.RR_FEATURES,
 )
@@ -131,11 +132,15 @@ def record_features(
     beats_NW = np.where(unusable_N[:, None], np.float32(np.nan), np.asarray(beats_NW, np.float32))
     components_NC = np.where(unusable_N[:, None], np.float32(np.nan), components_NC)
     regions = patient.regions(pre_samples, fs)
-    template = patient.template_features(beats_NW, baseline_N.astype(np.float64), *regions, fs)
+    baseline = baseline_N.astype(np.float64)
+    template = patient.template_features(beats_NW, baseline, *regions, fs)
+    rr_prev = np.asarray(rr_prev_N, np.float64)
+    sinus = patient.sinus_p_corr(beats_NW, baseline, rr_prev, regions[2], regions[3])
     share = patient.code_share(codes_N.astype(np.int64), n_codes, CODE_SHARE_HALF)
     share[unusable_N] = np.nan
     rr = rhythm.rr_features(rr_prev_N, rr_next_N)
-    return np.concatenate([components_NC, template, share[:, None], rr], axis=1).astype(np.float32)
+    columns = [components_NC, template, sinus[:, None], share[:, None], rr]
+    return np.concatenate(columns, axis=1).astype(np.float32)
 
 
 def standardization(raw_NF: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,6 +24,10 @@ TEMPLATE_FEATURES: tuple[str, ...] = (
     "cluster_share",  # share of recent beats in this beat's own morphology cluster
 )
 
+SINUS_FEATURES: tuple[str, ...] = (
+    "p_sinus_corr",  # P-wave segment correlation with the P template of on-time beats
+)
+
 N_TEMPLATES = 6
 MATCH_CORR = 0.9
 """A beat joins a template when its QRS correlates at least this much..."""
@@ -31,6 +35,8 @@ MATCH_RATIO = (0.7, 1.45)
 """... and its QRS peak-to-peak is within this ratio of the template's."""
 MIN_RATE = 0.02
 """Slowest template update (exponential mean); the first beats of a cluster are averaged."""
+RR_RATE = 0.1
+"""Update rate of the running mean RR that decides which beats are on time (~10 beats)."""
 COUNT_DECAY = 1.0 - 1.0 / 500.0
 """Per-beat decay of cluster counts: dominance follows the last several hundred beats."""
 
@@ -156,4 +162,38 @@ def code_share(codes: np.ndarray, n_codes: int, half: int) -> np.ndarray:
             counts[codes[lo]] -= 1
             lo += 1
         out[i] = counts[codes[i]] / (hi - lo)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def sinus_p_corr(
+    beats: np.ndarray, baseline: np.ndarray, rr_prev: np.ndarray, p_lo: int, p_hi: int
+) -> np.ndarray:
+    """(n,) float32: each beat's P segment against a running P template of the record's
+    *on-time* beats (RR before them at least the running mean RR), NaN until one is seen.
+
+    The dominant template is the most common beat; where atrial ectopic beats outnumber the
+    sinus beats (a slow sinus node with pauses), it is the ectopic one and every premature
+    P wave matches it. A premature beat is never on time, so this template keeps the sinus
+    P wave whatever the majority is. Causal, as the dominant template."""
+    n = beats.shape[0]
+    out = np.full(n, np.nan, dtype=np.float32)
+    template = np.zeros(p_hi - p_lo)
+    seen = 0
+    mean_rr = np.nan
+    for i in range(n):
+        b = beats[i].astype(np.float64) - baseline[i]
+        if not np.isfinite(b).all():
+            continue
+        p = b[p_lo:p_hi]
+        if seen > 0:
+            out[i] = _corr(p, template)
+        r = rr_prev[i]
+        if not (np.isfinite(r) and r > 0):
+            continue
+        on_time = not np.isfinite(mean_rr) or r >= mean_rr
+        mean_rr = r if not np.isfinite(mean_rr) else mean_rr + RR_RATE * (r - mean_rr)
+        if on_time:
+            seen += 1
+            template += max(1.0 / seen, MIN_RATE) * (p - template)
     return out
