@@ -1,10 +1,12 @@
 """QRS detection at any sampling rate: slope envelope, adaptive thresholds, R-peak refinement.
 
-A Pan–Tompkins-family detector (Pan & Tompkins, IEEE TBME 32(3), 1985). Every time constant
-is in seconds and every filter is designed at the record's own rate, so nothing depends on
-the rate of the database it was checked on. The sequential steps (the recursive filters,
-the envelope's moving window, and accepting or rejecting a few thousand candidate peaks per
-half hour) are compiled with numba; the rest is vectorized numpy/scipy.
+A Pan–Tompkins-family detector (Pan & Tompkins, IEEE TBME 32(3), 1985) whose beats are
+finally compared with the record's median beat: in strong noise, a beat that looks less like
+it than a spot nearby is moved there. Every time constant is in seconds and every filter is
+designed at the record's own rate, so nothing depends on the rate of the database it was
+checked on. The sequential steps (the recursive filters, the envelope's moving window,
+accepting or rejecting a few thousand candidate peaks per half hour, and comparing beats
+with the median beat) are compiled with numba; the rest is vectorized numpy/scipy.
 """
 
 from __future__ import annotations
@@ -55,6 +57,20 @@ class DetectorConfig:
     runs are flutter or fibrillation waves, not QRS complexes, and are not reported."""
     refine_s: float = 0.08
     """Half-width of the window around the envelope peak searched for the R peak."""
+    shape_s: float = 0.06
+    """Half-width of the window (about a QRS complex) in which a spot of the wide band is
+    compared with the record's median beat: by correlation (shape) and by projection
+    (amplitude, 1 for the median beat itself). A beat moves to the spot between its
+    neighbours' refractory periods that correlates best..."""
+    alike: tuple[float, float] = (0.85, 0.2)
+    """...if that correlation exceeds the first number, and the beat's own by the second..."""
+    alike_amplitude: tuple[float, float] = (0.7, 2.0)
+    """...if the spot's amplitude lies in this range (a small wiggle may have a beat's shape)..."""
+    alike_envelope: float = 0.5
+    """...and if the envelope there reaches this fraction of the beat's. In strong
+    electrode-motion noise the envelope's peak near a beat is often the noise, while the
+    beat itself, a little earlier or later, still has the record's usual shape; a beat of
+    another shape (an ectopic beat) has no such spot nearby and stays."""
     learn_s: float = 8.0
     """The decisions run once over this first stretch of the record (all of a shorter one),
     then again from the first sample with the signal level, noise level and RR intervals
@@ -98,7 +114,8 @@ def detect_qrs(signal: np.ndarray, fs: float, config: DetectorConfig = DEFAULT) 
         fe,
     )
     beats = beats[~_in_flutter(envelope, beats, fe, config)]
-    return _refine(x, beats * step + (step - 1) // 2, fs, config)
+    peaks = _refine(x, beats * step + (step - 1) // 2, fs, config)
+    return _relocate(x, peaks, wide, envelope, step, fs, config)
 
 
 def _block_means(x: np.ndarray, step: int) -> np.ndarray:
@@ -409,8 +426,122 @@ def _refine(x: np.ndarray, beats: np.ndarray, fs: float, config: DetectorConfig)
     # A largest deflection on the first or last sample is the flank of a QRS complex whose
     # R peak lies outside the record.
     peaks = peaks[(peaks > 0) & (peaks < len(x) - 1)].astype(np.int64)
+    return _distinct(peaks, fs, config)
+
+
+def _distinct(peaks: np.ndarray, fs: float, config: DetectorConfig) -> np.ndarray:
+    """Two envelope peaks may settle on one R peak: keep one of sorted `peaks`."""
     if len(peaks) < 2:
         return peaks
-    # Two envelope peaks may settle on one R peak; keep one.
     keep = np.concatenate(([True], np.diff(peaks) > round(config.refractory_s * fs) // 2))
     return peaks[keep]
+
+
+def _relocate(
+    x: np.ndarray,
+    peaks: np.ndarray,
+    wide: np.ndarray,
+    envelope: np.ndarray,
+    step: int,
+    fs: float,
+    config: DetectorConfig,
+) -> np.ndarray:
+    """Move each beat that looks less like the record's median beat than a spot nearby does
+    to that spot (see `DetectorConfig.shape_s`)."""
+    fe = fs / step
+    at = np.clip((peaks - (step - 1) // 2) // step, 0, len(wide) - 1)
+    template = _median_beat(wide, at, max(1, round(config.shape_s * fe)))
+    if not template @ template > 0:  # too few beats, or a flat signal
+        return peaks
+    new = _relocate_jit(
+        at,
+        wide,
+        template,
+        envelope,
+        max(1, round(config.refractory_s * fe)),
+        max(1, round(0.01 * fe)),
+        *config.alike,
+        *config.alike_amplitude,
+        config.alike_envelope,
+    )
+    moved = new != at
+    if not moved.any():
+        return peaks
+    found = _refine(x, new[moved] * step + (step - 1) // 2, fs, config)
+    return _distinct(np.sort(np.concatenate((peaks[~moved], found))), fs, config)
+
+
+@numba.njit(cache=True)
+def _median_beat(wide, at, half):
+    """Median of the windows of `wide` (half-width `half`) centred on the beats `at` that
+    fit in it, minus its mean; zeros if fewer than 8 fit."""
+    m = 2 * half + 1
+    fit = at[(at >= half) & (at < len(wide) - half)]
+    template = np.zeros(m)
+    if len(fit) < 8:
+        return template
+    column = np.empty(len(fit))
+    for j in range(m):
+        for k in range(len(fit)):
+            column[k] = wide[fit[k] - half + j]
+        template[j] = np.median(column)
+    return template - template.mean()
+
+
+@numba.njit(cache=True)
+def _relocate_jit(at, wide, template, envelope, refractory, jitter, alike, gain, lo, hi, env):
+    """New positions of the beats `at` (sorted, envelope rate): each one moves to the spot
+    most like the median beat between its (already moved) neighbours' refractory periods,
+    among those that pass the tests of `DetectorConfig.alike` and those after it. A beat's
+    own likeness and envelope are the best within `jitter` samples (its R peak was found at
+    full rate, away from the envelope's peak)."""
+    n = len(at)
+    new = at.copy()
+    norm = template @ template
+    for k in range(n):
+        b = at[k]
+        own = -1.0
+        for i in range(b - jitter, b + jitter + 1):
+            own = max(own, _likeness(wide, template, norm, i)[0])
+        if own + gain >= 1.0:  # no spot can beat it by `gain`
+            continue
+        start = new[k - 1] + refractory if k > 0 else 0
+        stop = at[k + 1] - refractory if k + 1 < n else len(wide) - 1
+        floor = env * _local_max(envelope, b, jitter)
+        best_rho = max(alike, own + gain)
+        for i in range(start, stop + 1):
+            if envelope[i] < floor:
+                continue
+            rho, amplitude = _likeness(wide, template, norm, i)
+            if lo <= amplitude <= hi and rho > best_rho:
+                new[k], best_rho = i, rho
+    return new
+
+
+@numba.njit(cache=True)
+def _likeness(wide, template, norm, i):
+    """Correlation of `wide` with the zero-mean `template` (of squared norm `norm`) centred
+    on sample `i`, and the amplitude there (projection on the template: 1 for the template
+    itself); (-1, 0) where the template does not fit."""
+    m = len(template)
+    start = i - m // 2
+    if start < 0 or start + m > len(wide):
+        return -1.0, 0.0
+    dot = 0.0
+    total = 0.0
+    power = 0.0
+    for j in range(m):
+        v = wide[start + j]
+        dot += v * template[j]
+        total += v
+        power += v * v
+    variance = max(power - total * total / m, 1e-12)
+    return dot / np.sqrt(variance * norm), dot / norm
+
+
+@numba.njit(cache=True)
+def _local_max(y, i, half):
+    top = y[i]
+    for j in range(max(i - half, 0), min(i + half + 1, len(y))):
+        top = max(top, y[j])
+    return top
