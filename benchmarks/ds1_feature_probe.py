@@ -100,7 +100,12 @@ def variants(data: TokenData, table: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def cross_validate(data: TokenData, x: np.ndarray, seed: int, threads: int) -> dict:
+def cross_validate(
+    data: TokenData, x: np.ndarray, seed: int, threads: int, x_test: np.ndarray | None = None
+) -> dict:
+    """Train on one DS1 fold, score the other, confusion matrices summed; the scored beats'
+    inputs from `x_test` (the same rows, changed) when given."""
+    x_test = x if x_test is None else x_test
     aami = np.asarray(data.aami).astype(np.int64)
     cms = []
     for k in (0, 1):
@@ -108,10 +113,11 @@ def cross_validate(data: TokenData, x: np.ndarray, seed: int, threads: int) -> d
         te = _beats(data, _indices(data, list(FOLDS[1 - k])))
         tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
         model = _fit(x[tr], aami[tr], 5, seed, threads)
-        predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
+        predicted = model.predict(x_test[te]).reshape(len(te), -1).argmax(axis=1)
         cms.append(np.asarray(metrics.beat_report(aami[te], predicted)["confusion"]))
     cm = np.sum(cms, axis=0)
-    return {"accuracy": metrics.accuracy(cm), "per_class": metrics.class_scores(cm)}
+    return {"accuracy": metrics.accuracy(cm), "per_class": metrics.class_scores(cm),
+            "confusion": cm.tolist()}  # fmt: skip
 
 
 def main() -> int:

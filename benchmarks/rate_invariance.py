@@ -22,14 +22,14 @@ import numpy as np
 from safetensors.numpy import load_file
 
 from heartlm.inputs import INPUTS, RATE_FEATURES, hidden_columns
-from heartlm.labelled import metrics
 from heartlm.runinfo import versions
 from heartlm.tokens.features import FeatureSpace
 from heartlm.train.data import TokenData, load_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ds1_feature_probe import cross_validate
 from model_study import FOLDS
-from tree_floor import _beats, _fit, _indices, beat_inputs
+from tree_floor import beat_inputs
 
 
 def rate_columns(data: TokenData) -> list[int]:
@@ -43,25 +43,13 @@ def score(data: TokenData, folder: Path, inputs: str, factor: float, seed: int, 
     names = list(data.meta["features"])
     space = FeatureSpace.from_tensors(load_file(folder / "codebook.safetensors"))
     x = beat_inputs(data, "all")
-    rate = rate_columns(data)
     width = len(names) + 1
     hidden = [k * width + c for k in range(3) for c in hidden_columns(names, inputs)]
     keep = np.setdiff1d(np.arange(x.shape[1]), hidden)
+    moved = x.copy()  # standardised log seconds: + log(factor) / std
     shift = np.log(factor) / space.std[[names.index(n) for n in RATE_FEATURES]]
-    aami = np.asarray(data.aami).astype(np.int64)
-    cms = []
-    for k in (0, 1):
-        tr = _beats(data, _indices(data, list(FOLDS[k])))
-        te = _beats(data, _indices(data, list(FOLDS[1 - k])))
-        tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
-        model = _fit(x[tr][:, keep], aami[tr], 5, seed, threads)
-        moved = x[te].copy()
-        moved[:, rate] += np.tile(shift, 3)  # standardised log seconds: log(factor) / std
-        predicted = model.predict(moved[:, keep]).reshape(len(te), -1).argmax(axis=1)
-        cms.append(np.asarray(metrics.beat_report(aami[te], predicted)["confusion"]))
-    cm = np.sum(cms, axis=0)
-    return {"accuracy": metrics.accuracy(cm), "per_class": metrics.class_scores(cm),
-            "confusion": cm.tolist()}  # fmt: skip
+    moved[:, rate_columns(data)] += np.tile(shift, 3)
+    return cross_validate(data, x[:, keep], seed, threads, x_test=moved[:, keep])
 
 
 def main() -> int:
