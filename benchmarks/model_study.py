@@ -215,7 +215,7 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     r.heartlm("ingest", "synth_sick_test", "--out", "store_sick_test", done="store_sick_test")
     r.heartlm("tokenize", "store_sick_test", "--out", "tok_sick_test", "--codebook", "tok_pre",
               done="tok_sick_test")  # fmt: skip
-    afib = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb, "synth"]
+    afib = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb, "synth", "synth_sick"]
     r.heartlm("ingest", *afib, "--out", "store_afib", done="store_afib")
     r.heartlm(
         "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
@@ -348,10 +348,22 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *flags, *scratch)  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb")
-        return {"init": init, "label_fraction": fraction, "seed": seed, **rep}
+        alarms = _false_alarms(r.evaluate(name, "tok_sick_test")["counts"])
+        return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
+                "sick_false_alarms": alarms}  # fmt: skip
 
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     return r.parallel([lambda g=g: afib(*g) for g in grid])
+
+
+def _false_alarms(counts: dict[str, int]) -> float:
+    """Share of windows called AFIB where none is (the synthetic sick-sinus patients: an
+    irregular rhythm with P waves is not atrial fibrillation)."""
+    return counts["fp"] / max(counts["fp"] + counts["tn"], 1)
+
+
+SYNTHETIC = ("synth/", "synth_sick/")
+"""Token-folder keys of synthetic records: AFIB selection trains on them in both folds."""
 
 
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
@@ -363,7 +375,7 @@ def afib_folds(data: Any) -> tuple[list[str], list[str]]:
     halves: tuple[list[str], list[str]] = ([], [])
     rest = []
     for i, key in enumerate(_afib_keys(data)):
-        if key.startswith("synth/"):
+        if key.startswith(SYNTHETIC):
             continue
         if key in ("mitdb/201",):
             halves[0].append(key)
@@ -397,15 +409,18 @@ def select_afib(r: Runner) -> dict[str, Any]:
 
     data = load_tokens(r.work / "tok_afib")
     folds = afib_folds(data)
-    synth = [k for k in _afib_keys(data) if k.startswith("synth/")]
+    synth = [k for k in _afib_keys(data) if k.startswith(SYNTHETIC)]
 
-    def one(config: str, k: int) -> tuple[str, dict[str, Any]]:
+    def one(config: str, k: int) -> tuple[str, dict[str, Any], float]:
         name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
-        return config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k])
+        return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k]),
+                _false_alarms(r.evaluate(name, "tok_sick_test")["counts"]))  # fmt: skip
 
     found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
-    rows = {c: _pooled([rep["counts"] for cc, rep in found if cc == c]) for c in AFIB_CONFIGS}
+    rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in AFIB_CONFIGS}
+    for c in AFIB_CONFIGS:
+        rows[c]["sick_false_alarms"] = float(np.mean([a for cc, _, a in found if cc == c]))
     configs = dict(AFIB_CONFIGS)
     for inputs in sorted({_inputs(flags) for flags in AFIB_CONFIGS.values()}):
         floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k], inputs=inputs)

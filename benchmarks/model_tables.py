@@ -25,6 +25,7 @@ AFIB_COLUMNS = (
     ("AUROC", lambda r: r["afib"]["auroc"] if r["afib"]["auroc"] is not None else np.nan),
     ("episode Se", lambda r: r["afib_episodes"]["se"] if "afib_episodes" in r else np.nan),
     ("episode +P", lambda r: r["afib_episodes"]["ppv"] if "afib_episodes" in r else np.nan),
+    ("sick-sinus false alarms", lambda r: r.get("sick_false_alarms", np.nan)),
 )
 
 
@@ -54,7 +55,12 @@ SELECT_AFIB_COLUMNS = (
     ("F1", lambda r: r["f1"]),
     ("Se", lambda r: r["se"]),
     ("+P", lambda r: r["ppv"]),
+    ("sick-sinus false alarms", lambda r: r.get("sick_false_alarms", np.nan)),
 )
+
+
+def _cell(value: float) -> str:
+    return f"{value:.3f}" if np.isfinite(value) else "–"
 
 
 def _selection(results: dict[str, Any], key: str, columns, title: str, how: str) -> list[str]:
@@ -62,7 +68,7 @@ def _selection(results: dict[str, Any], key: str, columns, title: str, how: str)
     rows = [
         (
             [name, " ".join(results["configs"][name])],
-            [f"{f(rep):.3f}" for _, f in columns],
+            [_cell(f(rep)) for _, f in columns],
         )
         for name, rep in results[key].items()
     ]

@@ -156,3 +156,20 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     ds1_beats = len(MITDB_DS1) * BEATS  # each fold trains with the sick records too
     assert all(result["beats"][n]["n_beats"] == ds1_beats for n in floors)
     assert set(result["sick_test"]) == set(model_study.CONFIGS)
+
+
+def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
+    names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "101"), ("ludb", "1"),
+             ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
+    n = len(names) * BEATS
+    data = TokenData(
+        morph=np.zeros(n, np.int32), rhythm=np.zeros(n, np.int32), aami=np.zeros(n, np.int8),
+        rhythm_label=np.zeros(n, np.int8), boundaries=np.arange(0, n + 1, BEATS, dtype=np.int64),
+        records=[name for _, name in names], vocab_size=20, rhythm_vocab_size=9,
+        meta={"records": [{"name": name, "db": db} for db, name in names]},
+    )  # fmt: skip
+    first, second = model_study.afib_folds(data)
+    assert "mitdb/201" in first and "mitdb/203" in second
+    assert not {k for k in first + second if k.startswith(model_study.SYNTHETIC)}
+    assert sorted(first + second) == ["ludb/1", "mitdb/101", "mitdb/201", "mitdb/203"]
+    assert model_study._false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
