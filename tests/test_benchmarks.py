@@ -173,3 +173,38 @@ def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
     assert not {k for k in first + second if k.startswith(model_study.SYNTHETIC)}
     assert sorted(first + second) == ["ludb/1", "mitdb/101", "mitdb/201", "mitdb/203"]
     assert model_study._false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
+
+
+def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    calls: list[tuple] = []
+
+    class Recording(_Transformers):
+        def finetune(self, *args) -> None:
+            calls.append(("finetune", *args))
+
+        def evaluate(self, *args) -> dict:
+            calls.append(("evaluate", *args))
+            return super().evaluate()
+
+    data = _mitdb()
+    monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "FINAL", "pretrained_relative")
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
+    model_study.final(Recording())
+
+    def records(args: tuple) -> set[str]:
+        args = tuple(map(str, args))
+        start = args.index("--records") + 1
+        end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
+        return set(args[start:end])
+
+    trained = [records(c) for c in calls if c[0] == "finetune"]
+    sick = {f"synth_sick/{name}" for name in SICK}
+    assert trained and all(t == set(MITDB_DS1) | sick for t in trained)
+    scored = [c for c in calls if c[0] == "evaluate" and c[2] == "tok_beats"]
+    assert scored and all(records(c) == set(MITDB_DS2) for c in scored)
+    assert any(c[0] == "evaluate" and c[2] == "tok_sick_test" for c in calls)

@@ -248,3 +248,27 @@ def test_unusable_beats_carry_no_shape_features(tmp_path: Path):
     shape = morphology_columns(FEATURES)
     np.testing.assert_array_equal(f[np.ix_(bad, shape)], 0.0)
     assert (f[bad][:, [FEATURES.index(c) for c in RR_FEATURES]] != 0).any()
+
+
+def test_sinus_p_template_keeps_the_sinus_p_wave_where_ectopic_beats_are_the_majority():
+    rng = np.random.default_rng(0)
+    n, w = 400, W
+    *_, p_lo, p_hi = patient.regions(PRE, FS)
+    t = np.arange(p_hi - p_lo)
+    sinus_p = np.exp(-0.5 * ((t - 0.5 * len(t)) / 4.0) ** 2)
+    ectopic_p = -np.sin(np.pi * t / len(t))  # another shape and sign
+    early = rng.uniform(size=n) < 0.7  # ectopic beats are the majority
+    beats = rng.normal(0.0, 0.01, (n, w))
+    beats[:, p_lo:p_hi] += np.where(early[:, None], ectopic_p, sinus_p)
+    rr = np.where(early, 0.7, 1.2) * rng.uniform(0.97, 1.03, n)
+    beats[50] = np.nan  # an unusable beat: no value, no template update
+    out = patient.sinus_p_corr(beats, np.zeros(n), rr, p_lo, p_hi)
+    assert np.isnan(out[50])
+    late = np.arange(n) > 20
+    assert np.nanmean(out[late & ~early]) > 0.9  # sinus beats match the template
+    assert np.nanmean(out[late & early]) < 0.0  # the majority does not
+    # causal: what comes later never changes a beat's value
+    changed = beats.copy()
+    changed[300:] = 0.0
+    again = patient.sinus_p_corr(changed, np.zeros(n), rr, p_lo, p_hi)
+    np.testing.assert_array_equal(again[:300], out[:300])

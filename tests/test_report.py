@@ -181,14 +181,33 @@ def test_with_micro_batches_only_the_last_backward_hides_the_all_reduce():
     from heartlm.report.study import Study
 
     def study(engine_args: list[str]) -> Study:
-        grid = {"workload": {"batch": 2048, "engine_args": engine_args}}
+        grid = {"config": {"batch": 2048, "engine_args": engine_args}}
         return Study(Path("unused"), [], {}, grid)
 
-    assert study([]).micro_batches() == 1
-    assert study(["--micro-batch", "256"]).micro_batches() == 8
-    assert study(["--micro-batch", "300"]).micro_batches() == 7  # the last one is short
+    assert study([]).micro_batches(128) == 1
+    assert study(["--micro-batch", "256"]).micro_batches(128) == 8
+    assert study(["--micro-batch=300"]).micro_batches(1024) == 7  # the last one is short
+    assert study(["--micro-batch", "many"]).micro_batches(128) == 1  # not a number: no claim
     # 0.4 s of compute, 0.12 s of all-reduce over a socket: hidden behind 2/3 of the step's
     # compute, but 0.087 s exposed when only the last of 8 micro-batches overlaps it.
     fit = commmodel.fit([1], [0.4], 3.13e9 * 0.12, "weak", {2: 1e11}, 2 / 3 / 8)
     busbw = 3.13e9
     assert commmodel.predict_flat_step_s(fit, 2, busbw) == pytest.approx(0.4 + 0.12 - 0.4 / 12)
+
+
+def test_report_tables_keep_partial_cells_and_show_each_1_gpu_reference_once():
+    from heartlm.report.markdown import _pending, _shown
+
+    def row(backend: str, gpus: str, status: str = "ok") -> dict[str, str]:
+        return {"task": "pretrain", "window": "128", "scaling": "weak", "backend": backend,
+                "gpus": gpus, "cpus": "16", "status": status}  # fmt: skip
+
+    rows = [row("ddp", "1"), row("ddp", "2"), row("fsdp", "1"), row("fsdp", "2", "partial"),
+            row("zero1", "1")]  # fmt: skip
+    shown = _shown(rows)
+    # zero1 has no multi-GPU result: its copy of the 1-GPU cell is not repeated
+    assert [(r["backend"], r["gpus"]) for r in shown] == [
+        ("ddp", "1"), ("ddp", "2"), ("fsdp", "1"), ("fsdp", "2")]  # fmt: skip
+    line = _pending([row("zero2", "2", "pending"), row("zero2", "4", "pending")])
+    assert "2 cells of the grid have not run yet: pretrain w128 zero2 16 CPUs." in line
+    assert _pending([]) == ""

@@ -67,7 +67,6 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
         )
     intra = study.busbw.get("nvlink") or {2: commmodel.gbps_to_bytes(args.intra_node_gbps)}
     cpus = study.reference_cpus()
-    overlap = args.overlap / study.micro_batches()
     curves: dict[str, dict] = {}
     for config in study.configs():
         rows = [r for r in study.ok(config, cpus) if r["grad_bytes"]]
@@ -81,7 +80,7 @@ def model_curves(study: Study, args: argparse.Namespace) -> dict[str, dict]:
             num(base, "grad_bytes"),
             config[2],
             intra,
-            overlap,
+            args.overlap / study.micro_batches(int(config[1])),
         )
         t1, steps1 = num(base, "time_s"), int(base["steps"])
         model = {}
@@ -128,6 +127,17 @@ def socket_checks(
     return out
 
 
+def _micro_batch_note(study: Study) -> str:
+    """Where ranks accumulate micro-batches, only the last one's backward hides the
+    all-reduce: say so, per window."""
+    counts = {w: study.micro_batches(int(w)) for w in sorted({c[1] for c in study.configs()})}
+    several = {w: k for w, k in counts.items() if k > 1}
+    if not several:
+        return ""
+    each = ", ".join(f"{k} at window {w}" for w, k in several.items())
+    return f" of the last micro-batch ({each} per step)"
+
+
 def run(args: argparse.Namespace) -> int:
     folder = args.dir.resolve()
     study = load_study(folder)
@@ -139,11 +149,7 @@ def run(args: argparse.Namespace) -> int:
         if study.busbw.get("nvlink")
         else f"{args.intra_node_gbps:g} Gb/s bus bandwidth assumed (no DIR/comm/nvlink_n*.json)",
         "overlap": f"the all-reduce hides behind {args.overlap:.3g} of the compute (backward)"
-        + (
-            f" of the last of {study.micro_batches()} micro-batches"
-            if study.micro_batches() > 1
-            else ""
-        )
+        + _micro_batch_note(study)
         + "; the rest of the parallel cost is fitted per GPU count on the measured node",
         "gradient bytes": "size of the fp32 weights (results.csv grad_bytes)",
         "CPU cores per GPU": str(study.reference_cpus()),

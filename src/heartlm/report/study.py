@@ -47,16 +47,25 @@ class Study:
             parts.append(data_path)
         return " ".join(parts)
 
-    def micro_batches(self) -> int:
-        """Micro-batches per optimizer step of a weak cell's rank (`--micro-batch` among the
-        grid's engine_args): DDP reduces only during the last one's backward."""
-        workload = self.grid.get("workload", {})
-        args = list(workload.get("engine_args", []))
-        batch = int(workload.get("batch") or 0)
-        if "--micro-batch" not in args[:-1] or batch <= 0:
+    def micro_batches(self, window: int) -> int:
+        """Micro-batches per optimizer step of a weak cell's rank at `window`
+        (`--micro-batch` among the grid's engine_args): DDP reduces only during the last
+        one's backward."""
+        from heartlm.scale.grid import ScaleConfig
+
+        config = self.grid.get("config", {})
+        args = [str(a) for a in config.get("engine_args", [])]
+        micro = None
+        for i, arg in enumerate(args):
+            if arg == "--micro-batch" and i + 1 < len(args):
+                micro = args[i + 1]
+            elif arg.startswith("--micro-batch="):
+                micro = arg.split("=", 1)[1]
+        try:
+            batch = ScaleConfig(**config).batch_for(window)
+            return max(1, -(-batch // int(micro))) if micro else 1
+        except (TypeError, ValueError, ZeroDivisionError):
             return 1
-        micro = int(args[args.index("--micro-batch") + 1])
-        return max(1, -(-batch // micro))
 
     def ok(self, config: tuple[str, ...], cpus: str | None = None) -> list[dict[str, str]]:
         rows = [
