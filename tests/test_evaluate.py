@@ -97,7 +97,10 @@ def test_mitdb_is_scored_on_ds2_only_by_default():
     refs = _refs([("mitdb", "100"), ("mitdb", "101"), ("mitdb", "102"), ("ludb", "1")])
     chosen, scope = choose_records(refs, all_records=False, select=None)
     assert [r.key for r in chosen] == ["mitdb/100", "ludb/1"]
-    assert "DS2 only" in scope and "--all-records" in scope
+    assert "DS2 only: 1 records and 1 records of other databases, scored together" in scope
+    assert "--all-records" in scope
+    ds2_only = _refs([("mitdb", "100"), ("mitdb", "101")])
+    assert "other databases" not in choose_records(ds2_only, False, None)[1]
     assert len(choose_records(refs, all_records=True, select=None)[0]) == 4
     chosen, _ = choose_records(refs, all_records=False, select=["101", "ludb/1"])
     assert [r.key for r in chosen] == ["mitdb/101", "ludb/1"]

@@ -33,9 +33,12 @@ def choose_records(
         return refs, f"all {len(refs)} records"
     chosen = [r for r in refs if not is_mitdb(r.db) or r.name in MITDB_DS2]
     dropped = len(refs) - len(chosen)
+    others = sum(not is_mitdb(r.db) for r in chosen)
+    # Scores pooled over DS2 and another database are easy to misread as DS2's: say so.
+    mixed = f" and {others} records of other databases, scored together" if others else ""
     return chosen, (
-        f"MIT-BIH DS2 only: {len(chosen)} records, {dropped} MIT-BIH records not scored "
-        "(--all-records scores them)"
+        f"MIT-BIH DS2 only: {len(chosen) - others} records{mixed}; {dropped} MIT-BIH records "
+        "not scored (--all-records scores them, --records picks)"
     )
 
 
