@@ -64,6 +64,12 @@ def describe_os_error(exc: OSError) -> str:
     return f"{exc.filename or 'cannot write'}: {exc.strerror or exc}"
 
 
+def _say_error(message: str) -> None:
+    """One write of the whole line: every rank of a failed run prints it into one pipe."""
+    sys.stderr.write(f"heartlm: error: {message}\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # wfdb 4.3 calls pandas in ways pandas now deprecates: noise for our users.
@@ -83,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return int(module.run(config) or 0)
     except HeartlmError as exc:
-        print(f"heartlm: error: {exc}", file=sys.stderr)
+        _say_error(str(exc))
         return 2
     except OSError as exc:  # the machine, not the input: a full or read-only disk, a limit
-        print(f"heartlm: error: {describe_os_error(exc)}", file=sys.stderr)
+        _say_error(describe_os_error(exc))
         return 2
     except KeyboardInterrupt:
         print("heartlm: interrupted", file=sys.stderr)

@@ -48,9 +48,10 @@ class Relay:
         if RDZV_TIMEOUT_MARK in text:
             self.rendezvous_timeout = True
         if text.startswith(ERROR_PREFIX):
-            message = text[len(ERROR_PREFIX) :].rstrip("\n")
-            if message not in self.errors:
-                self.errors.append(message)
+            # Two ranks failing at once can reach the pipe as one line: split it again.
+            for message in text.rstrip("\n").split(ERROR_PREFIX):
+                if message and message not in self.errors:
+                    self.errors.append(message)
             return
         if self._in_summary(text) or self._in_traceback(rank, text):
             self.held.append(line)
