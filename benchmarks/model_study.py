@@ -137,7 +137,12 @@ class Runner:
         argv = [sys.executable, "-m", "heartlm", *map(str, args)]
         # Logged with the databases' folder as ECG: no machine's paths in committed results.
         shown = "heartlm " + shlex.join(argv[3:]).replace(str(self.ecg), "ECG")
+        stamp = None if done is None else self.work / f".{Path(done).parts[0]}.command"
         if done is not None and (self.work / done).exists():
+            made_by = stamp.read_text() if stamp.is_file() else shown  # older folders: trusted
+            if made_by != shown:
+                raise SystemExit(f"{self.work / done}: made by `{made_by}`, not `{shown}`; "
+                                 "use a fresh --work or remove it")  # fmt: skip
             return ""
         print(f"$ {shown}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -149,6 +154,8 @@ class Runner:
             self.commands.append({"command": shown, "seconds": round(time.perf_counter() - t0, 1)})
         if result.returncode != 0:
             raise SystemExit(f"failed ({result.returncode}): {shown}")
+        if stamp is not None:
+            stamp.write_text(shown)
         return result.stdout or ""
 
     def finetune(self, name: str, task: str, data: str, *extra: Any) -> None:

@@ -208,3 +208,15 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     scored = [c for c in calls if c[0] == "evaluate" and c[2] == "tok_beats"]
     assert scored and all(records(c) == set(MITDB_DS2) for c in scored)
     assert any(c[0] == "evaluate" and c[2] == "tok_sick_test" for c in calls)
+
+
+def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
+    runner = model_study.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    (tmp_path / "tok_pre").mkdir()
+    (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 1024")
+    with pytest.raises(SystemExit, match="made by `heartlm tokenize store_pre --vocab 1024`"):
+        runner.heartlm("tokenize", "store_pre", "--vocab", 512, done="tok_pre")
+    # the same command skips the finished step, as before
+    (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 512")
+    assert runner.heartlm("tokenize", "store_pre", "--vocab", 512, done="tok_pre") == ""
+    assert runner.commands == []
