@@ -99,6 +99,9 @@ scratch) its configuration with the best mean of S F1 and V F1 in W/select.json 
 only), a rule fixed before DS2 is read. Each initialisation gets its own best recipe, so
 "pretrained beats scratch" compares the best of each."""
 SEEDS = (0, 1, 2)
+TRAIN, TEST = MITDB_DS1, MITDB_DS2
+"""What `final` and `final_afib` train the beat model on and score; --quick trains on one DS1
+fold and scores the other, so a pipeline check never reads DS2."""
 FRACTIONS = (1.0, 0.1, 0.01)
 """Label shares `final` scores: all of DS1's labels for the beat-class goals, 10 % and 1 % for
 "pretraining pays"."""
@@ -106,7 +109,7 @@ FRACTIONS = (1.0, 0.1, 0.01)
 
 def quick() -> None:
     """--quick: a pipeline check on the CPU (tiny model, a few steps); its numbers mean nothing."""
-    global SEEDS, FRACTIONS, SELECT_SEEDS
+    global SEEDS, FRACTIONS, SELECT_SEEDS, TRAIN, TEST
     PRETRAIN[PRETRAIN.index("small")] = "tiny"
     PRETRAIN[PRETRAIN.index("--steps") + 1] = "20"
     for flags in (BEATS, AFIB):
@@ -114,6 +117,7 @@ def quick() -> None:
         flags[flags.index("--steps") + 1] = "6"
     BEATS[BEATS.index("--window") + 1] = AFIB[AFIB.index("--window") + 1] = "16"
     SEEDS, FRACTIONS, SELECT_SEEDS = (0,), (0.1,), (0,)
+    TRAIN, TEST = FOLDS
     for name in [n for n, flags in CONFIGS.items() if "--epochs" in flags]:
         del CONFIGS[name]  # --steps replaces --epochs here
 
@@ -313,7 +317,7 @@ def final(r: Runner) -> dict[str, Any]:
     }
 
     data = load_tokens(r.work / "tok_beats")
-    train = [*MITDB_DS1, *_sick_keys(data, "synth_sick")]
+    train = [*TRAIN, *_sick_keys(data, "synth_sick")]
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
         name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[chosen[init]], train)}"
@@ -321,7 +325,7 @@ def final(r: Runner) -> dict[str, Any]:
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--label-fraction", fraction,
                    "--seed", seed, *flags, *scratch)  # fmt: skip
-        rep = r.evaluate(name, "tok_beats", "--records", *MITDB_DS2)  # not the SICK records
+        rep = r.evaluate(name, "tok_beats", "--records", *TEST)  # not the SICK records
         held_out = r.evaluate(name, "tok_sick_test")
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": _sum_reports([held_out])}  # fmt: skip
@@ -331,7 +335,7 @@ def final(r: Runner) -> dict[str, Any]:
     for inputs in sorted({_inputs(CONFIGS[name]) for name in chosen.values()}):
         for fraction in FRACTIONS:
             for seed in SEEDS:  # the same share of DS1's labels; scored, as above, on all of DS2
-                rep = beat_floor(data, train, list(MITDB_DS2), seed,
+                rep = beat_floor(data, train, list(TEST), seed,
                                  fraction=fraction, inputs=inputs)  # fmt: skip
                 beat_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
                                   "seed": seed, **rep})  # fmt: skip
@@ -354,7 +358,7 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *flags, *scratch)  # fmt: skip
-        rep = r.evaluate(name, "tok_mitdb")
+        rep = r.evaluate(name, "tok_mitdb", "--records", *TEST)
         alarms = _false_alarms(r.evaluate(name, "tok_sick_test")["counts"])
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_false_alarms": alarms}  # fmt: skip
@@ -453,7 +457,7 @@ def final_afib(r: Runner) -> dict[str, Any]:
     for fraction in FRACTIONS:
         for seed in SEEDS:
             inputs = _inputs(AFIB_CONFIGS[chosen])
-            rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(MITDB_DS2),
+            rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(TEST),
                              seed=seed, fraction=fraction, inputs=inputs)  # fmt: skip
             afib_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
                               "seed": seed, "afib": rep})  # fmt: skip
@@ -496,7 +500,9 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--jobs", type=int, default=4, help="fine-tuning runs at once")
     ap.add_argument("--synth-records", type=int, default=100)
-    ap.add_argument("--quick", action="store_true", help="tiny pipeline check; no results")
+    ap.add_argument(
+        "--quick", action="store_true", help="tiny pipeline check, no results; DS2 is not read"
+    )
     args = ap.parse_args()
     if args.quick:
         quick()
