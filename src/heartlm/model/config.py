@@ -37,7 +37,7 @@ class ModelConfig:
     """every morphology id reads as MASK (fine-tuning `--inputs relative`)"""
     absolute_columns: tuple[int, ...] = ()
     """feature columns read as zero, in training and at evaluation (fine-tuning `--inputs`:
-    `heartlm.tokens.features.hidden_columns`)"""
+    `heartlm.inputs.hidden_columns`)"""
     n_beat_classes: int = 5
     n_window_classes: int = 2
     norm: str = "layernorm"

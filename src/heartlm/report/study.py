@@ -51,20 +51,18 @@ class Study:
         """Micro-batches per optimizer step of a weak cell's rank at `window`
         (`--micro-batch` among the grid's engine_args): DDP reduces only during the last
         one's backward."""
+        import argparse
+
         from heartlm.scale.grid import ScaleConfig
 
         config = self.grid.get("config", {})
-        args = [str(a) for a in config.get("engine_args", [])]
-        micro = None
-        for i, arg in enumerate(args):
-            if arg == "--micro-batch" and i + 1 < len(args):
-                micro = args[i + 1]
-            elif arg.startswith("--micro-batch="):
-                micro = arg.split("=", 1)[1]
+        engine = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+        engine.add_argument("--micro-batch", type=int)  # `--micro-batch N` or `=N`
         try:
+            known, _ = engine.parse_known_args([str(a) for a in config.get("engine_args", [])])
             batch = ScaleConfig(**config).batch_for(window)
-            return max(1, -(-batch // int(micro))) if micro else 1
-        except (TypeError, ValueError, ZeroDivisionError):
+            return max(1, -(-batch // known.micro_batch)) if known.micro_batch else 1
+        except (argparse.ArgumentError, TypeError, ValueError, ZeroDivisionError):
             return 1
 
     def ok(self, config: tuple[str, ...], cpus: str | None = None) -> list[dict[str, str]]:
