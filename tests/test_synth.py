@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -13,9 +14,14 @@ from scipy.signal import butter, sosfiltfilt
 
 from heartlm.cli import main
 from heartlm.ecg.labels import RHYTHMS, SYMBOL_TO_AAMI
+from heartlm.ingest import IngestConfig, ingest
+from heartlm.labelled.windows import afib_window_label
+from heartlm.store import BeatStore
 from heartlm.synth import corpus as corpus_module
 from heartlm.synth import synth_record, write_corpus
-from heartlm.synth.corpus import write_signal
+from heartlm.synth.corpus import SynthConfig, record_kind, write_config, write_signal
+from heartlm.synth.noise import add_flutter_waves
+from heartlm.synth.patient import Patient
 
 
 def _record_files(folder: Path) -> dict[str, bytes]:
@@ -81,7 +87,7 @@ def test_one_lead(tmp_path):
 
 
 def test_symbols_are_mitbih_beats_and_rhythms():
-    for kind in (dict(), dict(afib=True), dict(paced=True)):
+    for kind in (dict(), dict(afib=True), dict(paced=True), dict(flutter=True)):
         rec = synth_record(1, 360, 5, **kind)
         _, symbols = rec.beats()
         assert len(symbols) > 40 and set(symbols) <= set(SYMBOL_TO_AAMI)
@@ -89,6 +95,7 @@ def test_symbols_are_mitbih_beats_and_rhythms():
         assert rhythms and all(aux.startswith("(") and aux[1:] in RHYTHMS for aux in rhythms)
         assert np.all(np.diff(rec.ann_sample) > 0)
     assert "(AFIB" in synth_record(1, 360, 5, afib=True).ann_aux
+    assert "(AFL" in synth_record(1, 360, 5, flutter=True).ann_aux
     assert set(synth_record(1, 360, 5, paced=True).beats()[1]) & {"/", "f"}
 
 
@@ -223,6 +230,7 @@ def test_run_json_counts_match_the_annotation_files(tmp_path):
         (["--minutes", "0"], "--minutes"),
         (["--minutes", "0.01"], "--minutes"),
         (["--afib-fraction", "2"], "--afib-fraction"),
+        (["--flutter-fraction", "1.5"], "--flutter-fraction"),
         (["--workers", "0"], "--workers"),
         (["--seed", "-1"], "--seed"),
     ],
@@ -276,3 +284,108 @@ def test_sick_sinus_patients_have_more_ectopic_than_sinus_beats():
     assert np.median(rr[kind == "N"]) > 1.15 and rr[kind == "N"].max() > 2.0
     assert np.median(rr[kind == "A"]) < 0.85 * np.median(rr[kind == "N"])
     assert "(SBR" not in synth_record(5.0, 250, (4, 0)).ann_aux
+
+
+def _flutter_fit(rr: np.ndarray) -> tuple[np.ndarray, float]:
+    """Fit one atrial cycle (240-340 per minute) that makes every RR a whole 2, 3 or 4 cycles:
+    the ratio of each RR, and the largest distance (s) of an RR from its multiple."""
+    cycles = np.linspace(60 / 340, 60 / 240, 4001)
+    multiples_CK = cycles[:, None] * np.array([2, 3, 4])[None, :]
+    off_CR = np.abs(rr[None, :, None] - multiples_CK[:, None, :]).min(axis=2)
+    best = int(off_CR.max(axis=1).argmin())
+    return np.rint(rr / cycles[best]).astype(int), float(off_CR[best].max())
+
+
+def test_flutter_rr_is_whole_multiples_of_the_flutter_cycle_with_variable_block():
+    rec = synth_record(5.0, 250, (4, 0), flutter=True)
+    assert "(AFL" in rec.ann_aux and "(AFIB" not in rec.ann_aux
+    rr = _rr_by_rhythm(rec)
+    assert len(rr["(AFL"]) > 100 and len(rr["(N"]) > 50
+    ratio, worst = _flutter_fit(rr["(AFL"])
+    assert worst < 0.015  # every RR within 15 ms of 2, 3 or 4 atrial cycles
+    assert set(ratio) <= {2, 3, 4} and sum(np.bincount(ratio) >= 5) >= 2  # variable block
+    # The same fit fails on AF's irregularly irregular RR and on sinus rhythm.
+    afib = _rr_by_rhythm(synth_record(5.0, 250, (4, 0), afib=True))["(AFIB"]
+    assert _flutter_fit(afib)[1] > 0.05 and _flutter_fit(rr["(N"])[1] > 0.05
+
+
+def _patient(flutter: list[tuple[float, float]]) -> Patient:
+    no_ectopy = dict.fromkeys("AVFQf", 0.0)
+    p = Patient(70, 0.0, 0.2, 0.0, 0.0, no_ectopy, False, 1.0, [], 0.7, 0.2, flutter=flutter)
+    p.flutter_cycle_s, p.flutter_mv = 0.2, 0.15
+    return p
+
+
+def test_flutter_waves_are_a_regular_sawtooth_inside_episodes_only():
+    fs = 250.0
+    signal_LN = np.zeros((2, round(16 * fs)))
+    add_flutter_waves(np.random.default_rng(0), _patient([(4.0, 12.0)]), signal_LN, fs)
+    inside = signal_LN[:, round(5 * fs) : round(11 * fs)]
+    assert np.ptp(inside[0]) == pytest.approx(2 * 0.15, abs=0.01)
+    assert 0.3 < np.ptp(inside[1]) / np.ptp(inside[0]) < 0.7  # smaller in V1
+    period = round(0.2 * fs)
+    assert np.allclose(inside[0, period:], inside[0, :-period], atol=1e-9)  # regular
+    assert (np.diff(inside[0]) < 0).mean() > 0.7  # inverted: slow downslope, quick upstroke
+    assert not signal_LN[:, : round(3.5 * fs)].any() and not signal_LN[:, round(12.5 * fs) :].any()
+    # Without flutter nothing is added and no random number is drawn.
+    rng, untouched = np.random.default_rng(1), np.zeros((2, 100))
+    add_flutter_waves(rng, _patient([]), untouched, fs)
+    assert not untouched.any() and rng.uniform() == np.random.default_rng(1).uniform()
+
+
+def _corpus_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for name, data in _record_files(folder).items():
+        digest.update(name.encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+# sha256 of the corpus below as written before --flutter-fraction existed (normal, paced,
+# sick-sinus and AFIB records); it changes only if numpy's random streams or maths change.
+GOLDEN_CORPUS = "be91953a831307151e80897da286cdd31176a57f4888fd071887c9c8360e40dd"
+
+
+def test_flutter_leaves_every_other_record_byte_identical(tmp_path):
+    config = dict(records=4, minutes=0.5, fs=250, seed=5, afib_fraction=0.5,
+                  paced_fraction=0.25, sick_sinus_fraction=0.25)  # fmt: skip
+    write_config(tmp_path / "off", SynthConfig(**config), workers=1, overwrite=False)
+    assert _corpus_digest(tmp_path / "off") == GOLDEN_CORPUS
+    flutter = SynthConfig(**config, flutter_fraction=0.25)
+    assert [record_kind(i, flutter)[3] for i in range(4)] == [True, False, False, False]
+    write_config(tmp_path / "on", flutter, workers=1, overwrite=False)
+    off, on = _record_files(tmp_path / "off"), _record_files(tmp_path / "on")
+    assert off.keys() == on.keys()
+    assert [n for n in off if off[n] != on[n]] == ["s0000.atr", "s0000.dat", "s0000.hea"]
+    assert "flutter=True" in on["s0000.hea"].decode()
+    counts = json.loads((tmp_path / "on" / "run.json").read_text())["counts"]
+    assert counts["flutter_records"] == 1 and counts["flutter_episodes"] >= 1
+    a, b = synth_record(0.5, 250, (4, 0)), synth_record(0.5, 250, (4, 0), flutter=False)
+    assert np.array_equal(a.signal, b.signal) and np.array_equal(a.ann_sample, b.ann_sample)
+    assert (a.ann_symbol, a.ann_aux) == (b.ann_symbol, b.ann_aux)
+
+
+@pytest.mark.parametrize("afib_fraction", [0.5, 1.0])
+def test_flutter_records_have_no_afib_and_no_pacing(afib_fraction):
+    config = SynthConfig(
+        afib_fraction=afib_fraction,
+        flutter_fraction=0.5,
+        paced_fraction=0.1,
+        sick_sinus_fraction=0.1,
+    )
+    kinds = np.array([record_kind(i, config) for i in range(100)])
+    assert kinds.sum(axis=1).max() == 1  # at most one kind per record
+    # Pacing displaces flutter, sick sinus displaces AFIB, flutter displaces AFIB.
+    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40]  # afib, paced, sick, flutter
+
+
+def test_ingest_labels_flutter_beats_afl_and_not_afib(tmp_path):
+    config = SynthConfig(records=1, minutes=1.0, fs=250, seed=2, flutter_fraction=1.0)
+    write_config(tmp_path / "c", config, workers=1, overwrite=False)
+    ann = wfdb.rdann(str(tmp_path / "c" / "s0000"), "atr")
+    assert "(AFL" in ann.aux_note and "(AFIB" not in ann.aux_note
+    ingest([tmp_path / "c"], tmp_path / "store", IngestConfig(workers=1))
+    rhythm = BeatStore(tmp_path / "store").table["rhythm"]
+    afl, sinus = RHYTHMS.index("AFL"), RHYTHMS.index("N")
+    assert set(rhythm.tolist()) == {afl, sinus} and (rhythm == afl).sum() >= 20
+    assert afib_window_label(rhythm[rhythm == afl]) == 0

@@ -50,6 +50,9 @@ class SynthConfig:
     sick_sinus_fraction: float = 0.0
     """share of records from a patient with a slow, pausing sinus node and atrial ectopic beats
     in the majority (a generalisation check: the usual beat is not the normal one)"""
+    flutter_fraction: float = 0.0
+    """share of records with atrial flutter episodes (sawtooth flutter waves at 240-340 per
+    minute, conducted 2:1 to 4:1), labelled (AFL: a regular atrium beside AFIB's chaotic one"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:
@@ -73,6 +76,10 @@ class SynthConfig:
             raise HeartlmError(
                 f"--sick-sinus-fraction must be in [0, 1], got {self.sick_sinus_fraction:g}"
             )
+        if not 0 <= self.flutter_fraction <= 1:
+            raise HeartlmError(
+                f"--flutter-fraction must be in [0, 1], got {self.flutter_fraction:g}"
+            )
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
 
@@ -86,16 +93,19 @@ def _share(i: int, fraction: float, phase: float) -> bool:
     return int((i + 1) * fraction + phase) > int(i * fraction + phase)
 
 
-def record_kind(i: int, config: SynthConfig) -> tuple[bool, bool, bool]:
-    """(afib, paced, sick sinus) of record i; a paced or sick-sinus record has no AFIB."""
+def record_kind(i: int, config: SynthConfig) -> tuple[bool, bool, bool, bool]:
+    """(afib, paced, sick sinus, flutter) of record i; a paced, sick-sinus or flutter record has
+    no AFIB, and a paced or sick-sinus record no flutter."""
     paced = _share(i, config.paced_fraction, 0.5)
     sick = _share(i, config.sick_sinus_fraction, 0.25) and not paced
-    return _share(i, config.afib_fraction, 0.0) and not (paced or sick), paced, sick
+    flutter = _share(i, config.flutter_fraction, 0.75) and not (paced or sick)
+    afib = _share(i, config.afib_fraction, 0.0) and not (paced or sick or flutter)
+    return afib, paced, sick, flutter
 
 
 def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     """Draw record i and write it into `folder`; returns its annotation symbol counts."""
-    afib, paced, sick = record_kind(i, config)
+    afib, paced, sick, flutter = record_kind(i, config)
     rec = synth_record(
         config.minutes,
         config.fs,
@@ -105,6 +115,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         paced=paced,
         noise=config.noise,
         sick_sinus=sick,
+        flutter=flutter,
     )
     name = record_name(i)
     write_signal(
@@ -116,6 +127,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         comments=[
             f"heartlm synth seed={config.seed} record={i} afib={afib} paced={paced}"
             + (" sick_sinus=True" if sick else "")
+            + (" flutter=True" if flutter else "")
         ],
     )
     wfdb.wrann(
@@ -130,7 +142,9 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     counts["afib_records"] = int(afib)
     counts["paced_records"] = int(paced)
     counts["sick_sinus_records"] = int(sick)
+    counts["flutter_records"] = int(flutter)
     counts["afib_episodes"] = rec.ann_aux.count("(AFIB")
+    counts["flutter_episodes"] = rec.ann_aux.count("(AFL")
     counts["samples"] = len(rec.signal)
     return dict(counts)
 
@@ -237,6 +251,8 @@ def _summarise(totals: Counter[str], records: int) -> dict:
         "afib_records": totals["afib_records"],
         "afib_episodes": totals["afib_episodes"],
         "paced_records": totals["paced_records"],
+        "flutter_records": totals["flutter_records"],
+        "flutter_episodes": totals["flutter_episodes"],
     }
 
 

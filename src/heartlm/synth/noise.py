@@ -1,4 +1,5 @@
-"""What is not the heart's electrical beat: baseline wander, muscle and powerline noise, f-waves."""
+"""What is not the heart's electrical beat: baseline wander, muscle and powerline noise, f-waves
+and flutter waves."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import numpy as np
 from heartlm.synth.patient import Patient
 
 COARSE_S = 0.05  # slow components live on a 20 Hz grid and are interpolated to the samples
+FADE_S = 0.5  # atrial waves fade in and out over this long at episode edges
+FLUTTER_DOWN = 0.8  # share of a flutter cycle on the slow downslope; the upstroke takes the rest
 
 
 def _slow(
@@ -67,11 +70,37 @@ def add_fwaves(rng: np.random.Generator, p: Patient, signal_LN: np.ndarray, fs: 
     coarse_t = np.arange(0.0, n / fs + 3 * COARSE_S, COARSE_S)
     freq = p.fwave_hz + 0.8 * _slow(rng, coarse_t, 0.05, 0.5, 3)
     size = np.clip(1.0 + 0.4 * _slow(rng, coarse_t, 0.1, 1.0, 3), 0.2, None)
-    # Fade in and out over half a second so episode edges are not steps.
-    fade = np.zeros_like(coarse_t)
-    for start, end in p.afib:
-        fade += np.clip(np.minimum(coarse_t - start, end - coarse_t) / 0.5 + 0.5, 0.0, 1.0)
+    fade = _fade(coarse_t, p.afib)
     freq, size = _upsample([freq, p.fwave_mv * size * fade], n, fs)
     wave = np.sin(2 * np.pi * np.cumsum(freq) / fs) * size
     gains = np.array([1.0, rng.uniform(1.5, 2.5)])[:leads]  # f-waves are largest in V1
     signal_LN += gains[:, None] * wave[None, :]
+
+
+def add_flutter_waves(
+    rng: np.random.Generator, p: Patient, signal_LN: np.ndarray, fs: float
+) -> None:
+    """Flutter waves in place, in AFL: a regular sawtooth at the flutter rate, drawn as the
+    inferior leads show it (slow downslope, quick upstroke), smaller in V1."""
+    if not p.flutter:
+        return
+    leads, n = signal_LN.shape
+    coarse_t = np.arange(0.0, n / fs + 3 * COARSE_S, COARSE_S)
+    (size,) = _upsample([p.flutter_mv * _fade(coarse_t, p.flutter)], n, fs)
+    phase = (np.arange(n) / (fs * p.flutter_cycle_s) + rng.uniform()) % 1.0
+    # Mean zero, from +1 down to -1 and back up: flutter_mv is an amplitude, as fwave_mv is.
+    saw = np.where(
+        phase < FLUTTER_DOWN,
+        1.0 - 2.0 * phase / FLUTTER_DOWN,
+        -1.0 + 2.0 * (phase - FLUTTER_DOWN) / (1.0 - FLUTTER_DOWN),
+    )
+    gains = np.array([1.0, rng.uniform(0.3, 0.7)])[:leads]
+    signal_LN += gains[:, None] * (saw * size)[None, :]
+
+
+def _fade(coarse_t: np.ndarray, episodes: list[tuple[float, float]]) -> np.ndarray:
+    """1 inside the episodes, 0 outside, ramping over FADE_S so episode edges are not steps."""
+    fade = np.zeros_like(coarse_t)
+    for start, end in episodes:
+        fade += np.clip(np.minimum(coarse_t - start, end - coarse_t) / FADE_S + 0.5, 0.0, 1.0)
+    return fade

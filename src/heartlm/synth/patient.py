@@ -78,6 +78,10 @@ class Patient:
     """slow sinus rhythm with long pauses and runs of atrial ectopic beats that outnumber the
     sinus beats (as in MIT-BIH 232): every reference to 'the usual beat' is the ectopic one"""
     pause_prob: float = 0.0  # per sinus beat, sick sinus only
+    flutter: list[tuple[float, float]] = field(default_factory=list)  # AFL episodes (start, end)
+    flutter_cycle_s: float = 0.25  # atrial cycle of the flutter circuit
+    flutter_block: tuple[float, float, float] = (1.0, 0.0, 0.0)  # P(2:1), P(3:1), P(4:1)
+    flutter_mv: float = 0.15  # sawtooth amplitude (half its height, as fwave_mv is)
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
     emg_mv: float = 0.02
@@ -95,6 +99,7 @@ def draw_patient(
     afib: bool,
     paced: bool,
     sick_sinus: bool = False,
+    flutter: bool = False,
 ) -> Patient:
     u = rng.uniform
     # Ectopic burden is patchy across patients, as in MIT-BIH: many have almost none, a few many.
@@ -135,6 +140,12 @@ def draw_patient(
         p.hr_bpm = u(38, 52)
         p.p_ectopic["A"] = u(0.55, 0.8)
         p.pause_prob = u(0.05, 0.15)
+    elif flutter and not paced:  # also drawn last
+        p.afib = []
+        p.flutter = _afib_episodes(rng, duration_s)
+        p.flutter_cycle_s = 60.0 / u(240, 340)
+        p.flutter_block = _flutter_block(rng)
+        p.flutter_mv = u(0.08, 0.2)
     return p
 
 
@@ -151,6 +162,16 @@ def _afib_episodes(rng: np.random.Generator, duration_s: float) -> list[tuple[fl
             episodes.append((float(start), float(start + length)))
         t = start + length
     return episodes
+
+
+def _flutter_block(rng: np.random.Generator) -> tuple[float, float, float]:
+    """Probabilities of 2:1, 3:1 and 4:1 AV conduction: one dominant ratio, and a variable
+    share (10-60 %) split evenly over the other two."""
+    dominant = rng.choice(3, p=[0.6, 0.1, 0.3])
+    variable = rng.uniform(0.1, 0.6)
+    block = np.full(3, variable / 2)
+    block[dominant] = 1.0 - variable
+    return (float(block[0]), float(block[1]), float(block[2]))
 
 
 def _templates(rng: np.random.Generator, leads: int) -> dict[str, list[Template]]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heartlm.synth.noise import add_fwaves, add_noise
+from heartlm.synth.noise import add_flutter_waves, add_fwaves, add_noise
 from heartlm.synth.patient import draw_patient
 from heartlm.synth.render import beat_waves, peak_times, render
 from heartlm.synth.rhythm import draw_beats
@@ -20,7 +20,7 @@ class SynthRecord:
     """A record as WFDB would hold it: signal in mV and MIT-BIH-style annotations.
 
     Beat annotations sit on the drawn R peak (or a wide beat's dominant lobe) in lead 0;
-    rhythm changes are `+` annotations with aux_note such as '(N', '(AFIB' or '(P'.
+    rhythm changes are `+` annotations with aux_note such as '(N', '(AFIB', '(AFL' or '(P'.
     """
 
     signal: np.ndarray  # (n, leads) float64 mV
@@ -46,25 +46,32 @@ def synth_record(
     paced: bool = False,
     noise: float = 1.0,
     sick_sinus: bool = False,
+    flutter: bool = False,
 ) -> SynthRecord:
     """Draw one patient and one recording of `minutes` at `fs` Hz.
 
     `seed` may be a sequence such as (corpus seed, record index): each gives an independent
-    stream. `afib` adds AFIB episodes, `paced` makes a paced record, `noise` scales baseline
-    wander, muscle and powerline noise (0 gives a clean signal; f-waves stay, they are cardiac).
+    stream. `afib` adds AFIB episodes, `paced` makes a paced record, `sick_sinus` a patient
+    with a slow, pausing sinus node and atrial ectopic beats in the majority, `flutter` atrial
+    flutter episodes instead of AFIB (ignored when paced or sick sinus). `noise` scales baseline
+    wander, muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay,
+    they are cardiac). A flag left off gives the same record as before the flag existed.
     """
     if leads not in (1, 2):
         raise ValueError(f"leads must be 1 or 2, got {leads}")
     rng = np.random.default_rng(seed)
     duration = float(minutes) * 60.0
     n = round(duration * fs)
-    patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus)
+    patient = draw_patient(
+        rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus, flutter=flutter
+    )
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
 
     signal_LN = np.zeros((leads, n))
     render(waves, signal_LN)
     add_fwaves(rng, patient, signal_LN, fs)
+    add_flutter_waves(rng, patient, signal_LN, fs)
     add_noise(rng, patient, signal_LN, fs, noise)
     sample = np.rint(peak_times(beats, patient) * fs).astype(np.int64)
 

@@ -1,4 +1,5 @@
-"""Beat times and beat symbols: sinus rhythm with heart-rate variability, ectopy, AFIB, pacing."""
+"""Beat times and beat symbols: sinus rhythm with heart-rate variability, ectopy, AFIB, atrial
+flutter, pacing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from heartlm.synth.patient import Patient
 
 MIN_RR_S = 0.28
 AFIB_VARIANT = 1  # templates["N"][1]: a conducted beat without a P wave
+FLUTTER_RATIOS = np.array([2, 3, 4])  # atrial cycles per conducted beat (AV block 2:1 to 4:1)
+NO_P_WAVE = ("(AFIB", "(AFL")  # rhythms whose conducted beats use AFIB_VARIANT
 
 
 @dataclass
@@ -30,17 +33,24 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
         segments = [("(SBR", 0.0, duration_s)]
     else:
         segments, t = [], 0.0
-        for start, end in p.afib:
+        episodes = [(s, e, "(AFIB") for s, e in p.afib] + [(s, e, "(AFL") for s, e in p.flutter]
+        for start, end, aux in sorted(episodes):
             if start > t:
                 segments.append(("(N", t, start))
-            segments.append(("(AFIB", start, end))
+            segments.append((aux, start, end))
             t = end
         if t < duration_s:
             segments.append(("(N", t, duration_s))
     times, symbols, auxes = [], [], []
     last = -rng.uniform(0.2, 0.8)  # the last beat before the record starts
     for aux, start, end in segments:
-        draw = {"(N": _sinus, "(AFIB": _afib, "(P": _paced, "(SBR": _sick_sinus}[aux]
+        draw = {
+            "(N": _sinus,
+            "(AFIB": _afib,
+            "(AFL": _flutter,
+            "(P": _paced,
+            "(SBR": _sick_sinus,
+        }[aux]
         t, s = draw(rng, p, max(start, last), end)
         t, s = t[t < end], s[t < end]
         if len(t) == 0:
@@ -54,8 +64,8 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     segment = np.repeat(np.arange(len(times)), [len(t) for t in times]).astype(int)
     variant = rng.integers(0, len(p.templates["V"]), len(time))
     variant[symbol != "V"] = 0
-    in_afib = np.isin(segment, [k for k, aux in enumerate(auxes) if aux == "(AFIB"])
-    variant[in_afib & (symbol == "N")] = AFIB_VARIANT
+    no_p_wave = np.isin(segment, [k for k, aux in enumerate(auxes) if aux in NO_P_WAVE])
+    variant[no_p_wave & (symbol == "N")] = AFIB_VARIANT
     keep = (time > 0.15) & (time < duration_s - 0.15)
     time, symbol, variant, segment = time[keep], symbol[keep], variant[keep], segment[keep]
     starts = np.flatnonzero(np.diff(segment, prepend=-1) != 0)
@@ -144,6 +154,19 @@ def _afib(
     sigma = np.sqrt(np.log1p(p.afib_cv**2))
     n = int((end - last) / (p.afib_rr * 0.8)) + 2
     rr = p.afib_rr * rng.lognormal(-0.5 * sigma**2, sigma, n)
+    t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
+    symbol = np.where(rng.uniform(size=n) < p.p_ectopic["V"] * 0.5, "V", "N").astype("<U1")
+    return t, symbol
+
+
+def _flutter(
+    rng: np.random.Generator, p: Patient, last: float, end: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Atrial flutter: the AV node conducts every 2nd, 3rd or 4th flutter wave, so each RR is a
+    whole number of atrial cycles, the ratio drawn beat by beat from the patient's block."""
+    n = int((end - last) / (FLUTTER_RATIOS[0] * p.flutter_cycle_s)) + 2
+    ratio = rng.choice(FLUTTER_RATIOS, size=n, p=p.flutter_block)
+    rr = ratio * p.flutter_cycle_s + rng.normal(0.0, 0.004, n)
     t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
     symbol = np.where(rng.uniform(size=n) < p.p_ectopic["V"] * 0.5, "V", "N").astype("<U1")
     return t, symbol
