@@ -27,7 +27,8 @@
 # the machine stays warm), CARRY (.carry-study: tokens/, state.tar.gz), WHEELS (folders of
 # wheels to install: ".carry/wheels .carry-ds"), OUT ($OUT, else benchmarks/gpu-study),
 # PYTHON (python3), TIMEOUT_S (per launch, 240); for a smoke test on a CPU machine:
-# PRESET (base), WINDOWS (128,1024), SCALE_ARGS (extra `heartlm scale` flags, e.g.
+# PRESET (base), WINDOWS (128,1024), SCALINGS (weak,strong) and BACKENDS
+# (ddp,fsdp,zero1,zero2,zero3: the backends phase) to run a part of a phase, SCALE_ARGS (extra `heartlm scale` flags, e.g.
 # "--steps 8 --warmup 2 --profile-steps 2 --batch 4").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,8 @@ PY=${PYTHON:-python3}
 TIMEOUT_S=${TIMEOUT_S:-240}
 PRESET=${PRESET:-base}
 WINDOWS=${WINDOWS:-128,1024}
+SCALINGS=${SCALINGS:-weak,strong}
+BACKENDS=${BACKENDS:-ddp,fsdp,zero1,zero2,zero3}
 read -r -a SCALE_ARGS <<<"${SCALE_ARGS:-}"
 # NVLink multicast stays off on shared hosts (KINDS.md); one inductor cache for every cell.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -91,12 +94,12 @@ phase_env() {
     say "all-reduce over NVLink, $n GPUs: $($PY -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(', '.join(f\"{x['bytes']/2**20:.0f} MiB {x['busbw']/1e9:.0f} GB/s\" for x in r))" "$STUDY/comm/nvlink_n$n.json")"
   done
 }
-CORE=(--cpus 16 --task pretrain --window "$WINDOWS" --scaling weak,strong --backend ddp)
+CORE=(--cpus 16 --task pretrain --window "$WINDOWS" --scaling "$SCALINGS" --backend ddp)
 phase_core() { local t; t=$(budget) && scale "$t" "${CORE[@]}" --repeats 1; }
 phase_repeats() { local t; t=$(budget) && scale "$t" "${CORE[@]}" --repeats 3; }
 phase_backends() {
   local t; t=$(budget) && scale "$t" --cpus 16 --task pretrain --window "$WINDOWS" \
-    --scaling weak,strong --backend ddp,fsdp,zero1,zero2,zero3 --repeats 1
+    --scaling "$SCALINGS" --backend "$BACKENDS" --repeats 1
 }
 phase_finetune() {
   local t; t=$(budget) && scale "$t" --cpus 16 --task finetune --window "$WINDOWS" \

@@ -67,20 +67,33 @@ NOHR = ["--inputs", "no-heart-rate", "--dropout", "0.1"]
 REL = ["--inputs", "relative", "--dropout", "0.1"]
 W32 = ["--window", "32", "--stride", "8"]
 # Round 8: the four relative recipes (the no-heart-rate ones lost on the DS1 folds in round 7),
-# trained with the synthetic sick-sinus records of SICK beside the DS1 records.
+# trained with the synthetic patients of TRAIN_SYNTHETIC beside the DS1 records.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_relative": REL,
     "scratch_relative": ["--from-scratch", *REL],
     "pretrained_relative_window32_epochs60": [*REL, *W32, "--epochs", "60"],
     "scratch_relative_window32": ["--from-scratch", *REL, *W32],
 }
-SICK = {"synth_sick": 7, "synth_sick_test": 8}
-"""Synthetic patients whose ectopic atrial beats outnumber their sinus beats (a slow,
-pausing sinus node: `heartlm synth --sick-sinus-fraction 1`), 20 x 10 min per folder, by
-seed. DS1 has no such patient, so a model trained on it alone learns 'irregular rhythm
-means AF, hence N' and calls every premature beat of such a patient normal (the LightGBM
-floor: S sensitivity 0.01 on synth_sick_test). `synth_sick` trains beside DS1 in `select`
-and `final`; `synth_sick_test` is a held-out generalisation check, never trained on."""
+SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
+FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
+PATIENTS = {
+    "synth_sick": (7, SICK_SINUS),
+    "synth_sick_test": (8, SICK_SINUS),
+    "synth_flutter": (9, FLUTTER),
+    "synth_flutter_test": (10, FLUTTER),
+}
+"""Synthetic patients DS1 lacks, 20 x 10 min per folder (`heartlm synth` seed, flags).
+
+- sick sinus: a slow, pausing sinus node whose ectopic atrial beats outnumber its sinus
+  beats. A model trained on DS1 alone learns 'irregular rhythm means AF, hence N' and calls
+  every premature beat of such a patient normal (the LightGBM floor: S sensitivity 0.01).
+- flutter: half the patients with atrial flutter (sawtooth waves, RR whole multiples of the
+  flutter cycle: 2:1 to 4:1 block), half with AF episodes. A model trained on DS1 alone calls
+  flutter with variable block AFIB (irregular RR, no P waves); these teach the difference.
+
+The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
+ones are held-out generalisation checks, never trained on."""
+TRAIN_SYNTHETIC = ("synth_sick", "synth_flutter")
 SELECT_FRACTION = 0.1
 """Share of the training fold's labels in `select`: pretraining has to pay where labels are
 scarce, so round 6 chooses its recipes there (round 5 chose at 100 %)."""
@@ -207,10 +220,11 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
         0,
         done="synth",
     )
-    for folder, seed in SICK.items():
+    for folder, (seed, flags) in PATIENTS.items():
         r.heartlm("synth", folder, "--records", 20, "--minutes", 10, "--fs", 360, "--seed", seed,
-                  "--sick-sinus-fraction", 1, "--paced-fraction", 0, done=folder)  # fmt: skip
-    pre = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), nstdb, ludb, "synth", "synth_sick"]
+                  *flags, done=folder)  # fmt: skip
+    real = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb]
+    pre = [*real, nstdb, "synth", *TRAIN_SYNTHETIC]
     r.heartlm("ingest", *pre, "--out", "store_pre", done="store_pre")
     r.heartlm(
         "tokenize", "store_pre", "--out", "tok_pre", "--vocab", 512, "--seed", 0, done="tok_pre"
@@ -219,15 +233,16 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     r.heartlm(
         "tokenize", "store_mitdb", "--out", "tok_mitdb", "--codebook", "tok_pre", done="tok_mitdb"
     )
-    r.heartlm("ingest", mitdb, "synth_sick", "--out", "store_beats", done="store_beats")
+    r.heartlm("ingest", mitdb, *TRAIN_SYNTHETIC, "--out", "store_beats", done="store_beats")
     r.heartlm(
         "tokenize", "store_beats", "--out", "tok_beats", "--codebook", "tok_pre", done="tok_beats"
     )
-    r.heartlm("ingest", "synth_sick_test", "--out", "store_sick_test", done="store_sick_test")
-    r.heartlm("tokenize", "store_sick_test", "--out", "tok_sick_test", "--codebook", "tok_pre",
-              done="tok_sick_test")  # fmt: skip
-    afib = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb, "synth", "synth_sick"]
-    r.heartlm("ingest", *afib, "--out", "store_afib", done="store_afib")
+    for kind in ("sick", "flutter"):
+        r.heartlm("ingest", f"synth_{kind}_test", "--out", f"store_{kind}_test",
+                  done=f"store_{kind}_test")  # fmt: skip
+        r.heartlm("tokenize", f"store_{kind}_test", "--out", f"tok_{kind}_test", "--codebook",
+                  "tok_pre", done=f"tok_{kind}_test")  # fmt: skip
+    r.heartlm("ingest", *real, "synth", *TRAIN_SYNTHETIC, "--out", "store_afib", done="store_afib")
     r.heartlm(
         "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
     )
@@ -267,23 +282,24 @@ def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _sick_keys(data: Any, folder: str) -> list[str]:
-    """DB/NAME of the records of one SICK folder inside a token folder."""
-    return [f"{m['db']}/{m['name']}" for m in data.meta["records"] if m.get("db") == folder]
+def _synthetic_keys(data: Any) -> list[str]:
+    """DB/NAME of the records of the TRAIN_SYNTHETIC folders inside a token folder."""
+    return [f"{m['db']}/{m['name']}" for m in data.meta["records"]
+            if m.get("db") in TRAIN_SYNTHETIC]  # fmt: skip
 
 
 def select(r: Runner) -> dict[str, Any]:
-    """Every configuration on both DS1 folds (train on one with the SICK training records,
+    """Every configuration on both DS1 folds (train on one with the TRAIN_SYNTHETIC records,
     score the other), summed; and each model on the held-out sick-sinus records."""
     from tree_floor import beat_floor
 
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_beats")
-    sick = _sick_keys(data, "synth_sick")
+    synthetic = _synthetic_keys(data)
 
     def one(config: str, k: int, seed: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        train, test = [*FOLDS[k], *sick], FOLDS[1 - k]
+        train, test = [*FOLDS[k], *synthetic], FOLDS[1 - k]
         name = f"sel_{config}_fold{k}_s{seed}_{_tag(CONFIGS[config], train, SELECT_FRACTION)}"
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--seed", seed,
                    "--label-fraction", SELECT_FRACTION, *CONFIGS[config])  # fmt: skip
@@ -296,7 +312,7 @@ def select(r: Runner) -> dict[str, Any]:
     held_out = {c: _sum_reports([rep for cc, _, rep in found if cc == c]) for c in CONFIGS}
     configs = dict(CONFIGS)
     for inputs in sorted({_inputs(flags) for flags in CONFIGS.values()}):
-        floors = [beat_floor(data, [*FOLDS[k], *sick], list(FOLDS[1 - k]), s,
+        floors = [beat_floor(data, [*FOLDS[k], *synthetic], list(FOLDS[1 - k]), s,
                              fraction=SELECT_FRACTION, inputs=inputs)
                   for k in (0, 1) for s in SELECT_SEEDS]  # fmt: skip
         rows[_floor_name(inputs)] = _sum_reports(floors)
@@ -317,7 +333,7 @@ def final(r: Runner) -> dict[str, Any]:
     }
 
     data = load_tokens(r.work / "tok_beats")
-    train = [*TRAIN, *_sick_keys(data, "synth_sick")]
+    train = [*TRAIN, *_synthetic_keys(data)]
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
         name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[chosen[init]], train)}"
@@ -325,7 +341,7 @@ def final(r: Runner) -> dict[str, Any]:
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--label-fraction", fraction,
                    "--seed", seed, *flags, *scratch)  # fmt: skip
-        rep = r.evaluate(name, "tok_beats", "--records", *TEST)  # not the SICK records
+        rep = r.evaluate(name, "tok_beats", "--records", *TEST)  # not the synthetic ones
         held_out = r.evaluate(name, "tok_sick_test")
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": _sum_reports([held_out])}  # fmt: skip
@@ -359,9 +375,8 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *flags, *scratch)  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *TEST)
-        alarms = _false_alarms(r.evaluate(name, "tok_sick_test")["counts"])
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
-                "sick_false_alarms": alarms}  # fmt: skip
+                **_held_out_afib(r, name)}  # fmt: skip
 
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     return r.parallel([lambda g=g: afib(*g) for g in grid])
@@ -369,11 +384,37 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
 
 def _false_alarms(counts: dict[str, int]) -> float:
     """Share of windows called AFIB where none is (the synthetic sick-sinus patients: an
-    irregular rhythm with P waves is not atrial fibrillation)."""
+    irregular rhythm with P waves is not atrial fibrillation; flutter is not either)."""
     return counts["fp"] / max(counts["fp"] + counts["tn"], 1)
 
 
-SYNTHETIC = ("synth/", "synth_sick/")
+def _held_out_scores(sick: dict[str, int], flutter: dict[str, int]) -> dict[str, float]:
+    """AFIB window scores on the held-out synthetic patients, from their window counts."""
+    return {"sick_false_alarms": _false_alarms(sick),
+            "flutter_f1": _pooled([flutter])["f1"],
+            "flutter_false_alarms": _false_alarms(flutter)}  # fmt: skip
+
+
+def _held_out_afib(r: Runner, name: str) -> dict[str, float]:
+    """An AFIB model on the held-out synthetic sick-sinus and flutter/AF patients."""
+    return _held_out_scores(r.evaluate(name, "tok_sick_test")["counts"],
+                            r.evaluate(name, "tok_flutter_test")["counts"])  # fmt: skip
+
+
+def _floor_held_out(train_data: Any, train: list[str], work: Path, **kw: Any) -> dict[str, float]:
+    """The AFIB floor, trained as given, on the held-out synthetic patients."""
+    from tree_floor import afib_floor
+
+    from heartlm.train.data import load_tokens
+
+    counts = []
+    for folder in ("tok_sick_test", "tok_flutter_test"):
+        test = load_tokens(work / folder)
+        counts.append(afib_floor(train_data, train, test, _afib_keys(test), **kw))
+    return _held_out_scores(*counts)
+
+
+SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
 """Token-folder keys of synthetic records: AFIB selection trains on them in both folds."""
 
 
@@ -422,21 +463,26 @@ def select_afib(r: Runner) -> dict[str, Any]:
     folds = afib_folds(data)
     synth = [k for k in _afib_keys(data) if k.startswith(SYNTHETIC)]
 
-    def one(config: str, k: int) -> tuple[str, dict[str, Any], float]:
+    def one(config: str, k: int) -> tuple[str, dict[str, Any], dict[str, float]]:
         name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
         return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k]),
-                _false_alarms(r.evaluate(name, "tok_sick_test")["counts"]))  # fmt: skip
+                _held_out_afib(r, name))  # fmt: skip
+
+    def mean_held_out(held_out: list[dict[str, float]]) -> dict[str, float]:
+        return {key: float(np.mean([h[key] for h in held_out])) for key in held_out[0]}
 
     found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
     rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in AFIB_CONFIGS}
     for c in AFIB_CONFIGS:
-        rows[c]["sick_false_alarms"] = float(np.mean([a for cc, _, a in found if cc == c]))
+        rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
     configs = dict(AFIB_CONFIGS)
     for inputs in sorted({_inputs(flags) for flags in AFIB_CONFIGS.values()}):
         floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k], inputs=inputs)
                  for k in (0, 1)]  # fmt: skip
-        rows[_floor_name(inputs)] = _pooled(floor)
+        held_out = [_floor_held_out(data, folds[k] + synth, r.work, inputs=inputs)
+                    for k in (0, 1)]  # fmt: skip
+        rows[_floor_name(inputs)] = {**_pooled(floor), **mean_held_out(held_out)}
         configs[_floor_name(inputs)] = ["tree_floor.py", "--inputs", inputs]
     return {"folds": folds, "configs": configs, "afib": rows}
 
@@ -456,11 +502,12 @@ def final_afib(r: Runner) -> dict[str, Any]:
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
     for fraction in FRACTIONS:
         for seed in SEEDS:
-            inputs = _inputs(AFIB_CONFIGS[chosen])
-            rep = afib_floor(afib_data, _afib_keys(afib_data), mitdb, list(TEST),
-                             seed=seed, fraction=fraction, inputs=inputs)  # fmt: skip
-            afib_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
-                              "seed": seed, "afib": rep})  # fmt: skip
+            kw = {"seed": seed, "fraction": fraction, "inputs": _inputs(AFIB_CONFIGS[chosen])}
+            train = _afib_keys(afib_data)
+            rep = afib_floor(afib_data, train, mitdb, list(TEST), **kw)
+            afib_rows.append({"init": _floor_name(kw["inputs"]), "label_fraction": fraction,
+                              "seed": seed, "afib": rep,
+                              **_floor_held_out(afib_data, train, r.work, **kw)})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 

@@ -51,6 +51,13 @@ class _Tree:
         return np.tile([1.0, 0, 0, 0, 0], (len(x), 1))
 
 
+class _NoAfib:
+    """Stands in for LightGBM on AFIB windows: no window is AFIB."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.zeros(len(x))
+
+
 class _Runner:
     """model_study's Runner with no transformer runs: only the floor's rows come back."""
 
@@ -220,3 +227,41 @@ def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
     (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 512")
     assert runner.heartlm("tokenize", "store_pre", "--vocab", 512, done="tok_pre") == ""
     assert runner.commands == []
+
+
+def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    counts = {  # window counts each folder's evaluation returns
+        "tok_mitdb": {"tp": 9, "fp": 1, "fn": 0, "tn": 90},
+        "tok_sick_test": {"tp": 0, "fp": 5, "fn": 0, "tn": 15},
+        "tok_flutter_test": {"tp": 8, "fp": 2, "fn": 0, "tn": 30},
+    }
+
+    class Counting(_Transformers):
+        def __init__(self) -> None:
+            self.work, self.scored = tmp_path, []
+
+        def evaluate(self, name, folder, *args) -> dict:
+            self.scored.append(folder)
+            return {"counts": counts[folder], "afib": {}}
+
+    data = _mitdb()
+    n = len(data.morph)
+    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)  # half AFIB
+    monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _NoAfib())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {"scratch_relative": {
+        "f1": 0.5}}}))  # fmt: skip
+    runner = Counting()
+    rows = model_study.final_afib(runner)["afib"]
+    model = next(r for r in rows if r["init"] == "pretrained")
+    assert model["sick_false_alarms"] == 0.25 and model["flutter_false_alarms"] == 2 / 32
+    assert model["flutter_f1"] == pytest.approx(16 / 18)
+    assert {"tok_sick_test", "tok_flutter_test"} <= set(runner.scored)
+    floor = next(r for r in rows if r["init"].startswith("tree floor"))
+    # The stand-in tree calls nothing AFIB: no false alarms, and F1 0 on the AF patients.
+    assert floor["sick_false_alarms"] == 0 and floor["flutter_false_alarms"] == 0
+    assert floor["flutter_f1"] == 0
