@@ -63,7 +63,6 @@ BEATS = ["--window", "128", "--stride", "32", "--epochs", "20", "--batch", "64",
 AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "--lr", "3e-4",
         "--warmup", "100"]
 # fmt: on
-NOHR = ["--inputs", "no-heart-rate", "--dropout", "0.1"]
 REL = ["--inputs", "relative", "--dropout", "0.1"]
 W32 = ["--window", "32", "--stride", "8"]
 # Round 8: the four relative recipes (the no-heart-rate ones lost on the DS1 folds in round 7),
@@ -100,12 +99,17 @@ scarce, so round 6 chooses its recipes there (round 5 chose at 100 %)."""
 SELECT_SEEDS = (0, 1)
 """Seeds per configuration and fold in `select`, confusion matrices summed: one seed's DS1
 S F1 moved by up to 0.12 between identical runs in round 5."""
+BEAT_LOSS = ["--afib-beat-loss", "1"]
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
-    "pretrained_no_heart_rate": NOHR,
-    "scratch_no_heart_rate": ["--from-scratch", *NOHR],
     "pretrained_relative": REL,
     "scratch_relative": ["--from-scratch", *REL],
+    "pretrained_relative_beat_loss": [*REL, *BEAT_LOSS],
+    "scratch_relative_beat_loss": ["--from-scratch", *REL, *BEAT_LOSS],
 }
+"""Round 10: every beat of a window also learns its own rhythm (`--afib-beat-loss`). The
+no-heart-rate variants are gone: their floor lost to the relative one on the folds in rounds
+7 and 9 (0.584 vs 0.794 in round 9), though round 9's selection chose a no-heart-rate model
+(F1 0.655 vs 0.613 on the folds; DS2 0.643, below round 7's relative 0.786)."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds

@@ -13,7 +13,14 @@ import torch
 
 from heartlm.ecg.labels import RHYTHMS
 from heartlm.errors import HeartlmError
-from heartlm.finetune.objectives import afib_targets, drop_morphology, keep_table, keep_window
+from heartlm.finetune.objectives import (
+    AfibWindows,
+    afib_targets,
+    beat_afib_targets,
+    drop_morphology,
+    keep_table,
+    keep_window,
+)
 from heartlm.labelled import splits
 from heartlm.labelled import windows as data
 from heartlm.labelled.splits import RecordRef
@@ -103,6 +110,47 @@ def test_afib_targets_on_device_follow_the_same_rule():
     got = afib_targets(torch.from_numpy(codes), torch.from_numpy(valid)).numpy()
     want = [data.afib_window_label(c[v]) for c, v in zip(codes, valid, strict=True)]
     np.testing.assert_array_equal(got, want)
+
+
+def test_afib_beat_loss_teaches_each_beat_with_the_head_that_pools_into_the_window():
+    from types import SimpleNamespace
+
+    from heartlm.model.config import model_config
+    from heartlm.model.hlm import HeartLM
+
+    torch.manual_seed(0)
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, max_len=8))
+    rng = np.random.default_rng(0)
+    label = torch.from_numpy(rng.choice([NSR, AFIB, 0], size=(6, 8), p=[0.5, 0.4, 0.1]))
+    valid = torch.ones(6, 8, dtype=torch.bool)
+    valid[0, 5:] = False
+    batch = SimpleNamespace(morph=torch.randint(5, 30, (6, 8)), rhythm=torch.randint(5, 9, (6, 8)),
+                            valid=valid, rhythm_label=label, key=torch.arange(6),
+                            features=None)  # fmt: skip
+    model.eval()
+    # The window's logits are the valid mean of the beats' logits from the same head.
+    window = model(batch.morph, batch.rhythm, valid_BT=valid, head="window")
+    beats = model(batch.morph, batch.rhythm, valid_BT=valid, head="window_beats")
+    w = valid[..., None].float()
+    torch.testing.assert_close((beats * w).sum(1) / w.sum(1), window)
+    # Beat targets: each beat's own rhythm; pads, unknown rhythm and unlabelled windows ignored.
+    target = beat_afib_targets(label, valid, torch.tensor([True] * 5 + [False]))
+    assert (target[0, 5:] == data.IGNORE).all() and (target[5] == data.IGNORE).all()
+    assert (target[label == 0] == data.IGNORE).all()
+    np.testing.assert_array_equal(
+        target[:5][valid[:5] & (label[:5] > 0)],
+        (label[:5][valid[:5] & (label[:5] > 0)] == AFIB).long(),
+    )
+    window_only, with_beats = AfibWindows([1.0, 1.0]), AfibWindows([1.0, 1.0], beat_loss=0.5)
+    model.train()
+    torch.manual_seed(1)
+    loss_w, sums_w = window_only(model, batch)
+    torch.manual_seed(1)
+    loss_b, sums_b = with_beats(model, batch)
+    assert loss_b > loss_w  # the beats' loss is added ...
+    torch.testing.assert_close(sums_b["loss_sum"], sums_w["loss_sum"])  # ... the window's kept
+    model.eval()  # validation scores the window alone
+    torch.testing.assert_close(with_beats(model, batch)[0], window_only(model, batch)[0])
 
 
 def test_windows_cover_every_beat_once_and_pad_short_records():
@@ -315,7 +363,8 @@ def test_evaluate_out_writes_metrics_and_png(beats_run, corpus, tmp_path):
 def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
 
     ft = tmp_path / "ft_afib"
-    assert _finetune(corpus, ft, "--task", "afib", "--from-scratch", "--label-fraction", "0.5") == 0
+    assert _finetune(corpus, ft, "--task", "afib", "--from-scratch", "--label-fraction", "0.5",
+                     "--afib-beat-loss", "1") == 0  # fmt: skip
     info = json.loads((ft / "finetune.json").read_text())
     assert info["task"] == "afib" and info["from_scratch"] and info["pretrained"] is None
     assert info["afib_rule"] == data.AFIB_RULE
@@ -398,7 +447,10 @@ def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys):
     assert "not a fine-tuned" in error_of("evaluate", corpus / "pre", corpus / "tok")
     assert "--label-fraction" in error_of(*base, "--data", corpus / "tok", "--out", tmp_path / "e",
                                           "--label-fraction", "0")  # fmt: skip
-    assert not any((tmp_path / x).exists() for x in "abcde")
+    assert "--afib-beat-loss needs --task afib" in error_of(
+        *base, "--data", corpus / "tok", "--out", tmp_path / "f", "--afib-beat-loss", "1"
+    )
+    assert not any((tmp_path / x).exists() for x in "abcdef")
 
 
 @pytest.mark.distributed

@@ -56,6 +56,9 @@ class FinetuneConfig:
     """clip of the class weights"""
     class_weight_power: float = setting(0.5, metavar="A", group=TASK)
     """class weights (n / (K n_c))^A: 1 balanced, 0.5 square root, 0 none"""
+    afib_beat_loss: float = setting(0.0, metavar="W", group=TASK)
+    """afib only: add W x the window head's loss on each beat against its own rhythm (dense
+    labels: a window of 32 beats teaches 32 decisions)"""
     morph_dropout: float = setting(0.0, metavar="P", group=TASK)
     """training only: replace this share of beats' morphology tokens by MASK"""
     dropout: float | None = setting(None, metavar="P", group=TASK)
@@ -85,6 +88,10 @@ class FinetuneConfig:
             )
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
+        if self.afib_beat_loss < 0.0:
+            raise ValueError(f"--afib-beat-loss must be >= 0, not {self.afib_beat_loss}")
+        if self.afib_beat_loss > 0.0 and self.task != "afib":
+            raise ValueError("--afib-beat-loss needs --task afib")
         if self.max_class_weight < 1.0:
             raise ValueError("--max-class-weight must be >= 1")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:

@@ -62,6 +62,26 @@ def afib_targets(rhythm_label_BT: Tensor, valid_BT: Tensor | None) -> Tensor:
     return torch.where(known.any(dim=1), label, torch.full_like(label, IGNORE))
 
 
+def beat_afib_targets(
+    rhythm_label_BT: Tensor, valid_BT: Tensor | None, labelled_B: Tensor
+) -> Tensor:
+    """(B, T) per-beat AFIB targets (1, 0, or IGNORE) inside the labelled windows: IGNORE for
+    pads and beats of unknown rhythm."""
+    known = (rhythm_label_BT >= 0) & (rhythm_label_BT != UNKNOWN_RHYTHM) & labelled_B[:, None]
+    if valid_BT is not None:
+        known = known & valid_BT
+    target = (rhythm_label_BT == AFIB).long()
+    return torch.where(known, target, torch.full_like(target, IGNORE))
+
+
+def _valid_mean(x_BTC: Tensor, valid_BT: Tensor | None) -> Tensor:
+    """Mean over the real (valid) positions, as the model's window pool takes it."""
+    if valid_BT is None:
+        return x_BTC.mean(1)
+    w = valid_BT[..., None].to(x_BTC.dtype)
+    return (x_BTC * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+
 def keep_window(key_B: Tensor, fraction: float, seed: int) -> Tensor:
     """Seeded coin per window stream position (the same on any number of ranks): True for
     about `fraction` of windows."""
@@ -126,6 +146,11 @@ class AfibWindows:
     (bool, one entry per training stream position, from `keep_table`) makes the choice a
     property of the window, so the same windows are labelled in every epoch; without it
     (validation, or no table) the coin is drawn per stream position.
+
+    `beat_loss` > 0 adds, with that weight, the same head's cross-entropy on every beat of a
+    labelled window against the beat's own rhythm (AFIB or not): the window's logits are the
+    mean of its beats' (the head is linear after a mean pool), so each window then teaches
+    32 decisions instead of one. Validation scores the window alone.
     """
 
     name = "afib"
@@ -139,8 +164,10 @@ class AfibWindows:
         morph_dropout: float = 0.0,
         keep_by_position: Tensor | None = None,
         shape_columns: Tensor | None = None,
+        beat_loss: float = 0.0,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
+        self.beat_loss = beat_loss
         self.label_fraction = label_fraction
         self.seed = seed
         self.morph_dropout = morph_dropout
@@ -149,9 +176,15 @@ class AfibWindows:
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
         morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
-        logits_BC = model(
-            morph, batch.rhythm, valid_BT=batch.valid, head="window", features_BTF=features
+        dense = self.beat_loss > 0.0 and model.training
+        logits = model(
+            morph,
+            batch.rhythm,
+            valid_BT=batch.valid,
+            head="window_beats" if dense else "window",
+            features_BTF=features,
         )
+        logits_BC = _valid_mean(logits, batch.valid) if dense else logits
         target_B = afib_targets(batch.rhythm_label, batch.valid)
         if self.label_fraction < 1.0:
             keep = keep_window(batch.key, self.label_fraction, self.seed)
@@ -161,7 +194,12 @@ class AfibWindows:
                 inside = batch.key < table.numel()
                 keep = torch.where(inside, table[batch.key.clamp(max=table.numel() - 1)], keep)
             target_B = torch.where(keep, target_B, torch.full_like(target_B, IGNORE))
-        return _weighted_loss(logits_BC, target_B, self.weight)
+        loss, sums = _weighted_loss(logits_BC, target_B, self.weight)
+        if not dense:
+            return loss, sums
+        target_BT = beat_afib_targets(batch.rhythm_label, batch.valid, target_B >= 0)
+        beats, _ = _weighted_loss(logits.flatten(0, 1), target_BT.flatten(), self.weight)
+        return loss + self.beat_loss * beats, sums
 
     def predicted_per_window(self, window: int) -> int:
         return 0

@@ -156,13 +156,17 @@ def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     columns = p.data.shape_columns(absolute_only=True)
     if cfg.task == "beats":
         return BeatClasses(p.weights, cfg.morph_dropout, columns)
+    if cfg.afib_beat_loss > 0.0 and p.model.cfg.cls_token:
+        raise HeartlmError(f"{cfg.run}: --afib-beat-loss needs a model that pools its beats "
+                           "for the window head; this one reads a CLS token")  # fmt: skip
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))
         table = keep_table(train_s, n_positions * cfg.train.batch, cfg.label_fraction,
                            cfg.train.seed)  # fmt: skip
     return AfibWindows(p.weights, cfg.label_fraction, cfg.train.seed, cfg.morph_dropout,
-                       keep_by_position=table, shape_columns=columns)  # fmt: skip
+                       keep_by_position=table, shape_columns=columns,
+                       beat_loss=cfg.afib_beat_loss)  # fmt: skip
 
 
 def _validation(cfg: FinetuneConfig, p: Prepared, device: torch.device) -> tuple[Any, list]:

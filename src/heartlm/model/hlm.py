@@ -13,7 +13,7 @@ from heartlm.model.config import ModelConfig
 from heartlm.model.load import Pretrained, load_into
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
-HEADS = ("hidden", "mlm", "masked", "next", "beat", "window")
+HEADS = ("hidden", "mlm", "masked", "next", "beat", "window", "window_beats")
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -177,6 +177,8 @@ class HeartLM(nn.Module, Pretrained):
             return self.lm_head(h)
         if head == "beat":
             return self.beat_head(h)
+        if head == "window_beats":  # the window head on each beat; their valid mean is "window"
+            return self.window_head(h)
         if head == "window":
             if self.cfg.cls_token:
                 return self.window_head(cls_BD)
