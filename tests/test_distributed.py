@@ -127,7 +127,8 @@ def test_deepspeed_initialize_hands_over_our_optimizer_and_the_zero_config(
     monkeypatch.setitem(sys.modules, "deepspeed", types.SimpleNamespace(initialize=initialize))
     model = torch.nn.Linear(3, 2)
     adamw = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    cfg = zero.ZeroConfig(stage=stage, micro_batch_per_gpu=4, grad_clip=0.5, reduce_bf16=True)
+    cfg = zero.ZeroConfig(stage=stage, micro_batch_per_gpu=4, grad_clip=0.5, reduce_bf16=True,
+                          autocast_bf16=True)  # fmt: skip
     got, opt = zero.initialize(model, adamw, cfg, torch.device("cpu"))
     assert got is engine and isinstance(opt, zero.ZeroOptimizer)
     assert seen["model"] is model and seen["optimizer"] is adamw
@@ -135,6 +136,15 @@ def test_deepspeed_initialize_hands_over_our_optimizer_and_the_zero_config(
     assert ds["zero_optimization"]["stage"] == stage
     assert ds["train_micro_batch_size_per_gpu"] == 4 and ds["gradient_accumulation_steps"] == 1
     assert ds["gradient_clipping"] == 0.5 and ds["communication_data_type"] == "bf16"
+    # The loop's bf16 autocast is kept inside the engine (DeepSpeed switches off one it did not
+    # configure); bf16 reduction then goes through the Linear weights' comm dtype ...
+    linear = ["torch.nn.Linear"]
+    assert ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16",
+                                    "lower_precision_safe_modules": linear}  # fmt: skip
+    # ... and fp32 reduction lists no module.
+    fp32 = zero.deepspeed_config(zero.ZeroConfig(stage=stage, autocast_bf16=True))
+    assert fp32["torch_autocast"]["lower_precision_safe_modules"] == []
+    assert not zero.deepspeed_config(zero.ZeroConfig(stage=stage))["torch_autocast"]["enabled"]
 
 
 def test_zero_stage_accumulation_and_resume_are_checked() -> None:

@@ -214,7 +214,7 @@ class Trainer:
             zero.check_supported(self.accum, cfg.resume)
             logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
             zcfg = zero.ZeroConfig(cfg.parallel.zero_stage, self.micro, cfg.grad_clip,
-                                   cfg.parallel.grad_reduce == "bf16")  # fmt: skip
+                                   cfg.parallel.grad_reduce == "bf16", self.bf16)  # fmt: skip
             self.wrapped, self.optimizer = zero.initialize(
                 self.wrapped, self.optimizer, zcfg, env.device
             )
