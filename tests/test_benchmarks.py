@@ -234,6 +234,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
 ):
     counts = {  # window counts each folder's evaluation returns
         "tok_mitdb": {"tp": 9, "fp": 1, "fn": 0, "tn": 90},
+        "tok_afib": {"tp": 9, "fp": 1, "fn": 0, "tn": 90},
         "tok_sick_test": {"tp": 0, "fp": 5, "fn": 0, "tn": 15},
         "tok_flutter_test": {"tp": 8, "fp": 2, "fn": 0, "tn": 30},
     }
@@ -265,3 +266,8 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # The stand-in tree calls nothing AFIB: no false alarms, and F1 0 on the AF patients.
     assert floor["sick_false_alarms"] == 0 and floor["flutter_false_alarms"] == 0
     assert floor["flutter_f1"] == 0
+    # Selection on the folds reports the same held-out columns, for models and floors alike.
+    chosen_rows = model_study.select_afib(Counting())["afib"]
+    for name, row in chosen_rows.items():
+        assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
+    assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
