@@ -26,10 +26,10 @@
 # Environment: BUDGET_S (seconds of work this call, 540), STUDY (/tmp/hlm-study: kept while
 # the machine stays warm), CARRY (.carry-study: tokens/, state.tar.gz), WHEELS (folders of
 # wheels to install: ".carry/wheels .carry-ds"), OUT ($OUT, else benchmarks/gpu-study),
-# PYTHON (python3), TIMEOUT_S (per launch, 240); for a smoke test on a CPU machine:
-# PRESET (base), WINDOWS (128,1024), SCALINGS (weak,strong) and BACKENDS
-# (ddp,fsdp,zero1,zero2,zero3: the backends phase) to run a part of a phase, SCALE_ARGS (extra `heartlm scale` flags, e.g.
-# "--steps 8 --warmup 2 --profile-steps 2 --batch 4").
+# PYTHON (python3), TIMEOUT_S (per launch, 240); to run part of the core, repeats and
+# backends phases: WINDOWS (128,1024), SCALINGS (weak,strong), BACKENDS (backends phase:
+# ddp,fsdp,zero1,zero2,zero3); for a smoke test on a CPU machine: PRESET (base), SCALE_ARGS
+# (extra `heartlm scale` flags, e.g. "--steps 8 --warmup 2 --profile-steps 2 --batch 4").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)

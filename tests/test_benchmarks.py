@@ -271,3 +271,19 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     for name, row in chosen_rows.items():
         assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
+
+
+def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    for name in ("PRETRAIN", "BEATS", "AFIB"):
+        monkeypatch.setattr(model_study, name, list(getattr(model_study, name)))
+    configs = {n: list(f) for n, f in model_study.CONFIGS.items()}
+    monkeypatch.setattr(model_study, "CONFIGS", configs)
+    for name in ("SEEDS", "FRACTIONS", "SELECT_SEEDS", "TRAIN", "TEST"):
+        monkeypatch.setattr(model_study, name, getattr(model_study, name))
+    model_study.quick()
+    inits = {"--from-scratch" in flags for flags in configs.values()}
+    assert inits == {True, False}  # `final` picks a pretrained and a scratch recipe
+    assert not any("--epochs" in flags for flags in configs.values())
+    assert not set(model_study.TRAIN + model_study.TEST) & set(MITDB_DS2)

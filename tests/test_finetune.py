@@ -119,7 +119,9 @@ def test_afib_beat_loss_teaches_each_beat_with_the_head_that_pools_into_the_wind
     from heartlm.model.hlm import HeartLM
 
     torch.manual_seed(0)
-    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, max_len=8))
+    model = HeartLM(
+        model_config("tiny", vocab_size=30, rhythm_vocab_size=9, max_len=8, dropout=0.0)
+    )
     rng = np.random.default_rng(0)
     label = torch.from_numpy(rng.choice([NSR, AFIB, 0], size=(6, 8), p=[0.5, 0.4, 0.1]))
     valid = torch.ones(6, 8, dtype=torch.bool)
@@ -142,13 +144,22 @@ def test_afib_beat_loss_teaches_each_beat_with_the_head_that_pools_into_the_wind
         (label[:5][valid[:5] & (label[:5] > 0)] == AFIB).long(),
     )
     window_only, with_beats = AfibWindows([1.0, 1.0]), AfibWindows([1.0, 1.0], beat_loss=0.5)
-    model.train()
-    torch.manual_seed(1)
+    model.train()  # dropout 0: training and evaluation give the same logits
     loss_w, sums_w = window_only(model, batch)
-    torch.manual_seed(1)
     loss_b, sums_b = with_beats(model, batch)
-    assert loss_b > loss_w  # the beats' loss is added ...
-    torch.testing.assert_close(sums_b["loss_sum"], sums_w["loss_sum"])  # ... the window's kept
+    # The beats' mean cross-entropy is added with its weight; the window's sums are kept.
+    every = beat_afib_targets(label, valid, torch.ones(6, dtype=torch.bool))
+    beat_ce = torch.nn.functional.cross_entropy(beats.flatten(0, 1), every.flatten(),
+                                                ignore_index=data.IGNORE)  # fmt: skip
+    torch.testing.assert_close(loss_b, loss_w + 0.5 * beat_ce)
+    torch.testing.assert_close(sums_b["loss_sum"], sums_w["loss_sum"])
+    # With half the windows' labels dropped, their beats teach nothing either.
+    half = AfibWindows([1.0, 1.0], label_fraction=0.5, seed=3, beat_loss=0.5)
+    dropped = ~keep_window(batch.key, 0.5, 3)
+    assert 0 < dropped.sum() < 6
+    other = SimpleNamespace(**{**vars(batch), "rhythm_label": torch.where(
+        dropped[:, None], torch.full_like(label, AFIB), label)})  # fmt: skip
+    torch.testing.assert_close(half(model, batch)[0], half(model, other)[0])
     model.eval()  # validation scores the window alone
     torch.testing.assert_close(with_beats(model, batch)[0], window_only(model, batch)[0])
 

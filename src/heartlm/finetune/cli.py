@@ -58,7 +58,8 @@ class FinetuneConfig:
     """class weights (n / (K n_c))^A: 1 balanced, 0.5 square root, 0 none"""
     afib_beat_loss: float = setting(0.0, metavar="W", group=TASK)
     """afib only: add W x the window head's loss on each beat against its own rhythm (dense
-    labels: a window of 32 beats teaches 32 decisions)"""
+    labels: a window of 32 beats teaches 32 decisions; --label-fraction keeps or drops a
+    window's beats with it; the logged training loss includes this term)"""
     morph_dropout: float = setting(0.0, metavar="P", group=TASK)
     """training only: replace this share of beats' morphology tokens by MASK"""
     dropout: float | None = setting(None, metavar="P", group=TASK)

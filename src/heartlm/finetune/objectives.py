@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from heartlm.labelled.windows import AFIB, AFIB_MIN_FRACTION, IGNORE, UNKNOWN_RHYTHM
+from heartlm.model.hlm import valid_mean
 from heartlm.shards import MASK
 from heartlm.train.objectives import hash_uniform, hide_features
 
@@ -72,14 +73,6 @@ def beat_afib_targets(
         known = known & valid_BT
     target = (rhythm_label_BT == AFIB).long()
     return torch.where(known, target, torch.full_like(target, IGNORE))
-
-
-def _valid_mean(x_BTC: Tensor, valid_BT: Tensor | None) -> Tensor:
-    """Mean over the real (valid) positions, as the model's window pool takes it."""
-    if valid_BT is None:
-        return x_BTC.mean(1)
-    w = valid_BT[..., None].to(x_BTC.dtype)
-    return (x_BTC * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
 def keep_window(key_B: Tensor, fraction: float, seed: int) -> Tensor:
@@ -184,7 +177,8 @@ class AfibWindows:
             head="window_beats" if dense else "window",
             features_BTF=features,
         )
-        logits_BC = _valid_mean(logits, batch.valid) if dense else logits
+        # The head is linear: the mean of the beats' logits is the head on the pooled beats.
+        logits_BC = valid_mean(logits.float(), batch.valid) if dense else logits
         target_B = afib_targets(batch.rhythm_label, batch.valid)
         if self.label_fraction < 1.0:
             keep = keep_window(batch.key, self.label_fraction, self.seed)

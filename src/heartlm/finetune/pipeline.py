@@ -138,6 +138,9 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     split = split_records(refs, cfg.task, cfg.val_fraction, cfg.train.seed, cfg.records)
     _check_afib(split, cfg.task, cfg.data)
     model, window = build_model(cfg.run, data, cfg)
+    if cfg.afib_beat_loss > 0.0 and model.cfg.cls_token:
+        why = "--afib-beat-loss needs a model that pools its beats for the window head; "
+        raise HeartlmError(why + "this one reads a CLS token", cfg.run)
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
@@ -156,9 +159,6 @@ def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     columns = p.data.shape_columns(absolute_only=True)
     if cfg.task == "beats":
         return BeatClasses(p.weights, cfg.morph_dropout, columns)
-    if cfg.afib_beat_loss > 0.0 and p.model.cfg.cls_token:
-        raise HeartlmError(f"{cfg.run}: --afib-beat-loss needs a model that pools its beats "
-                           "for the window head; this one reads a CLS token")  # fmt: skip
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))

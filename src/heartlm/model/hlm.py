@@ -56,6 +56,14 @@ class Block(nn.Module):
         )
 
 
+def valid_mean(x_BTD: Tensor, valid_BT: Tensor | None) -> Tensor:
+    """Mean over the real (valid) positions: the window head's pool."""
+    if valid_BT is None:
+        return x_BTD.mean(1)
+    w = valid_BT[..., None].to(x_BTD.dtype)
+    return (x_BTD * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+
 class HeartLM(nn.Module, Pretrained):
     """Morphology + rhythm + position embeddings and a projection of the beat features,
     pre-norm blocks, and task heads.
@@ -182,10 +190,7 @@ class HeartLM(nn.Module, Pretrained):
         if head == "window":
             if self.cfg.cls_token:
                 return self.window_head(cls_BD)
-            if valid_BT is None:
-                return self.window_head(h.mean(1))
-            w = valid_BT[..., None].to(h.dtype)
-            return self.window_head((h * w).sum(1) / w.sum(1).clamp_min(1.0))
+            return self.window_head(valid_mean(h, valid_BT))
         raise ValueError(f"unknown head {head!r}; one of {', '.join(HEADS)}")
 
     def num_params(self, embeddings: bool = True) -> int:

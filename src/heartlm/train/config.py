@@ -42,8 +42,9 @@ class ParallelConfig:
     ddp_static_graph: str = setting("auto", choices=STATIC_GRAPH, group=SPEED)
     """DDP static_graph (auto: on for an uncompiled step without accumulation)"""
     grad_reduce: str = setting("fp32", choices=GRAD_REDUCE, group=SPEED)
-    """dtype gradients travel in; bf16: DDP bf16_compress_hook, FSDP2 reduce_dtype,
-    DeepSpeed communication_data_type (weights and AdamW stay fp32)"""
+    """dtype gradients travel in; bf16: DDP bf16_compress_hook, FSDP2 reduce_dtype, DeepSpeed
+    the nn.Linear gradients (with --precision bf16; else communication_data_type); weights
+    and AdamW stay fp32"""
     fsdp_reshard: str = setting("auto", choices=RESHARD, group=SPEED)
     """FSDP2 reshard_after_forward of the blocks (auto: from 1 B parameters; never: less
     communication, more memory)"""

@@ -213,8 +213,13 @@ class Trainer:
             # The engine takes over this AdamW; its step stands behind self.optimizer.
             zero.check_supported(self.accum, cfg.resume)
             logger.info("--backend deepspeed: no checkpoints are written; the weights are exported")
-            zcfg = zero.ZeroConfig(cfg.parallel.zero_stage, self.micro, cfg.grad_clip,
-                                   cfg.parallel.grad_reduce == "bf16", self.bf16)  # fmt: skip
+            zcfg = zero.ZeroConfig(
+                stage=cfg.parallel.zero_stage,
+                micro_batch_per_gpu=self.micro,
+                grad_clip=cfg.grad_clip,
+                reduce_bf16=cfg.parallel.grad_reduce == "bf16",
+                autocast_bf16=self.bf16,
+            )
             self.wrapped, self.optimizer = zero.initialize(
                 self.wrapped, self.optimizer, zcfg, env.device
             )

@@ -36,7 +36,8 @@ class ZeroConfig:
     grad_clip: float = 1.0
     """0: no clipping"""
     reduce_bf16: bool = False
-    """reduce gradients in bf16 (communication_data_type) instead of fp32"""
+    """reduce gradients in bf16 instead of fp32: the nn.Linear ones under autocast_bf16 (and,
+    under ZeRO-3, gather those weights in bf16), else all of them (communication_data_type)"""
     autocast_bf16: bool = False
     """the loop's forward runs under bf16 autocast: DeepSpeed must keep it (see deepspeed_config)"""
 
@@ -76,7 +77,8 @@ def deepspeed_config(config: ZeroConfig) -> dict[str, Any]:
         # DeepSpeed switches off an autocast it did not configure itself, so the forward would
         # run in fp32 (2.5x the compute of DDP's step, twice the memory: 4 x H100, 2026-11-26).
         # With it on, each gradient is reduced in its parameter's "comm dtype": bf16 for the
-        # modules listed here, fp32 for the rest (communication_data_type no longer applies).
+        # modules listed here (ZeRO-3 also gathers their weights in bf16), fp32 for the rest
+        # (communication_data_type no longer applies).
         "torch_autocast": {
             "enabled": config.autocast_bf16,
             "dtype": "bfloat16",
