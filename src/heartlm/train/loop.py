@@ -288,6 +288,8 @@ class Trainer:
             )
         self.sdpa = _sdpa_context(cfg.sdpa, self.cuda)
         self.ddp_sync = hasattr(self.wrapped, "no_sync")
+        # FSDP2: reduce-scatter (and reshard) only after the last micro-batch's backward.
+        self.fsdp_sync = hasattr(self.wrapped, "set_requires_gradient_sync")
         self.step_loss = functools.partial(self.objective, self.wrapped)
         if self.compile_on and cfg.compile_objective:
             self.step_loss = torch.compile(self.step_loss, mode=cfg.compile_mode)
@@ -322,13 +324,17 @@ class Trainer:
             yield batch
 
     def _step_body(self, batches: Iterable[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward of every micro-batch (DDP syncs on the last), clip, AdamW:
+        """Forward and backward of every micro-batch (DDP and FSDP2 sync on the last), clip, AdamW:
         (mean loss, gradient norm), both on the device. The eager step and the CUDA graph
         run this same body (in the graph, one process: no DDP)."""
         loss_sum = torch.zeros((), device=self.env.device)
         for m, batch in enumerate(batches):
-            defer = self.ddp_sync and m < self.accum - 1
+            last = m == self.accum - 1
+            defer = self.ddp_sync and not last
             sync = self.wrapped.no_sync() if defer else contextlib.nullcontext()
+            if self.fsdp_sync and self.accum > 1:
+                self.wrapped.set_requires_gradient_sync(last)
+                self.wrapped.set_reshard_after_backward(last)
             with sync, self.autocast(), self.sdpa():
                 loss, _ = self.step_loss(batch)
                 (loss / self.accum).backward()
