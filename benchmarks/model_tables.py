@@ -87,12 +87,7 @@ def _selection(results: dict[str, Any], key: str, columns, title: str, how: str)
             *_table(["configuration", "flags"], rows, columns)]  # fmt: skip
 
 
-SICK_COLUMNS = (
-    ("accuracy", lambda r: r["accuracy"]),
-    ("S Se", lambda r: r["per_class"]["S"]["se"]),
-    ("S +P", lambda r: r["per_class"]["S"]["ppv"]),
-    ("S F1", lambda r: r["per_class"]["S"]["f1"]),
-)
+SICK_COLUMNS = tuple(c for c in BEAT_COLUMNS if c[0] in ("accuracy", "S Se", "S +P", "S F1"))
 SICK_TITLE = (
     "## Held-out synthetic sick-sinus patients (ectopic atrial beats outnumber sinus beats; "
     "never trained on)"
