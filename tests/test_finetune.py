@@ -427,8 +427,11 @@ def test_mitdb_ds2_never_trains_and_is_the_default_test_set(corpus, tmp_path, ca
     assert "empty test split" in capsys.readouterr().err
 
 
-def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys):
+def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys, monkeypatch):
+    import dataclasses
+
     from heartlm import shards
+    from heartlm.finetune import pipeline
     from heartlm.tokens import TokenizeConfig, tokenize
 
     def error_of(*argv) -> str:
@@ -461,7 +464,19 @@ def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys):
     assert "--afib-beat-loss needs --task afib" in error_of(
         *base, "--data", corpus / "tok", "--out", tmp_path / "f", "--afib-beat-loss", "1"
     )
-    assert not any((tmp_path / x).exists() for x in "abcdef")
+    # The beat loss pools the beats as the window head does: a CLS-token model is refused.
+    real_build = pipeline.build_model
+
+    def cls_model(*args):
+        model, window = real_build(*args)
+        model.cfg = dataclasses.replace(model.cfg, cls_token=True)
+        return model, window
+
+    monkeypatch.setattr(pipeline, "build_model", cls_model)
+    err = error_of(*base, "--task", "afib", "--data", corpus / "tok", "--out", tmp_path / "g",
+                   "--afib-beat-loss", "1")  # fmt: skip
+    assert "CLS token" in err and str(corpus / "pre") in err
+    assert not any((tmp_path / x).exists() for x in "abcdefg")
 
 
 @pytest.mark.distributed
