@@ -412,17 +412,19 @@ def _held_out_afib(r: Runner, name: str) -> dict[str, float]:
                             r.evaluate(name, "tok_flutter_test")["counts"])  # fmt: skip
 
 
-def _floor_held_out(train_data: Any, train: list[str], work: Path, **kw: Any) -> dict[str, float]:
-    """The AFIB floor, trained as given, on the held-out synthetic patients."""
-    from tree_floor import afib_floor
+def _afib_floor_with_held_out(
+    train_data: Any, train: list[str], test_data: Any, test: list[str], work: Path, **kw: Any
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """One AFIB floor, trained as given: its scores on `test` and on the held-out synthetic
+    patients."""
+    from tree_floor import afib_floors
 
     from heartlm.train.data import load_tokens
 
-    counts = []
-    for folder in ("tok_sick_test", "tok_flutter_test"):
-        test = load_tokens(work / folder)
-        counts.append(afib_floor(train_data, train, test, _afib_keys(test), **kw))
-    return _held_out_scores(*counts)
+    held_out = [load_tokens(work / folder) for folder in ("tok_sick_test", "tok_flutter_test")]
+    tests = [(test_data, test), *((d, _afib_keys(d)) for d in held_out)]
+    report, sick, flutter = afib_floors(train_data, train, tests, **kw)
+    return report, _held_out_scores(sick, flutter)
 
 
 SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
@@ -466,8 +468,6 @@ def _pooled(counts: list[dict[str, int]]) -> dict[str, float]:
 
 def select_afib(r: Runner) -> dict[str, Any]:
     """Every AFIB configuration on both folds of the real records outside DS2."""
-    from tree_floor import afib_floor
-
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_afib")
@@ -489,19 +489,16 @@ def select_afib(r: Runner) -> dict[str, Any]:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
     configs = dict(AFIB_CONFIGS)
     for inputs in sorted({_inputs(flags) for flags in AFIB_CONFIGS.values()}):
-        floor = [afib_floor(data, folds[k] + synth, data, folds[1 - k], inputs=inputs)
-                 for k in (0, 1)]  # fmt: skip
-        held_out = [_floor_held_out(data, folds[k] + synth, r.work, inputs=inputs)
-                    for k in (0, 1)]  # fmt: skip
-        rows[_floor_name(inputs)] = {**_pooled(floor), **mean_held_out(held_out)}
+        floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
+                                            inputs=inputs) for k in (0, 1)]  # fmt: skip
+        rows[_floor_name(inputs)] = {**_pooled([rep for rep, _ in floors]),
+                                     **mean_held_out([h for _, h in floors])}  # fmt: skip
         configs[_floor_name(inputs)] = ["tree_floor.py", "--inputs", inputs]
     return {"folds": folds, "configs": configs, "afib": rows}
 
 
 def final_afib(r: Runner) -> dict[str, Any]:
     """The AFIB configuration chosen by select_afib (window F1 pooled over its folds)."""
-    from tree_floor import afib_floor
-
     from heartlm.train.data import load_tokens
 
     path = r.work / "select_afib.json"
@@ -515,10 +512,10 @@ def final_afib(r: Runner) -> dict[str, Any]:
         for seed in SEEDS:
             kw = {"seed": seed, "fraction": fraction, "inputs": _inputs(AFIB_CONFIGS[chosen])}
             train = _afib_keys(afib_data)
-            rep = afib_floor(afib_data, train, mitdb, list(TEST), **kw)
+            rep, held_out = _afib_floor_with_held_out(afib_data, train, mitdb, list(TEST), r.work,
+                                                      **kw)  # fmt: skip
             afib_rows.append({"init": _floor_name(kw["inputs"]), "label_fraction": fraction,
-                              "seed": seed, "afib": rep,
-                              **_floor_held_out(afib_data, train, r.work, **kw)})  # fmt: skip
+                              "seed": seed, "afib": rep, **held_out})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 

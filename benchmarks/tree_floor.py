@@ -151,14 +151,32 @@ def afib_floor(
 ) -> dict[str, Any]:
     """The tree's AFIB window scores on `test`, trained on `train` (record names) with a
     seeded `fraction` of the training windows' labels."""
+    (report,) = afib_floors(train_data, train, [(test_data, test)], window, seed, threads,
+                            fraction, inputs)  # fmt: skip
+    return report
+
+
+def afib_floors(
+    train_data: TokenData,
+    train: list[str],
+    tests: list[tuple[TokenData, list[str]]],
+    window: int = 32,
+    seed: int = 0,
+    threads: int = 0,
+    fraction: float = 1.0,
+    inputs: str = "all",
+) -> list[dict[str, Any]]:
+    """`afib_floor` on several test sets (token data, record names) with one tree."""
     x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
-    x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs)
     model = _fit(x_tr, y_tr, 2, seed, threads)
-    scores = model.predict(x_te)
-    return metrics.binary_scores(y_te, scores)
+    reports = []
+    for test_data, test in tests:
+        x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs)
+        reports.append(metrics.binary_scores(y_te, model.predict(x_te)))
+    return reports
 
 
 def main() -> int:

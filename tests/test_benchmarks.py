@@ -250,7 +250,13 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     data = _mitdb()
     n = len(data.morph)
     data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)  # half AFIB
-    monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _NoAfib())
+    fits: list[int] = []
+
+    def fit(x, y, n_classes, seed, threads):
+        fits.append(len(y))
+        return _NoAfib()
+
+    monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_study, "SEEDS", (0,))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
@@ -266,8 +272,11 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # The stand-in tree calls nothing AFIB: no false alarms, and F1 0 on the AF patients.
     assert floor["sick_false_alarms"] == 0 and floor["flutter_false_alarms"] == 0
     assert floor["flutter_f1"] == 0
+    assert len(fits) == 1  # one tree, scored on DS2 and on both held-out folders
     # Selection on the folds reports the same held-out columns, for models and floors alike.
+    fits.clear()
     chosen_rows = model_study.select_afib(Counting())["afib"]
+    assert len(fits) == 2  # one tree per fold
     for name, row in chosen_rows.items():
         assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
