@@ -98,6 +98,8 @@ PATIENTS = {
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on."""
 TRAIN_SYNTHETIC = ("synth_sick", "synth_flutter")
+HELD_OUT = {"sick": "tok_sick_test", "flutter": "tok_flutter_test"}
+"""Token folders of the held-out synthetic patients (`synth_<kind>_test`), by kind."""
 SELECT_FRACTION = 0.1
 """Share of the training fold's labels in `select`: pretraining has to pay where labels are
 scarce, so round 6 chooses its recipes there (round 5 chose at 100 %)."""
@@ -248,11 +250,11 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     r.heartlm(
         "tokenize", "store_beats", "--out", "tok_beats", "--codebook", "tok_pre", done="tok_beats"
     )
-    for kind in ("sick", "flutter"):
+    for kind, tokens in HELD_OUT.items():
         r.heartlm("ingest", f"synth_{kind}_test", "--out", f"store_{kind}_test",
                   done=f"store_{kind}_test")  # fmt: skip
-        r.heartlm("tokenize", f"store_{kind}_test", "--out", f"tok_{kind}_test", "--codebook",
-                  "tok_pre", done=f"tok_{kind}_test")  # fmt: skip
+        r.heartlm("tokenize", f"store_{kind}_test", "--out", tokens, "--codebook", "tok_pre",
+                  done=tokens)  # fmt: skip
     r.heartlm("ingest", *real, "synth", *TRAIN_SYNTHETIC, "--out", "store_afib", done="store_afib")
     r.heartlm(
         "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
@@ -315,7 +317,7 @@ def select(r: Runner) -> dict[str, Any]:
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--seed", seed,
                    "--label-fraction", SELECT_FRACTION, *CONFIGS[config])  # fmt: skip
         return (config, r.evaluate(name, "tok_beats", "--records", *test),
-                r.evaluate(name, "tok_sick_test"))  # fmt: skip
+                r.evaluate(name, HELD_OUT["sick"]))  # fmt: skip
 
     grid = [(c, k, s) for c in CONFIGS for k in (0, 1) for s in SELECT_SEEDS]
     found = r.parallel([lambda g=g: one(*g) for g in grid])
@@ -353,7 +355,7 @@ def final(r: Runner) -> dict[str, Any]:
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--label-fraction", fraction,
                    "--seed", seed, *flags, *scratch)  # fmt: skip
         rep = r.evaluate(name, "tok_beats", "--records", *TEST)  # not the synthetic ones
-        held_out = r.evaluate(name, "tok_sick_test")
+        held_out = r.evaluate(name, HELD_OUT["sick"])
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": _sum_reports([held_out])}  # fmt: skip
 
@@ -408,8 +410,8 @@ def _held_out_scores(sick: dict[str, int], flutter: dict[str, int]) -> dict[str,
 
 def _held_out_afib(r: Runner, name: str) -> dict[str, float]:
     """An AFIB model on the held-out synthetic sick-sinus and flutter/AF patients."""
-    return _held_out_scores(r.evaluate(name, "tok_sick_test")["counts"],
-                            r.evaluate(name, "tok_flutter_test")["counts"])  # fmt: skip
+    sick, flutter = (r.evaluate(name, folder)["counts"] for folder in HELD_OUT.values())
+    return _held_out_scores(sick, flutter)
 
 
 def _afib_floor_with_held_out(
@@ -421,7 +423,7 @@ def _afib_floor_with_held_out(
 
     from heartlm.train.data import load_tokens
 
-    held_out = [load_tokens(work / folder) for folder in ("tok_sick_test", "tok_flutter_test")]
+    held_out = [load_tokens(work / folder) for folder in HELD_OUT.values()]
     tests = [(test_data, test), *((d, _afib_keys(d)) for d in held_out)]
     report, sick, flutter = afib_floors(train_data, train, tests, **kw)
     return report, _held_out_scores(sick, flutter)
