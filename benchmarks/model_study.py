@@ -107,17 +107,30 @@ SELECT_SEEDS = (0, 1)
 """Seeds per configuration and fold in `select`, confusion matrices summed: one seed's DS1
 S F1 moved by up to 0.12 between identical runs in round 5."""
 BEAT_LOSS = ["--afib-beat-loss", "1"]
+CONTEXT = ["--window", "128", "--stride", "32"]
+"""AFIB trained on 128-beat windows; every AFIB model is still scored on the 32-beat windows
+of the goal (`evaluate --afib-window`), each seen inside 128 beats of context. On the
+round-9 work folder's AFIB folds (CPU, LightGBM only) the floor's window F1 rose from 0.70
+with the window's own statistics to 0.80, 0.82 and 0.73 with those of 64, 128 and 256 beats
+around it added: AF is an episode, and its neighbours say whether one is going on."""
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
-    "pretrained_relative_beat_loss": [*REL, *BEAT_LOSS],
-    "scratch_relative_beat_loss": ["--from-scratch", *REL, *BEAT_LOSS],
     "pretrained_relative_beat_loss_all": [*REL, *BEAT_LOSS, *ALL],
     "scratch_relative_beat_loss_all": ["--from-scratch", *REL, *BEAT_LOSS, *ALL],
+    "pretrained_relative_beat_loss_all_context128": [*REL, *BEAT_LOSS, *ALL, *CONTEXT],
+    "scratch_relative_beat_loss_all_context128": [
+        "--from-scratch",
+        *REL,
+        *BEAT_LOSS,
+        *ALL,
+        *CONTEXT,
+    ],
 }
 """Round 10 added `--afib-beat-loss` (every beat of a window also learns its own rhythm; it won
 on the folds for both initialisations) and dropped the no-heart-rate variants (their floor
 lost to the relative one on the folds in rounds 7 and 9: 0.584 against 0.794 in round 9; the
-decision came after round 9 had read DS2, see benchmarks/README.md). Round 11 keeps the
-beat-loss recipes, with and without the validation hold-out (ALL)."""
+decision came after round 9 had read DS2, see benchmarks/README.md). Round 11 chose the
+recipes without the validation hold-out (ALL) for both; round 12 compares them with the same
+recipes on 128 beats of context (CONTEXT), each beside a floor that sees the same context."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -279,8 +292,24 @@ def _inputs(flags: list[str]) -> str:
     return flags[flags.index("--inputs") + 1] if "--inputs" in flags else "all"
 
 
-def _floor_name(inputs: str) -> str:
-    return f"tree floor ({inputs})"
+def _floor_name(inputs: str, context: int = 0) -> str:
+    return f"tree floor ({inputs}, context {context})" if context else f"tree floor ({inputs})"
+
+
+def _afib_window() -> int:
+    """The AFIB windows every model and floor is scored on (the goal's 32 beats)."""
+    return int(AFIB[AFIB.index("--window") + 1])
+
+
+def _afib_context(flags: list[str]) -> int:
+    """Beats of context an AFIB configuration sees around each scored window (0: none)."""
+    window = int(flags[flags.index("--window") + 1]) if "--window" in flags else _afib_window()
+    return window if window > _afib_window() else 0
+
+
+def _afib_floor_kinds(configs: list[list[str]]) -> list[tuple[str, int]]:
+    """(inputs, context) of the floors that sit beside these AFIB configurations."""
+    return sorted({(_inputs(flags), _afib_context(flags)) for flags in configs})
 
 
 def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -387,7 +416,7 @@ def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *flags, *scratch)  # fmt: skip
-        rep = r.evaluate(name, "tok_mitdb", "--records", *TEST)
+        rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, "--afib-window", _afib_window())
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 **_held_out_afib(r, name)}  # fmt: skip
 
@@ -410,7 +439,8 @@ def _held_out_scores(sick: dict[str, int], flutter: dict[str, int]) -> dict[str,
 
 def _held_out_afib(r: Runner, name: str) -> dict[str, float]:
     """An AFIB model on the held-out synthetic sick-sinus and flutter/AF patients."""
-    sick, flutter = (r.evaluate(name, folder)["counts"] for folder in HELD_OUT.values())
+    sick, flutter = (r.evaluate(name, folder, "--afib-window", _afib_window())["counts"]
+                     for folder in HELD_OUT.values())  # fmt: skip
     return _held_out_scores(sick, flutter)
 
 
@@ -479,8 +509,8 @@ def select_afib(r: Runner) -> dict[str, Any]:
     def one(config: str, k: int) -> tuple[str, dict[str, Any], dict[str, float]]:
         name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
-        return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k]),
-                _held_out_afib(r, name))  # fmt: skip
+        return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
+                                   _afib_window()), _held_out_afib(r, name))  # fmt: skip
 
     def mean_held_out(held_out: list[dict[str, float]]) -> dict[str, float]:
         return {key: float(np.mean([h[key] for h in held_out])) for key in held_out[0]}
@@ -490,12 +520,14 @@ def select_afib(r: Runner) -> dict[str, Any]:
     for c in AFIB_CONFIGS:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
     configs = dict(AFIB_CONFIGS)
-    for inputs in sorted({_inputs(flags) for flags in AFIB_CONFIGS.values()}):
+    for inputs, context in _afib_floor_kinds(list(AFIB_CONFIGS.values())):
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
-                                            inputs=inputs) for k in (0, 1)]  # fmt: skip
-        rows[_floor_name(inputs)] = {**_pooled([rep for rep, _ in floors]),
-                                     **mean_held_out([h for _, h in floors])}  # fmt: skip
-        configs[_floor_name(inputs)] = ["tree_floor.py", "--inputs", inputs]
+                                            window=_afib_window(), inputs=inputs,
+                                            context=context) for k in (0, 1)]  # fmt: skip
+        rows[_floor_name(inputs, context)] = {**_pooled([rep for rep, _ in floors]),
+                                              **mean_held_out([h for _, h in floors])}  # fmt: skip
+        configs[_floor_name(inputs, context)] = ["tree_floor.py", "--inputs", inputs,
+                                                 "--context", str(context)]  # fmt: skip
     return {"folds": folds, "configs": configs, "afib": rows}
 
 
@@ -510,13 +542,15 @@ def final_afib(r: Runner) -> dict[str, Any]:
     chosen = max((c for c in rows if c in AFIB_CONFIGS), key=lambda c: rows[c]["f1"])
     afib_rows = _afib_grid(r, AFIB_CONFIGS[chosen])
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
+    inputs, context = _inputs(AFIB_CONFIGS[chosen]), _afib_context(AFIB_CONFIGS[chosen])
     for fraction in FRACTIONS:
         for seed in SEEDS:
-            kw = {"seed": seed, "fraction": fraction, "inputs": _inputs(AFIB_CONFIGS[chosen])}
+            kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
+                  "window": _afib_window()}  # fmt: skip
             train = _afib_keys(afib_data)
             rep, held_out = _afib_floor_with_held_out(afib_data, train, mitdb, list(TEST), r.work,
                                                       **kw)  # fmt: skip
-            afib_rows.append({"init": _floor_name(kw["inputs"]), "label_fraction": fraction,
+            afib_rows.append({"init": _floor_name(inputs, context), "label_fraction": fraction,
                               "seed": seed, "afib": rep, **held_out})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 

@@ -2,7 +2,8 @@
 
 Beats: each beat's standardised feature row (`features.bin`) and its rhythm token, with the
 same for one neighbour on each side. AFIB: the per-column mean and standard deviation of
-the feature rows of exactly the windows the transformer is scored on. LightGBM, untuned
+the feature rows of exactly the windows the transformer is scored on, and, when the
+transformer sees a longer context around each window, the same over that context. LightGBM, untuned
 (300 rounds, learning rate 0.05, 31 leaves), class weights (n / (K n_c))^0.5 as the
 fine-tuning default. A transformer below this floor is a defect, not a result.
 
@@ -21,7 +22,13 @@ import numpy as np
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.inputs import INPUTS, hidden_columns
 from heartlm.labelled import metrics
-from heartlm.labelled.windows import IGNORE, cut_windows, keep_label_fraction, streams_of
+from heartlm.labelled.windows import (
+    IGNORE,
+    cut_context_windows,
+    cut_windows,
+    keep_label_fraction,
+    streams_of,
+)
 from heartlm.train.data import TokenData, load_tokens
 
 PARAMS = {
@@ -79,19 +86,33 @@ def beat_inputs(data: TokenData, inputs: str = "all") -> np.ndarray:
     return np.concatenate(columns, axis=1)
 
 
+def _mean_std(feats: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per-column mean and standard deviation over the masked beats of each window."""
+    count = mask.sum(axis=1, keepdims=True).clip(min=1)
+    mean = (feats * mask[..., None]).sum(axis=1) / count
+    var = (((feats - mean[:, None]) ** 2) * mask[..., None]).sum(axis=1) / count
+    return np.concatenate([mean, np.sqrt(var)], axis=1)
+
+
 def window_inputs(
-    data: TokenData, records: list[int], window: int, inputs: str = "all"
+    data: TokenData, records: list[int], window: int, inputs: str = "all", context: int = 0
 ) -> tuple[np.ndarray, ...]:
-    """(inputs, labels) of the non-overlapping windows `heartlm evaluate` scores for AFIB."""
-    w = cut_windows(streams_of(data), records, window, window, "afib")
+    """(inputs, labels) of the non-overlapping windows `heartlm evaluate` scores for AFIB; with
+    `context` > `window`, the same statistics over the context window around each (as
+    `evaluate --afib-window` shows the transformer) are added."""
+    streams = streams_of(data)
+    if context > window:
+        w = cut_context_windows(streams, records, context, window)
+    else:
+        w = cut_windows(streams, records, window, window, "afib")
+        w.scored = ~w.pad
     names = list(data.meta.get("features", []))
     feats = np.delete(w.features.astype(np.float32), hidden_columns(names, inputs), axis=2)
-    real = ~w.pad
-    count = real.sum(axis=1, keepdims=True).clip(min=1)
-    mean = (feats * real[..., None]).sum(axis=1) / count
-    var = (((feats - mean[:, None]) ** 2) * real[..., None]).sum(axis=1) / count
+    columns = [_mean_std(feats, w.scored)]
+    if context > window:
+        columns.append(_mean_std(feats, ~w.pad))
     keep = w.window_label != IGNORE
-    return np.concatenate([mean, np.sqrt(var)], axis=1)[keep], w.window_label[keep]
+    return np.concatenate(columns, axis=1)[keep], w.window_label[keep]
 
 
 def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -148,11 +169,12 @@ def afib_floor(
     threads: int = 0,
     fraction: float = 1.0,
     inputs: str = "all",
+    context: int = 0,
 ) -> dict[str, Any]:
     """The tree's AFIB window scores on `test`, trained on `train` (record names) with a
     seeded `fraction` of the training windows' labels."""
     (report,) = afib_floors(train_data, train, [(test_data, test)], window, seed, threads,
-                            fraction, inputs)  # fmt: skip
+                            fraction, inputs, context)  # fmt: skip
     return report
 
 
@@ -165,16 +187,17 @@ def afib_floors(
     threads: int = 0,
     fraction: float = 1.0,
     inputs: str = "all",
+    context: int = 0,
 ) -> list[dict[str, Any]]:
     """`afib_floor` on several test sets (token data, record names) with one tree."""
-    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs)
+    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
     model = _fit(x_tr, y_tr, 2, seed, threads)
     reports = []
     for test_data, test in tests:
-        x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs)
+        x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs, context)
         reports.append(metrics.binary_scores(y_te, model.predict(x_te)))
     return reports
 
@@ -187,12 +210,26 @@ def main() -> int:
     ap.add_argument("--test", nargs="+", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--inputs", choices=INPUTS, default="all", help="as heartlm finetune's")
+    ap.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        help="afib: also the statistics of this many beats around each window",
+    )
     args = ap.parse_args()
     data = load_tokens(args.tokens)
     if args.task == "beats":
         report = beat_floor(data, args.train, args.test, args.seed, inputs=args.inputs)
     else:
-        report = afib_floor(data, args.train, data, args.test, seed=args.seed, inputs=args.inputs)
+        report = afib_floor(
+            data,
+            args.train,
+            data,
+            args.test,
+            seed=args.seed,
+            inputs=args.inputs,
+            context=args.context,
+        )
     print(json.dumps(report, indent=1))
     return 0
 

@@ -276,7 +276,10 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # Selection on the folds reports the same held-out columns, for models and floors alike.
     fits.clear()
     chosen_rows = model_study.select_afib(Counting())["afib"]
-    assert len(fits) == 2  # one tree per fold
+    kinds = model_study._afib_floor_kinds(list(model_study.AFIB_CONFIGS.values()))
+    assert len(fits) == 2 * len(kinds)  # one tree per fold and kind of floor
+    # A configuration that sees 128 beats of context has a floor that sees them too.
+    assert ("relative", 128) in kinds and "tree floor (relative, context 128)" in chosen_rows
     for name, row in chosen_rows.items():
         assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
@@ -296,3 +299,16 @@ def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
     assert inits == {True, False}  # `final` picks a pretrained and a scratch recipe
     assert not any("--epochs" in flags for flags in configs.values())
     assert not set(model_study.TRAIN + model_study.TEST) & set(MITDB_DS2)
+
+
+def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_windows():
+    data = _mitdb()
+    n = len(data.morph)
+    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
+    plain_x, plain_y = tree_floor.window_inputs(data, [0, 1], 32, "all")
+    x, y = tree_floor.window_inputs(data, [0, 1], 32, "all", context=128)
+    np.testing.assert_array_equal(y, plain_y)  # the same scored windows and labels
+    assert x.shape == (len(plain_x), 2 * plain_x.shape[1])
+    np.testing.assert_allclose(x[:, : plain_x.shape[1]], plain_x, rtol=1e-6)
+    # The context half is the statistics of 128 beats: not the window's own.
+    assert not np.allclose(x[:, plain_x.shape[1] :], plain_x)

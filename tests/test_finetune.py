@@ -188,6 +188,39 @@ def test_windows_cover_every_beat_once_and_pad_short_records():
     assert a.window_label.tolist() == [1] and (a.beat_label == data.IGNORE).all()
 
 
+def test_context_windows_score_each_block_once_inside_its_context():
+    n = [20, 5, 0]
+    boundaries = np.concatenate([[0], np.cumsum(n)])
+    total = boundaries[-1]
+    # Record 0: AFIB from beat 10 on, so its blocks of 4 are labelled by their own beats.
+    label = np.full(total, RHYTHMS.index("N"), np.int8)
+    label[10:20] = AFIB
+    streams = data.Streams(
+        morph=np.arange(total, dtype=np.uint16) + 5,
+        rhythm=np.full(total, 6, np.uint16),
+        aami=np.zeros(total, np.int8),
+        rhythm_label=label,
+        boundaries=boundaries,
+    )
+    w = data.cut_context_windows(streams, [0, 1, 2], context=8, block=4)
+    blocks = data.cut_windows(streams, [0, 1, 2], window=4, stride=4, task="afib")
+    assert w.morph.shape == (len(blocks), 8)
+    # The scored beats are exactly the plain 4-beat windows' beats, block by block.
+    for row, scored, plain, plain_pad in zip(w.beat, w.scored, blocks.beat, blocks.pad,
+                                             strict=True):  # fmt: skip
+        np.testing.assert_array_equal(row[scored], plain[~plain_pad])
+    np.testing.assert_array_equal(w.window_label, blocks.window_label)
+    assert w.window_label[w.record == 0].tolist() == [0, 0, 1, 1, 1]
+    # Every window stays inside its record and centres its block where the record allows.
+    for row, pad, rec in zip(w.beat, w.pad, w.record, strict=True):
+        assert (row[~pad] >= boundaries[rec]).all() and (row[~pad] < boundaries[rec + 1]).all()
+    assert w.beat[w.record == 0][2, 0] == 6  # block 8..11 sits at positions 2..5
+    short = w.record == 1  # 5 beats: one context window padded to 8, two blocks in it
+    assert short.sum() == 2 and (w.pad[short].sum(axis=1) == 3).all()
+    with pytest.raises(ValueError, match="block"):
+        data.cut_context_windows(streams, [0], context=4, block=8)
+
+
 def test_label_fraction_keeps_a_seeded_fraction():
     labels = np.where(np.arange(1000) % 10 == 0, -1, np.arange(1000) % 5)
     kept = data.keep_label_fraction(labels, 0.1, seed=1)
@@ -383,6 +416,30 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert set(rep["afib"]) == {"f1", "se", "ppv", "auroc"}
     assert rep["n_windows"] > 0 and 0 < rep["n_afib_windows"] < rep["n_windows"]
     assert all(v is None or 0.0 <= v <= 1.0 for v in rep["afib"].values())
+    # Shorter windows scored inside the run's 16-beat context: about twice as many.
+    assert _evaluate_json(capsys, ft, corpus / "tok", "--afib-window", "16") == rep
+    half = _evaluate_json(capsys, ft, corpus / "tok", "--afib-window", "8")
+    assert (half["window"], half["context"]) == (8, 16)
+    assert 2 * rep["n_windows"] - 6 <= half["n_windows"] <= 2 * rep["n_windows"] + 6
+    assert _cli("evaluate", ft, corpus / "tok", "--afib-window", "32") == 2
+    assert "--afib-window 32 must be between 1 and the run's window of 16" in (
+        capsys.readouterr().err)  # fmt: skip
+
+
+def test_a_block_spanning_the_window_scores_as_the_window(corpus):
+    """The window head is linear after a mean pool: the block pool over every real beat gives
+    the plain window score, so context scoring changes only what the block averages."""
+    from heartlm.labelled.predict import afib_scores
+    from heartlm.model import load_pretrained
+    from heartlm.train.data import load_tokens
+
+    model, _ = load_pretrained(corpus / "pre")
+    streams = data.streams_of(load_tokens(corpus / "tok"))
+    w = data.cut_windows(streams, [0, 1], window=16, stride=16, task="afib")
+    plain = afib_scores(model, w, 8, torch.device("cpu"))
+    w.scored = ~w.pad
+    np.testing.assert_allclose(afib_scores(model, w, 8, torch.device("cpu"), scored_block=True),
+                               plain, rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 def _copy_tokens(corpus, dest, edit_meta=None):

@@ -32,6 +32,9 @@ class EvaluateConfig:
     """MIT-BIH: score every record (default: DS2 only, the inter-patient test half)"""
     records: list[str] | None = setting(None, metavar="NAME")
     """score only these records (NAME or DB/NAME)"""
+    afib_window: int | None = setting(None, metavar="N")
+    """AFIB runs: score windows of N beats, each inside the run's window of context centred on
+    it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"
@@ -64,6 +67,7 @@ def run(cfg: EvaluateConfig) -> int:
         batch=cfg.batch,
         device=cfg.device,
         ingest_overrides={"lead": cfg.lead, "annotations": cfg.annotations},
+        afib_window=cfg.afib_window,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -126,8 +130,10 @@ def format_report(report: dict[str, Any]) -> str:
     else:
         a = report["afib"]
         auroc = "n/a (one class)" if a["auroc"] is None else f"{a['auroc']:.4f}"
+        context = report.get("context", report["window"])
+        seen = f", each inside {context} beats of context" if context != report["window"] else ""
         lines.append(
-            f"{report['n_windows']} windows of {report['window']} beats, "
+            f"{report['n_windows']} windows of {report['window']} beats{seen}, "
             f"{report['n_afib_windows']} AFIB ({report['rule']})"
         )
         lines.append(

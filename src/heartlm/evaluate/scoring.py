@@ -13,7 +13,13 @@ from heartlm.labelled.lineage import read_finetune_info, read_lineage
 from heartlm.labelled.predict import afib_scores, beat_predictions
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
-from heartlm.labelled.windows import AFIB_RULE, IGNORE, cut_windows, streams_of
+from heartlm.labelled.windows import (
+    AFIB_RULE,
+    IGNORE,
+    cut_context_windows,
+    cut_windows,
+    streams_of,
+)
 from heartlm.runtime import pick_device
 
 
@@ -59,6 +65,25 @@ def _check_same_tokens(lineage: dict[str, Any], data: Any, where: Path) -> None:
         )
 
 
+def _afib_window(task: str, window: int, afib_window: int | None, model: Any, run: Path) -> int:
+    """The AFIB windows to score: the run's own, or shorter ones inside its context."""
+    if afib_window is None or afib_window == window:
+        return window
+    if task != "afib":
+        raise HeartlmError(f"--afib-window applies to AFIB runs; this run's task is {task}", run)
+    if not 1 <= afib_window <= window:
+        raise HeartlmError(
+            f"--afib-window {afib_window} must be between 1 and the run's window of {window} "
+            "beats (the model sees at most its window at once)",
+            run,
+        )
+    if getattr(model.cfg, "cls_token", False):
+        raise HeartlmError(
+            "--afib-window needs a model without a CLS token: it pools the scored beats", run
+        )
+    return afib_window
+
+
 def evaluate(
     run: Path,
     data_path: Path,
@@ -67,8 +92,12 @@ def evaluate(
     batch: int = 64,
     device: str = "auto",
     ingest_overrides: dict[str, Any] | None = None,
+    afib_window: int | None = None,
 ) -> dict[str, Any]:
-    """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}."""
+    """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
+
+    AFIB is scored on non-overlapping windows of the run's window, or of `afib_window`
+    beats, each seen inside the run's window of context centred on it."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -89,9 +118,14 @@ def evaluate(
         hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
+    scored = _afib_window(task, window, afib_window, model, run)
     streams = streams_of(data)
-    stride = window // 2 if task == "beats" else window
-    windows = cut_windows(streams, [r.index for r in chosen], window, max(1, stride), task)
+    indices = [r.index for r in chosen]
+    if scored < window:
+        windows = cut_context_windows(streams, indices, window, scored)
+    else:
+        stride = window // 2 if task == "beats" else window
+        windows = cut_windows(streams, indices, window, max(1, stride), task)
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
     names = data.records
     if task == "beats":
@@ -105,7 +139,7 @@ def evaluate(
         report = {**common, **metrics.beat_report(ref, pred)}
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
-    scores = afib_scores(model, windows, batch, dev)
+    scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)
     labelled = windows.window_label != IGNORE
     if not labelled.any():
         raise HeartlmError(
@@ -119,7 +153,8 @@ def evaluate(
         "accuracy": (binary["tp"] + binary["tn"]) / int(labelled.sum()),
         "n_windows": int(labelled.sum()),
         "n_afib_windows": int(labels.sum()),
-        "window": window,
+        "window": scored,
+        "context": window,
         "rule": AFIB_RULE,
         "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
     }

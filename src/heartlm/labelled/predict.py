@@ -9,6 +9,7 @@ import torch
 
 from heartlm.labelled.windows import Windows
 from heartlm.log import progress
+from heartlm.model.hlm import valid_mean
 
 
 def _batches(windows: Windows, batch: int, device: torch.device, desc: str = "evaluate"):
@@ -54,14 +55,24 @@ def beat_predictions(
 
 @torch.no_grad()
 def afib_scores(
-    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
+    model: torch.nn.Module,
+    windows: Windows,
+    batch: int,
+    device: torch.device,
+    scored_block: bool = False,
 ) -> np.ndarray:
-    """Probability of AFIB for every window."""
+    """Probability of AFIB for every window; with `scored_block` (windows from
+    `cut_context_windows`), of the scored block inside each: the window head on the mean of
+    the block's beats, which the whole window's beats give context to."""
     model.eval().to(device)
     scores = []
-    for _, _, morph, rhythm, valid, features in _batches(windows, batch, device):
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
+        head = "window_beats" if scored_block else "window"
         with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="window", features_BTF=features)
+            logits = model(morph, rhythm, valid_BT=valid, head=head, features_BTF=features)
+        if scored_block:
+            block = torch.from_numpy(windows.scored[lo:hi]).to(device)
+            logits = valid_mean(logits.float(), block)
         scores.append(torch.softmax(logits.float(), dim=-1)[:, 1].cpu().numpy())
     return np.concatenate(scores) if scores else np.zeros(0)
 

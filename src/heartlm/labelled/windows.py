@@ -10,6 +10,9 @@ Rules, stated once here and in docs/finetune.md:
   nearest to it, so it has the most context on both sides.
 - AFIB task: a window is AFIB when at least half of its real (non-pad) beats lie in an
   `(AFIB` rhythm episode (`AFIB_RULE`); atrial flutter `(AFL` is not AFIB.
+- AFIB in context (`cut_context_windows`): the scored windows are blocks of `block` beats,
+  each shown inside a longer window of `context` beats centred on it (shifted to stay in the
+  record); only the block is scored and labelled, the rest is context.
 """
 
 from __future__ import annotations
@@ -119,32 +122,80 @@ def cut_windows(
         rec_ids.append(np.full(len(starts), r, dtype=np.int64))
     if not rows:
         return _empty(window)
-    beat = np.concatenate(rows)
+    windows = _gather(streams, np.concatenate(rows))
+    windows.scored = np.concatenate(owners)
+    windows.record = np.concatenate(rec_ids)
+    if task == "afib":
+        codes = np.asarray(streams.rhythm_label)[np.where(windows.pad, 0, windows.beat)]
+        windows.window_label = np.array(
+            [afib_window_label(c[~p]) for c, p in zip(codes, windows.pad, strict=True)],
+            dtype=np.int64,
+        )
+    elif task == "beats":
+        aami = np.asarray(streams.aami)[np.where(windows.pad, 0, windows.beat)]
+        windows.beat_label = np.where(windows.pad, IGNORE, aami).astype(np.int64)
+    return windows
+
+
+def _gather(streams: Streams, beat: np.ndarray) -> Windows:
+    """The token and feature rows of windows given by global beat indices (-1 = padding);
+    no beat labels, nothing scored, no window labels, record -1: the caller fills those."""
     pad = beat < 0
     safe = np.where(pad, 0, beat)
-    morph = np.where(pad, PAD, np.asarray(streams.morph)[safe].astype(np.int64))
-    rhythm = np.where(pad, PAD, np.asarray(streams.rhythm)[safe].astype(np.int64))
-    aami = np.where(pad, IGNORE, np.asarray(streams.aami)[safe].astype(np.int64))
     features = None
     if streams.features is not None:
         features = np.where(pad[..., None], np.float16(0), np.asarray(streams.features)[safe])
-    window_label = np.full(len(beat), IGNORE, dtype=np.int64)
-    if task == "afib":
-        codes = np.asarray(streams.rhythm_label)[safe]
-        window_label = np.array(
-            [afib_window_label(c[~p]) for c, p in zip(codes, pad, strict=True)], dtype=np.int64
-        )
+    n = len(beat)
     return Windows(
-        morph=morph,
-        rhythm=rhythm,
+        morph=np.where(pad, PAD, np.asarray(streams.morph)[safe].astype(np.int64)),
+        rhythm=np.where(pad, PAD, np.asarray(streams.rhythm)[safe].astype(np.int64)),
         pad=pad,
-        beat_label=aami if task == "beats" else np.full_like(aami, IGNORE),
-        scored=np.concatenate(owners),
-        window_label=window_label,
-        record=np.concatenate(rec_ids),
+        beat_label=np.full(beat.shape, IGNORE, dtype=np.int64),
+        scored=np.zeros(beat.shape, dtype=bool),
+        window_label=np.full(n, IGNORE, dtype=np.int64),
+        record=np.full(n, -1, dtype=np.int64),
         beat=beat,
         features=features,
     )
+
+
+def cut_context_windows(
+    streams: Streams, records: Sequence[int], context: int, block: int
+) -> Windows:
+    """AFIB windows of `block` beats (non-overlapping, the last aligned to the record's end, as
+    `cut_windows` with stride = window), each inside `context` beats centred on it: rows are
+    `context` wide, `scored` marks the block, `window_label` is the block's."""
+    if not 1 <= block <= context:
+        raise ValueError("the scored block must be between 1 beat and the context window")
+    rows: list[np.ndarray] = []
+    scored: list[np.ndarray] = []
+    rec_ids: list[np.ndarray] = []
+    for r in records:
+        lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
+        n = hi - lo
+        if n == 0:
+            continue
+        blocks = window_starts(n, block, block)
+        width = min(block, n)
+        starts = np.clip(blocks - (context - width) // 2, 0, max(n - context, 0))
+        idx = lo + starts[:, None] + np.arange(context)[None, :]
+        idx[idx >= hi] = -1
+        offset = (blocks - starts)[:, None]
+        position = np.arange(context)[None, :]
+        rows.append(idx)
+        scored.append((position >= offset) & (position < offset + width))
+        rec_ids.append(np.full(len(blocks), r, dtype=np.int64))
+    if not rows:
+        return _empty(context)
+    windows = _gather(streams, np.concatenate(rows))
+    windows.scored = np.concatenate(scored)
+    windows.record = np.concatenate(rec_ids)
+    codes = np.asarray(streams.rhythm_label)[np.where(windows.pad, 0, windows.beat)]
+    windows.window_label = np.array(
+        [afib_window_label(c[s]) for c, s in zip(codes, windows.scored, strict=True)],
+        dtype=np.int64,
+    )
+    return windows
 
 
 def _empty(window: int) -> Windows:
