@@ -78,6 +78,10 @@ CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
     "scratch_relative_all": ["--from-scratch", *REL, *ALL],
 }
+VIEWS = 4
+"""`select` scores every beat model twice: each beat from the one window that centres it, and
+averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
+configuration's row with the suffix `_views4`, and `final` scores what won."""
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
 PATIENTS = {
@@ -345,14 +349,21 @@ def select(r: Runner) -> dict[str, Any]:
         name = f"sel_{config}_fold{k}_s{seed}_{_tag(CONFIGS[config], train, SELECT_FRACTION)}"
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--seed", seed,
                    "--label-fraction", SELECT_FRACTION, *CONFIGS[config])  # fmt: skip
-        return (config, r.evaluate(name, "tok_beats", "--records", *test),
-                r.evaluate(name, HELD_OUT["sick"]))  # fmt: skip
+        return [
+            (
+                _viewed(config, views),
+                r.evaluate(name, "tok_beats", "--records", *test, "--views", views),
+                r.evaluate(name, HELD_OUT["sick"], "--views", views),
+            )
+            for views in (1, VIEWS)
+        ]
 
     grid = [(c, k, s) for c in CONFIGS for k in (0, 1) for s in SELECT_SEEDS]
-    found = r.parallel([lambda g=g: one(*g) for g in grid])
-    rows = {c: _sum_reports([rep for cc, rep, _ in found if cc == c]) for c in CONFIGS}
-    held_out = {c: _sum_reports([rep for cc, _, rep in found if cc == c]) for c in CONFIGS}
-    configs = dict(CONFIGS)
+    found = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
+    recipes = [_viewed(c, views) for c in CONFIGS for views in (1, VIEWS)]
+    rows = {c: _sum_reports([rep for cc, rep, _ in found if cc == c]) for c in recipes}
+    held_out = {c: _sum_reports([rep for cc, _, rep in found if cc == c]) for c in recipes}
+    configs = {c: [*CONFIGS[_config_of(c)], *_views_flags(c)] for c in recipes}
     for inputs in sorted({_inputs(flags) for flags in CONFIGS.values()}):
         floors = [beat_floor(data, [*FOLDS[k], *synthetic], list(FOLDS[1 - k]), s,
                              fraction=SELECT_FRACTION, inputs=inputs)
@@ -378,27 +389,49 @@ def final(r: Runner) -> dict[str, Any]:
     train = [*TRAIN, *_synthetic_keys(data)]
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[chosen[init]], train)}"
-        flags = [f for f in CONFIGS[chosen[init]] if f != "--from-scratch"]
+        config, views = _config_of(chosen[init]), _views_of(chosen[init])
+        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[config], train)}"
+        flags = [f for f in CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--label-fraction", fraction,
                    "--seed", seed, *flags, *scratch)  # fmt: skip
-        rep = r.evaluate(name, "tok_beats", "--records", *TEST)  # not the synthetic ones
-        held_out = r.evaluate(name, HELD_OUT["sick"])
+        # DS2 only, not the synthetic records
+        rep = r.evaluate(name, "tok_beats", "--records", *TEST, "--views", views)
+        held_out = r.evaluate(name, HELD_OUT["sick"], "--views", views)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": _sum_reports([held_out])}  # fmt: skip
 
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
-    for inputs in sorted({_inputs(CONFIGS[name]) for name in chosen.values()}):
+    for inputs in sorted({_inputs(CONFIGS[_config_of(name)]) for name in chosen.values()}):
         for fraction in FRACTIONS:
             for seed in SEEDS:  # the same share of DS1's labels; scored, as above, on all of DS2
                 rep = beat_floor(data, train, list(TEST), seed,
                                  fraction=fraction, inputs=inputs)  # fmt: skip
                 beat_rows.append({"init": _floor_name(inputs), "label_fraction": fraction,
                                   "seed": seed, **rep})  # fmt: skip
-    configs = {f"{init}: {name}": CONFIGS[name] for init, name in chosen.items()}
+    configs = {f"{init}: {name}": [*CONFIGS[_config_of(name)], *_views_flags(name)]
+               for init, name in chosen.items()}  # fmt: skip
     return {"config": configs, "beats": beat_rows, "afib": []}
+
+
+def _viewed(config: str, views: int) -> str:
+    """A beat recipe's name: the configuration, with `_viewsN` when scored over N windows."""
+    return config if views == 1 else f"{config}_views{views}"
+
+
+def _config_of(recipe: str) -> str:
+    return recipe.rsplit("_views", 1)[0] if recipe not in CONFIGS else recipe
+
+
+def _views_of(recipe: str) -> int:
+    return 1 if recipe in CONFIGS else int(recipe.rsplit("_views", 1)[1])
+
+
+def _views_flags(recipe: str) -> list[str]:
+    """How a recipe is scored, shown beside its fine-tuning flags."""
+    views = _views_of(recipe)
+    return [] if views == 1 else ["(evaluate --views", f"{views})"]
 
 
 def _afib_keys(data: Any) -> list[str]:
@@ -565,8 +598,8 @@ def _best_selected(path: Path, init: str) -> str:
         c = rows[name]["per_class"]
         return (c["S"]["f1"] + c["V"]["f1"]) / 2
 
-    candidates = [n for n in rows if n in CONFIGS and ("--from-scratch" in CONFIGS[n]) == (
-        init == "scratch")]  # fmt: skip
+    candidates = [n for n in rows if _config_of(n) in CONFIGS and (
+        "--from-scratch" in CONFIGS[_config_of(n)]) == (init == "scratch")]  # fmt: skip
     return max(candidates, key=score)
 
 

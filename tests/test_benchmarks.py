@@ -133,6 +133,12 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
     best = model_study._best_selected
     assert best(tmp_path / "select.json", "pretrained") == "pretrained_relative_window32"
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative"
+    # A recipe scored over several windows competes with the same configuration's plain one.
+    rows["scratch_relative_views4"] = row(0.6, 0.9)
+    (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
+    assert best(tmp_path / "select.json", "scratch") == "scratch_relative_views4"
+    assert model_study._config_of("scratch_relative_views4") == "scratch_relative"
+    assert model_study._views_of("scratch_relative_views4") == 4
 
 
 def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
@@ -162,7 +168,11 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     assert widths == [9, 9, 6, 6]
     ds1_beats = len(MITDB_DS1) * BEATS  # each fold trains with the sick records too
     assert all(result["beats"][n]["n_beats"] == ds1_beats for n in floors)
-    assert set(result["sick_test"]) == set(model_study.CONFIGS)
+    # Every model is scored from the window that centres each beat and over VIEWS windows.
+    views = {f"{c}_views{model_study.VIEWS}" for c in model_study.CONFIGS}
+    assert set(result["sick_test"]) == set(model_study.CONFIGS) | views
+    assert result["configs"][f"scratch_relative_views{model_study.VIEWS}"][-2:] == [
+        "(evaluate --views", f"{model_study.VIEWS})"]  # fmt: skip
 
 
 def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():

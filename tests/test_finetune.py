@@ -377,6 +377,46 @@ def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
     assert 0.0 <= rep["accuracy"] <= 1.0
 
 
+def test_evaluate_views_average_overlapping_windows_over_the_same_beats(beats_run, corpus, capsys):
+    one = _evaluate_json(capsys, beats_run, corpus / "tok")
+    four = _evaluate_json(capsys, beats_run, corpus / "tok", "--views", "4")
+    assert (one["views"], four["views"]) == (1, 4)
+    assert four["n_beats"] == one["n_beats"]  # every labelled beat scored once
+    assert [c["support"] for c in four["per_class"].values()] == [
+        c["support"] for c in one["per_class"].values()
+    ]
+    assert _cli("evaluate", beats_run, corpus / "tok", "--views", "0") == 2
+    assert "--views 0" in capsys.readouterr().err
+
+
+def test_averaged_predictions_follow_each_beat_across_windows():
+    """A stand-in model whose beat logits depend on the beat's own token only: averaging over
+    any overlapping windows must give every beat its own token's class."""
+    from heartlm.labelled.predict import averaged_beat_predictions, centre_weights
+
+    class OwnToken(torch.nn.Module):
+        def forward(self, morph, rhythm, valid_BT=None, head="beat", features_BTF=None):
+            return torch.nn.functional.one_hot(morph % 5, 5).float() * 4.0
+
+    n = [23, 5]
+    boundaries = np.concatenate([[0], np.cumsum(n)])
+    total = boundaries[-1]
+    streams = data.Streams(
+        morph=(np.arange(total, dtype=np.uint16) * 7 + 5),
+        rhythm=np.full(total, 6, np.uint16),
+        aami=np.zeros(total, np.int8),
+        rhythm_label=np.zeros(total, np.int8),
+        boundaries=boundaries,
+    )
+    w = data.cut_windows(streams, [0, 1], window=8, stride=2, task="beats")
+    beat, cls = averaged_beat_predictions(OwnToken(), w, 3, torch.device("cpu"))
+    np.testing.assert_array_equal(beat, np.arange(total))
+    np.testing.assert_array_equal(cls, streams.morph.astype(np.int64) % 5)
+    weight = centre_weights(8)
+    np.testing.assert_allclose(weight, weight[::-1])
+    assert weight.min() > 0 and weight[3] == weight.max() > weight[0]
+
+
 def test_evaluate_on_raw_wfdb_at_another_rate(beats_run, corpus, capsys):
 
     from heartlm.synth import write_corpus
@@ -424,6 +464,8 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert _cli("evaluate", ft, corpus / "tok", "--afib-window", "32") == 2
     assert "--afib-window 32 must be between 1 and the run's window of 16" in (
         capsys.readouterr().err)  # fmt: skip
+    assert _cli("evaluate", ft, corpus / "tok", "--views", "4") == 2
+    assert "above 1 only for beats runs" in capsys.readouterr().err
 
 
 def test_a_block_spanning_the_window_scores_as_the_window(corpus):

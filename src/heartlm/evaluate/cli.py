@@ -32,6 +32,10 @@ class EvaluateConfig:
     """MIT-BIH: score every record (default: DS2 only, the inter-patient test half)"""
     records: list[str] | None = setting(None, metavar="NAME")
     """score only these records (NAME or DB/NAME)"""
+    views: int = 1
+    """beats runs: each beat's class from the averaged probabilities of this many overlapping
+    windows (stride window / N), weighted toward the windows that centre it; 1: the one window
+    whose centre is nearest"""
     afib_window: int | None = setting(None, metavar="N")
     """AFIB runs: score windows of N beats, each inside the run's window of context centred on
     it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
@@ -68,6 +72,7 @@ def run(cfg: EvaluateConfig) -> int:
         device=cfg.device,
         ingest_overrides={"lead": cfg.lead, "annotations": cfg.annotations},
         afib_window=cfg.afib_window,
+        views=cfg.views,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:

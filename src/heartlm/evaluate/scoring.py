@@ -10,7 +10,7 @@ import numpy as np
 from heartlm.errors import HeartlmError
 from heartlm.labelled import metrics
 from heartlm.labelled.lineage import read_finetune_info, read_lineage
-from heartlm.labelled.predict import afib_scores, beat_predictions
+from heartlm.labelled.predict import afib_scores, averaged_beat_predictions, beat_predictions
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
 from heartlm.labelled.windows import (
@@ -93,9 +93,12 @@ def evaluate(
     device: str = "auto",
     ingest_overrides: dict[str, Any] | None = None,
     afib_window: int | None = None,
+    views: int = 1,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
+    Beats: each beat's class from the one window whose centre is nearest (`views` 1), or from
+    the averaged probabilities of `views` overlapping windows (stride window / views).
     AFIB is scored on non-overlapping windows of the run's window, or of `afib_window`
     beats, each seen inside the run's window of context centred on it."""
     from heartlm.model import load_pretrained
@@ -119,24 +122,27 @@ def evaluate(
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
     scored = _afib_window(task, window, afib_window, model, run)
+    if views < 1 or (views > 1 and task != "beats"):
+        raise HeartlmError(f"--views {views}: a positive count, above 1 only for beats runs", run)
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
         windows = cut_context_windows(streams, indices, window, scored)
     else:
-        stride = window // 2 if task == "beats" else window
+        stride = (window // views if views > 1 else window // 2) if task == "beats" else window
         windows = cut_windows(streams, indices, window, max(1, stride), task)
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
     names = data.records
     if task == "beats":
-        beat, pred = beat_predictions(model, windows, batch, dev)
+        predict = averaged_beat_predictions if views > 1 else beat_predictions
+        beat, pred = predict(model, windows, batch, dev)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
             raise HeartlmError("the scored records have no AAMI beat labels", data_path)
         ref, pred = reference[labelled], pred[labelled]
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
-        report = {**common, **metrics.beat_report(ref, pred)}
+        report = {**common, "views": views, **metrics.beat_report(ref, pred)}
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
     scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)

@@ -53,6 +53,38 @@ def beat_predictions(
     return beat[order], cls[order]
 
 
+def centre_weights(window: int) -> np.ndarray:
+    """(window,) triangular weights, highest at the window's centre and never zero: a beat's
+    vote from a window counts more the more context it has there on both sides."""
+    position = np.arange(window)
+    return 1.0 - np.abs(position - (window - 1) / 2.0) / (window / 2.0 + 1.0)
+
+
+@torch.no_grad()
+def averaged_beat_predictions(
+    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    """(beat index, predicted class) for every beat covered by `windows`, from the class
+    probabilities of every window that holds it, weighted by `centre_weights`."""
+    model.eval().to(device)
+    covered = windows.beat[~windows.pad]
+    if covered.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    beat = np.unique(covered)
+    weight = centre_weights(windows.beat.shape[1])
+    total = None
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
+        with _autocast(device):
+            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
+        prob = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        if total is None:
+            total = np.zeros((len(beat), prob.shape[-1]))
+        real = ~windows.pad[lo:hi]
+        rows = np.searchsorted(beat, windows.beat[lo:hi][real])
+        np.add.at(total, rows, prob[real] * np.broadcast_to(weight, real.shape)[real][:, None])
+    return beat, total.argmax(axis=1)
+
+
 @torch.no_grad()
 def afib_scores(
     model: torch.nn.Module,
