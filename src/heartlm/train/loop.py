@@ -193,11 +193,13 @@ class Trainer:
         model.use_heads(self.objective.heads)
         self.bf16 = self.cuda and cfg.precision == "bf16"
         self.compile_on = self.cuda if cfg.compile is None else cfg.compile
-        if cfg.backend == "deepspeed" and not zero.traceable(
-            cfg.parallel.zero_stage, env.distributed
-        ):
+        stage = cfg.parallel.zero_stage
+        if cfg.backend == "deepspeed" and not zero.traceable(stage, env.distributed, self.bf16):
             if self.compile_on:
-                logger.info("--zero-stage 3 trains the module eagerly: compile is off")
+                why = "bf16 autocast" if stage < 3 else "placeholder weights"
+                logger.info(
+                    f"--zero-stage {stage} trains the module eagerly ({why}): compile is off"
+                )
             self.compile_on = False
         self.wrapped = wrap_model(
             model, env, cfg.backend, self.compile_on, cfg.compile_mode, self.bf16,

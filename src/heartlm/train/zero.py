@@ -89,11 +89,20 @@ def deepspeed_config(config: ZeroConfig) -> dict[str, Any]:
     }
 
 
-def traceable(stage: int, distributed: bool) -> bool:
-    """Whether torch.compile can trace the module DeepSpeed trains. Not under ZeRO-3 across
-    processes: every weight becomes an empty placeholder that hooks gather around each
-    module's forward, and dynamo fails on them (a fake-tensor error on the GPUs)."""
-    return not (stage == 3 and distributed)
+def traceable(stage: int, distributed: bool, autocast_bf16: bool = False) -> bool:
+    """Whether the module DeepSpeed trains across processes may be compiled.
+
+    - Never under ZeRO-3: every weight becomes an empty placeholder that hooks gather around
+      each module's forward, and dynamo fails on them (a fake-tensor error on the GPUs).
+    - Not under ZeRO-1/2 with bf16 autocast: the compiled forward fails on 2 x H100 with
+      CUBLAS_STATUS_EXECUTION_FAILED and "misaligned address" at 256 windows of 128 beats
+      per GPU (DeepSpeed 0.19.8, torch 2.11, 2026-11-26), while eager runs with the same
+      flags train (benchmarks/README.md). The engine keeps its weights as views into flat
+      buffers at arbitrary element offsets; the compiled kernels do not expect that.
+    """
+    if not distributed:
+        return True
+    return stage < 3 and not autocast_bf16
 
 
 def check_supported(accum: int, resume: bool) -> None:
