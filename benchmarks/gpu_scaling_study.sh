@@ -12,7 +12,8 @@
 #   backends  fsdp, zero1, zero2, zero3 beside ddp, weak and strong, 2/4 GPUs (32 launches)
 #   finetune  finetune cells like core (10 launches)
 #   cpus      the core and finetune cells at 1, 2 and 4 CPUs per GPU, repeat 0 (60 launches)
-#   levers    ddp with 100-MiB buckets and with bf16 gradients, pretrain weak (8 launches)
+#   levers    ddp with 100-MiB buckets, with bf16 gradients, and with Python GC every 50 steps,
+#             pretrain weak (12 launches)
 #   peer      Hugging Face BertForMaskedLM + Trainer at 1, 2 and 4 GPUs (torchrun)
 #   socket    2 torchrun agents x 1, then x 2 GPUs over a socket, window 128 (twonode)
 #   accum     the socket run with ACCUM (8) micro-batches per all-reduce, its own 1/2-GPU
@@ -111,7 +112,7 @@ phase_cpus() {
 }
 phase_levers() {  # separate studies: engine flags are part of a grid's workload
   local name flags t
-  for name in bucket100:--ddp-bucket-mb=100 bf16grad:--grad-reduce=bf16; do
+  for name in bucket100:--ddp-bucket-mb=100 bf16grad:--grad-reduce=bf16 gc50:--gc-every=50; do
     flags=${name#*:}; name=${name%%:*}
     t=$(budget) || return 0
     timeout $(( $(left) - 15 )) $PY -m heartlm scale --out "$STUDY/levers/$name" "${DATA[@]}" --gpus "$GPUS" \

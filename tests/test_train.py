@@ -315,6 +315,32 @@ def test_pretrain_cli_runs_refuses_a_used_folder_and_a_changed_vocab(tmp_path: P
     assert loaded.records == ["r0", "r1", "r2", "r3"]
 
 
+def test_gc_every_collects_at_fixed_steps_with_the_automatic_collector_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import gc
+
+    calls: list[tuple[int, bool]] = []
+    collect = gc.collect
+
+    def counting(generation: int = 2) -> int:
+        calls.append((generation, gc.isenabled()))
+        return collect(generation)
+
+    monkeypatch.setattr(gc, "collect", counting)
+    enabled = gc.isenabled()
+    rows = _run(tmp_path, make_data([120, 90]), 7, gc_every=3)
+    assert gc.isenabled() == enabled  # given back as it was
+    # Generation 1 after steps 3 and 6 only, while Python's own collector was off.
+    assert [c for c in calls if c[0] == 1] == [(1, False), (1, False)]
+    calls.clear()
+    assert [r["loss"] for r in _run(tmp_path / "auto", make_data([120, 90]), 7)] == [
+        r["loss"] for r in rows]  # fmt: skip
+    assert not [c for c in calls if c[0] == 1]  # 0: Python's automatic collection alone
+    with pytest.raises(ValueError, match="--gc-every"):
+        TrainConfig(steps=1, gc_every=-1).validate()
+
+
 def test_profile_steps_write_a_time_breakdown_and_a_trace(tmp_path: Path):
     _run(tmp_path, make_data([120, 90]), 6, profile_steps=2)
     got = json.loads((tmp_path / "breakdown.json").read_text())

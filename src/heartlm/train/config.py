@@ -151,6 +151,9 @@ class TrainConfig:
     """0: windows cut on the device; N: a DataLoader with N workers"""
     prefetch: int = setting(2, group=SPEED)
     """DataLoader prefetch_factor"""
+    gc_every: int = setting(0, metavar="N", group=SPEED)
+    """0: Python's automatic garbage collection; N: off while training, and every rank
+    collects after every N steps at once, so no rank's collection stalls a collective"""
 
     def validate(self) -> None:
         if (self.steps is None) == (self.epochs is None):
@@ -172,6 +175,8 @@ class TrainConfig:
                 raise ValueError(f"{flag} must be one of {', '.join(allowed)}, not {value!r}")
         if self.log_every < 1:
             raise ValueError(f"--log-every must be >= 1, not {self.log_every}")
+        if self.gc_every < 0:
+            raise ValueError(f"--gc-every must be >= 0, not {self.gc_every}")
         if self.patience < 0:
             raise ValueError(f"patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:

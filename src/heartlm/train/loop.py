@@ -37,6 +37,7 @@ from heartlm.train.cudagraph import GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
+from heartlm.train.gcsteps import StepCollector
 from heartlm.train.metrics import MetricsLogger, last_values
 from heartlm.train.objectives import Objective
 from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, scaled_lr, set_lr
@@ -447,11 +448,13 @@ class Trainer:
     def fit(self) -> TrainResult:
         done = self.start
         steps = range(self.start, self.stop)
-        for step in progress(steps, total=len(steps), desc="train", unit="step"):
-            self.step(step)
-            done = step + 1
-            if self._after_step(done):
-                break
+        with StepCollector(self.cfg.gc_every) as collector:
+            for step in progress(steps, total=len(steps), desc="train", unit="step"):
+                self.step(step)
+                done = step + 1
+                collector.after_step(done)
+                if self._after_step(done):
+                    break
         return self._finish(done)
 
     def _finish(self, done: int) -> TrainResult:
