@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -82,6 +83,7 @@ VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
 configuration's row with the suffix `_views4`, and `final` scores what won."""
+assert not any(re.fullmatch(r".+_views\d+", name) for name in CONFIGS), "reserved suffix"
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
 PATIENTS = {
@@ -420,12 +422,30 @@ def _viewed(config: str, views: int) -> str:
     return config if views == 1 else f"{config}_views{views}"
 
 
+VIEWED = re.compile(r"(?P<config>.+)_views(?P<views>\d+)")
+
+
+def _split_recipe(recipe: str) -> tuple[str, int]:
+    """(configuration, views) of a beat recipe's name; SystemExit for an unknown one."""
+    found = VIEWED.fullmatch(recipe)
+    config, views = (found["config"], int(found["views"])) if found else (recipe, 1)
+    if config not in CONFIGS:
+        raise SystemExit(f"{recipe!r}: not a configuration of CONFIGS (with an optional _viewsN)")
+    return config, views
+
+
+def _is_recipe(name: str) -> bool:
+    """Whether a selection row is a beat recipe (a configuration, perhaps with _viewsN)."""
+    found = VIEWED.fullmatch(name)
+    return (found["config"] if found else name) in CONFIGS
+
+
 def _config_of(recipe: str) -> str:
-    return recipe.rsplit("_views", 1)[0] if recipe not in CONFIGS else recipe
+    return _split_recipe(recipe)[0]
 
 
 def _views_of(recipe: str) -> int:
-    return 1 if recipe in CONFIGS else int(recipe.rsplit("_views", 1)[1])
+    return _split_recipe(recipe)[1]
 
 
 def _views_flags(recipe: str) -> list[str]:
@@ -598,7 +618,7 @@ def _best_selected(path: Path, init: str) -> str:
         c = rows[name]["per_class"]
         return (c["S"]["f1"] + c["V"]["f1"]) / 2
 
-    candidates = [n for n in rows if _config_of(n) in CONFIGS and (
+    candidates = [n for n in rows if _is_recipe(n) and (
         "--from-scratch" in CONFIGS[_config_of(n)]) == (init == "scratch")]  # fmt: skip
     return max(candidates, key=score)
 

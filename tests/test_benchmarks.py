@@ -139,6 +139,8 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative_views4"
     assert model_study._config_of("scratch_relative_views4") == "scratch_relative"
     assert model_study._views_of("scratch_relative_views4") == 4
+    with pytest.raises(SystemExit, match="not a configuration"):
+        model_study._views_of("scratch_other_views4")
 
 
 def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(

@@ -387,6 +387,14 @@ def test_evaluate_views_average_overlapping_windows_over_the_same_beats(beats_ru
     ]
     assert _cli("evaluate", beats_run, corpus / "tok", "--views", "0") == 2
     assert "--views 0" in capsys.readouterr().err
+    assert _cli("evaluate", beats_run, corpus / "tok", "--views", "17") == 2  # window 16
+    assert "--views 17: a count from 1 to the run's window (16)" in capsys.readouterr().err
+    # --afib-window on a beats run is refused even where it equals the window
+    assert _cli("evaluate", beats_run, corpus / "tok", "--afib-window", "16") == 2
+    assert "applies to AFIB runs" in capsys.readouterr().err
+    capsys.readouterr()
+    assert _cli("evaluate", beats_run, corpus / "tok", "--views", "4") == 0
+    assert "averaged over 4 overlapping windows" in capsys.readouterr().out
 
 
 def test_averaged_predictions_follow_each_beat_across_windows():
@@ -415,6 +423,62 @@ def test_averaged_predictions_follow_each_beat_across_windows():
     weight = centre_weights(8)
     np.testing.assert_allclose(weight, weight[::-1])
     assert weight.min() > 0 and weight[3] == weight.max() > weight[0]
+
+
+def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
+    """A stand-in model that calls class 3 in the middle half of every window and class 2 at
+    its edges: each interior beat sits twice in the middle and twice at an edge of its 4
+    windows, so only the centre weighting decides, and it must decide for the middle."""
+    from heartlm.labelled.predict import averaged_beat_predictions
+
+    class ByPosition(torch.nn.Module):
+        def forward(self, morph, rhythm, valid_BT=None, head="beat", features_BTF=None):
+            middle = torch.zeros(morph.shape[1], dtype=torch.bool)
+            middle[morph.shape[1] // 4 : 3 * morph.shape[1] // 4] = True
+            cls = torch.where(middle, 3, 2).expand(morph.shape[0], -1)
+            return torch.nn.functional.one_hot(cls, 5).float() * 6.0
+
+    total = 40
+    streams = data.Streams(
+        morph=np.arange(total, dtype=np.uint16) + 5,
+        rhythm=np.full(total, 6, np.uint16),
+        aami=np.zeros(total, np.int8),
+        rhythm_label=np.zeros(total, np.int8),
+        boundaries=np.array([0, total]),
+    )
+    w = data.cut_windows(streams, [0], window=8, stride=2, task="beats")
+    _, cls = averaged_beat_predictions(ByPosition(), w, 4, torch.device("cpu"))
+    assert (cls[8:-8] == 3).all()  # interior beats: the centring windows' class
+    assert (cls[:2] == 2).all()  # the record's first beats are only ever at an edge
+
+
+def test_a_block_is_scored_from_its_own_beats_inside_the_context():
+    """The block score is the window head on the mean of the block's beats, not the whole
+    context's: a stand-in whose per-beat AFIB logit is the beat's token."""
+    from heartlm.labelled.predict import afib_scores
+
+    class OwnToken(torch.nn.Module):
+        def forward(self, morph, rhythm, valid_BT=None, head="window_beats", features_BTF=None):
+            assert head == "window_beats"
+            logit = (morph.float() - 20.0) / 4.0
+            return torch.stack([torch.zeros_like(logit), logit], dim=-1)
+
+    total = 40
+    streams = data.Streams(
+        morph=np.arange(total, dtype=np.uint16) + 5,
+        rhythm=np.full(total, 6, np.uint16),
+        aami=np.zeros(total, np.int8),
+        rhythm_label=np.zeros(total, np.int8),
+        boundaries=np.array([0, total]),
+    )
+    w = data.cut_context_windows(streams, [0], context=16, block=4)
+    got = afib_scores(OwnToken(), w, 3, torch.device("cpu"), scored_block=True)
+    token = streams.morph.astype(np.float64)
+    for score, beats, scored, pad in zip(got, w.beat, w.scored, w.pad, strict=True):
+        block = ((token[beats[scored]] - 20.0) / 4.0).mean()
+        whole = ((token[beats[~pad]] - 20.0) / 4.0).mean()
+        assert score == pytest.approx(1 / (1 + np.exp(-block)), rel=1e-5)
+        assert block == whole or score != pytest.approx(1 / (1 + np.exp(-whole)), rel=1e-5)
 
 
 def test_evaluate_on_raw_wfdb_at_another_rate(beats_run, corpus, capsys):

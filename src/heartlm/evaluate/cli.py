@@ -113,7 +113,9 @@ def format_report(report: dict[str, Any]) -> str:
     """The human-readable table printed when --json is not given."""
     lines = [f"task {report['task']} on {report['data']} ({report['scope']})"]
     if report["task"] == "beats":
-        lines.append(f"{report['n_beats']} scored beats, accuracy {report['accuracy']:.4f}")
+        views = report.get("views", 1)
+        seen = f", each averaged over {views} overlapping windows" if views > 1 else ""
+        lines.append(f"{report['n_beats']} scored beats{seen}, accuracy {report['accuracy']:.4f}")
         lines.append(f"{'class':<6}{'support':>9}{'Se':>8}{'+P':>8}{'F1':>8}")
         for name, s in report["per_class"].items():
             lines.append(

@@ -20,6 +20,7 @@ from heartlm.labelled.windows import (
     cut_windows,
     streams_of,
 )
+from heartlm.log import logger
 from heartlm.runtime import pick_device
 
 
@@ -65,9 +66,10 @@ def _check_same_tokens(lineage: dict[str, Any], data: Any, where: Path) -> None:
         )
 
 
-def _afib_window(task: str, window: int, afib_window: int | None, model: Any, run: Path) -> int:
+def _afib_window(info: dict[str, Any], afib_window: int | None, model: Any, run: Path) -> int:
     """The AFIB windows to score: the run's own, or shorter ones inside its context."""
-    if afib_window is None or afib_window == window:
+    task, window = info["task"], int(info["window"])
+    if afib_window is None:
         return window
     if task != "afib":
         raise HeartlmError(f"--afib-window applies to AFIB runs; this run's task is {task}", run)
@@ -77,11 +79,31 @@ def _afib_window(task: str, window: int, afib_window: int | None, model: Any, ru
             "beats (the model sees at most its window at once)",
             run,
         )
+    if afib_window == window:
+        return window
     if getattr(model.cfg, "cls_token", False):
         raise HeartlmError(
             "--afib-window needs a model without a CLS token: it pools the scored beats", run
         )
+    if not info.get("afib_beat_loss"):
+        logger.warning(
+            "%s: trained without --afib-beat-loss, its head learnt whole windows only; "
+            "scores of %d-beat windows inside them may be off",
+            run,
+            afib_window,
+        )
     return afib_window
+
+
+def _views(task: str, window: int, views: int, run: Path) -> int:
+    """How many overlapping windows each beat's class is averaged over."""
+    if views < 1 or (views > 1 and task != "beats") or views > window:
+        raise HeartlmError(
+            f"--views {views}: a count from 1 to the run's window ({window}), above 1 only "
+            "for beats runs",
+            run,
+        )
+    return views
 
 
 def evaluate(
@@ -121,9 +143,8 @@ def evaluate(
         hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
-    scored = _afib_window(task, window, afib_window, model, run)
-    if views < 1 or (views > 1 and task != "beats"):
-        raise HeartlmError(f"--views {views}: a positive count, above 1 only for beats runs", run)
+    scored = _afib_window(info, afib_window, model, run)
+    views = _views(task, window, views, run)
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:

@@ -263,6 +263,7 @@ def _finish(
         "imbalance": "class-weighted cross-entropy, weights (n/(K*n_c))^"
         f"{cfg.class_weight_power:g} from training labels, clipped at {cfg.max_class_weight:g}",
         "afib_rule": windows.AFIB_RULE if cfg.task == "afib" else None,
+        "afib_beat_loss": cfg.afib_beat_loss if cfg.task == "afib" else None,
         "best": _best(cfg, result),
     }
     atomic_write_text(stage / FINETUNE_INFO, json.dumps(info, indent=2) + "\n")
