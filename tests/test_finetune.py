@@ -425,6 +425,17 @@ def test_averaged_predictions_follow_each_beat_across_windows():
     assert weight.min() > 0 and weight[3] == weight.max() > weight[0]
 
 
+def _one_record(total: int) -> data.Streams:
+    """One record of `total` beats whose tokens count up from 5."""
+    return data.Streams(
+        morph=np.arange(total, dtype=np.uint16) + 5,
+        rhythm=np.full(total, 6, np.uint16),
+        aami=np.zeros(total, np.int8),
+        rhythm_label=np.zeros(total, np.int8),
+        boundaries=np.array([0, total]),
+    )
+
+
 def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
     """A stand-in model that calls class 3 in the middle half of every window and class 2 at
     its edges: each interior beat sits twice in the middle and twice at an edge of its 4
@@ -439,13 +450,7 @@ def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
             return torch.nn.functional.one_hot(cls, 5).float() * 6.0
 
     total = 40
-    streams = data.Streams(
-        morph=np.arange(total, dtype=np.uint16) + 5,
-        rhythm=np.full(total, 6, np.uint16),
-        aami=np.zeros(total, np.int8),
-        rhythm_label=np.zeros(total, np.int8),
-        boundaries=np.array([0, total]),
-    )
+    streams = _one_record(total)
     w = data.cut_windows(streams, [0], window=8, stride=2, task="beats")
     _, cls = averaged_beat_predictions(ByPosition(), w, 4, torch.device("cpu"))
     assert (cls[8:-8] == 3).all()  # interior beats: the centring windows' class
@@ -464,13 +469,7 @@ def test_a_block_is_scored_from_its_own_beats_inside_the_context():
             return torch.stack([torch.zeros_like(logit), logit], dim=-1)
 
     total = 40
-    streams = data.Streams(
-        morph=np.arange(total, dtype=np.uint16) + 5,
-        rhythm=np.full(total, 6, np.uint16),
-        aami=np.zeros(total, np.int8),
-        rhythm_label=np.zeros(total, np.int8),
-        boundaries=np.array([0, total]),
-    )
+    streams = _one_record(total)
     w = data.cut_context_windows(streams, [0], context=16, block=4)
     got = afib_scores(OwnToken(), w, 3, torch.device("cpu"), scored_block=True)
     token = streams.morph.astype(np.float64)

@@ -17,7 +17,7 @@ Rules, stated once here and in docs/finetune.md:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,11 +109,8 @@ def cut_windows(
     rows: list[np.ndarray] = []
     owners: list[np.ndarray] = []
     rec_ids: list[np.ndarray] = []
-    for r in records:
-        lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
+    for r, lo, hi in _spans(streams, records):
         n = hi - lo
-        if n == 0:
-            continue
         starts = window_starts(n, window, stride)
         idx = lo + starts[:, None] + np.arange(window)[None, :]
         idx[idx >= hi] = -1
@@ -126,11 +123,7 @@ def cut_windows(
     windows.scored = np.concatenate(owners)
     windows.record = np.concatenate(rec_ids)
     if task == "afib":
-        codes = np.asarray(streams.rhythm_label)[np.where(windows.pad, 0, windows.beat)]
-        windows.window_label = np.array(
-            [afib_window_label(c[~p]) for c, p in zip(codes, windows.pad, strict=True)],
-            dtype=np.int64,
-        )
+        windows.window_label = _afib_labels(streams, windows, ~windows.pad)
     elif task == "beats":
         aami = np.asarray(streams.aami)[np.where(windows.pad, 0, windows.beat)]
         windows.beat_label = np.where(windows.pad, IGNORE, aami).astype(np.int64)
@@ -170,11 +163,8 @@ def cut_context_windows(
     rows: list[np.ndarray] = []
     scored: list[np.ndarray] = []
     rec_ids: list[np.ndarray] = []
-    for r in records:
-        lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
+    for r, lo, hi in _spans(streams, records):
         n = hi - lo
-        if n == 0:
-            continue
         blocks = window_starts(n, block, block)
         width = min(block, n)
         starts = np.clip(blocks - (context - width) // 2, 0, max(n - context, 0))
@@ -190,12 +180,24 @@ def cut_context_windows(
     windows = _gather(streams, np.concatenate(rows))
     windows.scored = np.concatenate(scored)
     windows.record = np.concatenate(rec_ids)
-    codes = np.asarray(streams.rhythm_label)[np.where(windows.pad, 0, windows.beat)]
-    windows.window_label = np.array(
-        [afib_window_label(c[s]) for c, s in zip(codes, windows.scored, strict=True)],
-        dtype=np.int64,
-    )
+    windows.window_label = _afib_labels(streams, windows, windows.scored)
     return windows
+
+
+def _spans(streams: Streams, records: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    """(record, first beat, end) of each record that has beats."""
+    for r in records:
+        lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
+        if hi > lo:
+            yield r, lo, hi
+
+
+def _afib_labels(streams: Streams, windows: Windows, counted: np.ndarray) -> np.ndarray:
+    """Each window's AFIB label (`afib_window_label`) over its `counted` beats."""
+    codes = np.asarray(streams.rhythm_label)[np.where(windows.pad, 0, windows.beat)]
+    return np.array(
+        [afib_window_label(c[m]) for c, m in zip(codes, counted, strict=True)], dtype=np.int64
+    )
 
 
 def _empty(window: int) -> Windows:
