@@ -73,7 +73,7 @@ class _Transformers(_Runner):
     def parallel(self, jobs: list) -> list:
         return [job() for job in jobs]
 
-    def finetune(self, *args) -> None:
+    def finetune(self, *args, pre: str = "pre") -> None:
         pass
 
     def evaluate(self, *args) -> dict:
@@ -200,8 +200,8 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     calls: list[tuple] = []
 
     class Recording(_Transformers):
-        def finetune(self, *args) -> None:
-            calls.append(("finetune", *args))
+        def finetune(self, *args, pre: str = "pre") -> None:
+            calls.append(("finetune", *args, pre))
 
         def evaluate(self, *args) -> dict:
             calls.append(("evaluate", *args))
@@ -211,9 +211,12 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_study, "FINAL", "scratch_relative")
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "SEEDS", (0, 2))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
     model_study.final(Recording())
+    # Each seed fine-tunes from its own pretraining run: pre for seed 0, pre_s2 for seed 2.
+    starts = {(c[c.index("--seed") + 1], c[-1]) for c in calls if c[0] == "finetune"}
+    assert starts == {(0, "pre"), (2, "pre_s2")}
 
     def records(args: tuple) -> set[str]:
         args = tuple(map(str, args))
@@ -227,6 +230,29 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     scored = [c for c in calls if c[0] == "evaluate" and c[2] == "tok_beats"]
     assert scored and all(records(c) == set(MITDB_DS2) for c in scored)
     assert any(c[0] == "evaluate" and c[2] == "tok_sick_test" for c in calls)
+
+
+def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    made: list[tuple] = []
+
+    class Pretraining(_Transformers):
+        device = "cpu"
+
+        def heartlm(self, *args, done=None) -> str:
+            made.append((args, done))
+            return ""
+
+    monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
+    model_study.pretrain(Pretraining())
+    outs = sorted(args[args.index("--out") + 1] for args, _ in made)
+    assert outs == ["pre", "pre_s1", "pre_s2"]
+    seed0 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre")
+    assert "--seed" not in seed0  # seed 0's command is the one earlier rounds ran
+    seed2 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre_s2")
+    assert seed2[seed2.index("--seed") + 1] == 2
 
 
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
