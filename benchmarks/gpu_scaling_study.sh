@@ -12,8 +12,9 @@
 #   backends  fsdp, zero1, zero2, zero3 beside ddp, weak and strong, 2/4 GPUs (32 launches)
 #   finetune  finetune cells like core (10 launches)
 #   cpus      the core and finetune cells at 1, 2 and 4 CPUs per GPU, repeat 0 (60 launches)
-#   levers    ddp with 100-MiB buckets, with bf16 gradients, and with Python GC every 50 steps,
-#             pretrain weak (12 launches)
+#   levers    pretrain weak, one small study per lever (LEVERS, NAME:BACKEND:FLAGS): ddp with
+#             100-MiB buckets, bf16 gradients, Python GC every 50 steps; fsdp with GC every 50
+#             steps and with 4 blocks per FSDP2 unit (20 launches)
 #   peer      Hugging Face BertForMaskedLM + Trainer at 1, 2 and 4 GPUs (torchrun)
 #   socket    2 torchrun agents x 1, then x 2 GPUs over a socket, window 128 (twonode)
 #   accum     the socket run with ACCUM (8) micro-batches per all-reduce, its own 1/2-GPU
@@ -110,14 +111,15 @@ phase_cpus() {
   local t; t=$(budget) && scale "$t" --cpus 1,2,4,16 --task pretrain,finetune \
     --window "$WINDOWS" --scaling weak,strong --backend ddp --repeats 1
 }
+LEVERS=${LEVERS:-bucket100:ddp:--ddp-bucket-mb=100 bf16grad:ddp:--grad-reduce=bf16 gc50:ddp:--gc-every=50 fsdpgc50:fsdp:--gc-every=50 fsdpgroup4:fsdp:--fsdp-group-blocks=4}
 phase_levers() {  # separate studies: engine flags are part of a grid's workload
-  local name flags t
-  for name in bucket100:--ddp-bucket-mb=100 bf16grad:--grad-reduce=bf16 gc50:--gc-every=50; do
-    flags=${name#*:}; name=${name%%:*}
+  local spec name backend flags t
+  for spec in $LEVERS; do  # NAME:BACKEND:FLAGS
+    name=${spec%%:*}; backend=${spec#*:}; flags=${backend#*:}; backend=${backend%%:*}
     t=$(budget) || return 0
     timeout $(( $(left) - 15 )) $PY -m heartlm scale --out "$STUDY/levers/$name" "${DATA[@]}" --gpus "$GPUS" \
       --preset "$PRESET" --timeout "$TIMEOUT_S" --max-time "$t" --cpus 16 --task pretrain \
-      --window "$WINDOWS" --scaling weak --repeats 1 --engine-args="$flags" \
+      --window "$WINDOWS" --scaling weak --repeats 1 --backend "$backend" --engine-args="$flags" \
       "${SCALE_ARGS[@]}" >>"$LOG" 2>&1
     say "levers: $name done or paused"
   done

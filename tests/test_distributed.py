@@ -334,6 +334,9 @@ LEVERS = {
     "fsdp-reshard": (["--backend", "fsdp", "--fsdp-reshard", "always"], RTOL),
     "fsdp-bf16": (["--backend", "fsdp", "--fsdp-reshard", "never", "--grad-reduce", "bf16"],
                   BF16_RTOL),
+    # two blocks gathered and reduced as one FSDP2 unit
+    "fsdp-group": (["--backend", "fsdp", "--fsdp-reshard", "always", "--fsdp-group-blocks",
+                    "2"], RTOL),
     # two micro-batches per rank: gradients reduced once, after the last one's backward
     "fsdp-accum": (["--backend", "fsdp", "--fsdp-reshard", "always", "--micro-batch", "2"],
                    RTOL),

@@ -48,6 +48,9 @@ class ParallelConfig:
     fsdp_reshard: str = setting("auto", choices=RESHARD, group=SPEED)
     """FSDP2 reshard_after_forward of the blocks (auto: from 1 B parameters; never: less
     communication, more memory)"""
+    fsdp_group_blocks: int = setting(1, metavar="K", group=SPEED)
+    """FSDP2: K consecutive blocks gathered and reduced as one unit (fewer, larger collectives
+    and hooks per step; more memory held at once)"""
     zero_stage: int = setting(2, choices=(1, 2, 3), group=SPEED)
     """DeepSpeed ZeRO stage with --backend deepspeed: 1 shards optimizer state, 2 also
     gradients, 3 also weights"""
@@ -62,6 +65,8 @@ class ParallelConfig:
             if value not in allowed:
                 names = ", ".join(map(str, allowed))
                 raise ValueError(f"{flag} must be one of {names}, not {value!r}")
+        if self.fsdp_group_blocks < 1:
+            raise ValueError(f"--fsdp-group-blocks must be >= 1, not {self.fsdp_group_blocks}")
         if not (math.isfinite(self.ddp_bucket_mb) and self.ddp_bucket_mb > 0):
             raise ValueError(f"--ddp-bucket-mb must be a positive number, not {self.ddp_bucket_mb}")
 

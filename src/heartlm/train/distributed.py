@@ -197,18 +197,23 @@ def _fully_shard(
         p.fsdp_reshard == "auto" and n_params >= RESHARD_FROM_PARAMS
     )
     blocks = list(model.blocks)  # type: ignore[attr-defined]
-    for block in blocks:
+    k = p.fsdp_group_blocks
+    groups = [blocks[i : i + k] for i in range(0, len(blocks), k)]
+    for group in groups:
         if compile:
-            block.compile(mode=compile_mode)
-        fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
+            for block in group:
+                block.compile(mode=compile_mode)
+        fully_shard(group if len(group) > 1 else group[0], mp_policy=mp,
+                    reshard_after_forward=reshard)  # fmt: skip
     # The root's weights (embeddings, heads) are used first and last: never resharded.
     fully_shard(model, mp_policy=mp, reshard_after_forward=False)
-    # Gather the next block's weights while this one computes (else FSDP2 waits for the
-    # CPU to reach it); in backward only resharded weights are gathered again.
-    for block, nxt in itertools.pairwise(blocks):
-        block.set_modules_to_forward_prefetch([nxt])
+    # Gather the next unit's weights while this one computes (else FSDP2 waits for the
+    # CPU to reach it); in backward only resharded weights are gathered again. A unit of
+    # several blocks is entered through its first block in forward, its last in backward.
+    for group, nxt in itertools.pairwise(groups):
+        group[0].set_modules_to_forward_prefetch([nxt[0]])
         if reshard:
-            nxt.set_modules_to_backward_prefetch([block])
+            nxt[-1].set_modules_to_backward_prefetch([group[-1]])
     return model
 
 
