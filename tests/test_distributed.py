@@ -426,3 +426,19 @@ def test_zero_trains_eagerly_where_compiling_fails_on_the_gpus():
     assert not zero.traceable(1, True, autocast_bf16=True)
     assert not zero.traceable(2, True, autocast_bf16=True)
     assert zero.traceable(3, False, autocast_bf16=True) and zero.traceable(1, False, True)
+
+
+def test_shutdown_waits_for_every_rank_before_destroying_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from heartlm.train import distributed
+
+    calls: list[str] = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    distributed.shutdown(distributed.DistEnv(rank=0, world_size=2, local_rank=0))
+    assert calls == ["barrier", "destroy"]
+    calls.clear()
+    distributed.shutdown(distributed.DistEnv())  # one process: nothing to tear down
+    assert calls == []

@@ -94,7 +94,12 @@ def collective_errors(env: DistEnv, timeout_s: float) -> Iterator[None]:
 
 
 def shutdown(env: DistEnv) -> None:
+    """Destroy the process group once every rank got here: the barrier completes only after
+    every collective this rank enqueued before it (gloo waits for its prior work), so no
+    backend thread still holds one when the group goes. A gloo rank once aborted at exit
+    ("terminate called without an active exception") after FSDP2 training had finished."""
     if env.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
