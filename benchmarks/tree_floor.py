@@ -159,25 +159,6 @@ def beat_floor(
     return metrics.beat_report(aami[te], predicted)
 
 
-def afib_floor(
-    train_data: TokenData,
-    train: list[str],
-    test_data: TokenData,
-    test: list[str],
-    window: int = 32,
-    seed: int = 0,
-    threads: int = 0,
-    fraction: float = 1.0,
-    inputs: str = "all",
-    context: int = 0,
-) -> dict[str, Any]:
-    """The tree's AFIB window scores on `test`, trained on `train` (record names) with a
-    seeded `fraction` of the training windows' labels."""
-    (report,) = afib_floors(train_data, train, [(test_data, test)], window, seed, threads,
-                            fraction, inputs, context)  # fmt: skip
-    return report
-
-
 def afib_floors(
     train_data: TokenData,
     train: list[str],
@@ -189,7 +170,9 @@ def afib_floors(
     inputs: str = "all",
     context: int = 0,
 ) -> list[dict[str, Any]]:
-    """`afib_floor` on several test sets (token data, record names) with one tree."""
+    """The tree's AFIB window scores on each test set (token data, record names), one tree
+    trained on `train` (record names) with a seeded `fraction` of the training windows'
+    labels."""
     x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
@@ -221,11 +204,10 @@ def main() -> int:
     if args.task == "beats":
         report = beat_floor(data, args.train, args.test, args.seed, inputs=args.inputs)
     else:
-        report = afib_floor(
+        (report,) = afib_floors(
             data,
             args.train,
-            data,
-            args.test,
+            [(data, args.test)],
             seed=args.seed,
             inputs=args.inputs,
             context=args.context,
