@@ -30,7 +30,8 @@
 # wheels to install: ".carry/wheels .carry-ds"), OUT ($OUT, else benchmarks/gpu-study),
 # PYTHON (python3), TIMEOUT_S (per launch, 240); to run part of the core, repeats and
 # backends phases: WINDOWS (128,1024), SCALINGS (weak,strong), BACKENDS (backends phase:
-# ddp,fsdp,zero1,zero2,zero3); for a smoke test on a CPU machine: PRESET (base), SCALE_ARGS
+# ddp,fsdp,zero1,zero2,zero3), LEVERS (levers phase: NAME:BACKEND:FLAGS ...); for a smoke
+# test on a CPU machine: PRESET (base), SCALE_ARGS
 # (extra `heartlm scale` flags, e.g. "--steps 8 --warmup 2 --profile-steps 2 --batch 4").
 set -uo pipefail
 cd "$(dirname "$0")/.."
