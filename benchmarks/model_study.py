@@ -581,6 +581,9 @@ def select_afib(r: Runner) -> dict[str, Any]:
     rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in AFIB_CONFIGS}
     for c in AFIB_CONFIGS:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
+        # each real record is scored in exactly one fold: its row comes from that fold
+        rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
+                                 for row in rep.get("per_record", [])]  # fmt: skip
     configs = dict(AFIB_CONFIGS)
     for inputs, context in _afib_floor_kinds(list(AFIB_CONFIGS.values())):
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,

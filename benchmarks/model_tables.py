@@ -190,7 +190,35 @@ def _select_afib(results: dict[str, Any]) -> list[str]:
         "# AFIB selection on real records outside DS2 (two folds; DS2 not read)",
         "The synthetic records train in both folds and are never scored; window counts "
         f"pooled over both folds. {HELD_OUT_NOTE}",
-    )
+    ) + _fold_records(results)
+
+
+def _fold_records(results: dict[str, Any]) -> list[str]:
+    """Each fold record's false AFIB windows and missed AFIB windows per configuration (the
+    records where some configuration erred), so a failure has a name before DS2 is read."""
+    configs = [c for c, rep in results["afib"].items() if rep.get("per_record")]
+    if not configs:
+        return []
+    by_record: dict[str, dict[str, dict[str, int]]] = {}
+    for c in configs:
+        for row in results["afib"][c]["per_record"]:
+            by_record.setdefault(row["record"], {})[c] = row
+    erred = [r for r, per in by_record.items() if any(x["fp"] or x["fn"] for x in per.values())]
+    if not erred:
+        return []
+    legend = "; ".join(f"{i} = {c}" for i, c in enumerate(configs, 1))
+    lines = ["", "## Per record on the folds: false AFIB windows / missed AFIB windows", "",
+             f"Configurations: {legend}.", "",
+             "| record | windows | AFIB windows | " + " | ".join(
+                 str(i) for i in range(1, len(configs) + 1)) + " |",
+             "|" + " --- |" * (3 + len(configs))]  # fmt: skip
+    for record in sorted(erred):
+        per = by_record[record]
+        first = next(iter(per.values()))
+        cells = [f"{per[c]['fp']} / {per[c]['fn']}" if c in per else "–" for c in configs]
+        lines.append(f"| {record} | {first['n_windows']} | {first['n_afib']} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    return lines
 
 
 def _per_record(results: dict[str, Any]) -> list[str]:

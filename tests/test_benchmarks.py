@@ -283,7 +283,9 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
 
         def evaluate(self, name, folder, *args) -> dict:
             self.scored.append(folder)
-            return {"counts": counts[folder], "afib": {}}
+            row = {"record": f"{name}:{folder}", "n_windows": 100, "n_afib": 9, "tp": 9,
+                   "fp": 1, "fn": 0}  # fmt: skip
+            return {"counts": counts[folder], "afib": {}, "per_record": [row]}
 
     data = _mitdb()
     n = len(data.morph)
@@ -321,6 +323,31 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     for name, row in chosen_rows.items():
         assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
+    # Each configuration keeps its fold records' rows (one per fold here), floors none.
+    assert len(chosen_rows[chosen]["per_record"]) == 2
+    assert not any("per_record" in row for name, row in chosen_rows.items()
+                   if name.startswith("tree floor"))  # fmt: skip
+
+
+def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():
+    from model_tables import _fold_records
+
+    def row(record: str, fp: int, fn: int) -> dict:
+        return {"record": record, "n_windows": 80, "n_afib": 40, "tp": 40 - fn, "fp": fp,
+                "fn": fn}  # fmt: skip
+
+    results = {"afib": {
+        "a": {"f1": 0.8, "per_record": [row("203", 0, 7), row("101", 0, 0)]},
+        "b": {"f1": 0.7, "per_record": [row("203", 2, 0), row("101", 0, 0)]},
+        "tree floor (relative)": {"f1": 0.6},
+    }}  # fmt: skip
+    lines = _fold_records(results)
+    assert "Configurations: 1 = a; 2 = b." in lines
+    assert "| 203 | 80 | 40 | 0 / 7 | 2 / 0 |" in lines
+    assert not any(line.startswith("| 101 ") for line in lines)  # no configuration erred
+    results["afib"]["a"]["per_record"][0] = row("203", 0, 0)
+    results["afib"]["b"]["per_record"][0] = row("203", 0, 0)
+    assert _fold_records(results) == []
 
 
 def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(

@@ -397,6 +397,20 @@ def test_evaluate_views_average_overlapping_windows_over_the_same_beats(beats_ru
     assert "averaged over 4 overlapping windows" in capsys.readouterr().out
 
 
+def test_per_record_names_carry_the_database_where_two_records_share_a_name(
+    beats_run, corpus, tmp_path, capsys
+):
+    def clash(meta):
+        meta["records"][0]["name"], meta["records"][0]["db"] = "101", "synth"
+        meta["records"][1]["name"], meta["records"][1]["db"] = "101", "ludb"
+
+    rep = _evaluate_json(capsys, beats_run, _copy_tokens(corpus, tmp_path / "clash", clash))
+    names = [r["record"] for r in rep["per_record"]]
+    assert {"synth/101", "ludb/101"} <= set(names) and len(set(names)) == len(names)
+    plain = _evaluate_json(capsys, beats_run, corpus / "tok")  # no clash: bare names
+    assert not any("/" in r["record"] for r in plain["per_record"])
+
+
 def test_averaged_predictions_follow_each_beat_across_windows():
     """A stand-in model whose beat logits depend on the beat's own token only: averaging over
     any overlapping windows must give every beat its own token's class."""

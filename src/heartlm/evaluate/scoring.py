@@ -153,7 +153,9 @@ def evaluate(
         stride = (window // views if views > 1 else window // 2) if task == "beats" else window
         windows = cut_windows(streams, indices, window, max(1, stride), task)
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
-    names = data.records
+    # Records of two databases can share a name (LUDB has a 101 too): then DB/NAME.
+    repeated = len({r.name for r in refs}) < len(refs)
+    names = [r.key for r in refs] if repeated else list(data.records)
     if task == "beats":
         predict = averaged_beat_predictions if views > 1 else beat_predictions
         beat, pred = predict(model, windows, batch, dev)
