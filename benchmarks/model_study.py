@@ -434,10 +434,15 @@ def _viewed(config: str, views: int) -> str:
 VIEWED = re.compile(r"(?P<config>.+)_views(?P<views>\d+)")
 
 
+def _parse_recipe(name: str) -> tuple[str, int]:
+    """(configuration, views) a row's name reads as; the configuration may be unknown."""
+    found = VIEWED.fullmatch(name)
+    return (found["config"], int(found["views"])) if found else (name, 1)
+
+
 def _split_recipe(recipe: str) -> tuple[str, int]:
     """(configuration, views) of a beat recipe's name; SystemExit for an unknown one."""
-    found = VIEWED.fullmatch(recipe)
-    config, views = (found["config"], int(found["views"])) if found else (recipe, 1)
+    config, views = _parse_recipe(recipe)
     if config not in CONFIGS:
         raise SystemExit(f"{recipe!r}: not a configuration of CONFIGS (with an optional _viewsN)")
     return config, views
@@ -445,8 +450,7 @@ def _split_recipe(recipe: str) -> tuple[str, int]:
 
 def _is_recipe(name: str) -> bool:
     """Whether a selection row is a beat recipe (a configuration, perhaps with _viewsN)."""
-    found = VIEWED.fullmatch(name)
-    return (found["config"] if found else name) in CONFIGS
+    return _parse_recipe(name)[0] in CONFIGS
 
 
 def _config_of(recipe: str) -> str:

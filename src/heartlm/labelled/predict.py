@@ -98,8 +98,8 @@ def afib_scores(
     the block's beats, which the whole window's beats give context to."""
     model.eval().to(device)
     scores = []
+    head = "window_beats" if scored_block else "window"
     for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
-        head = "window_beats" if scored_block else "window"
         with _autocast(device):
             logits = model(morph, rhythm, valid_BT=valid, head=head, features_BTF=features)
         if scored_block:
