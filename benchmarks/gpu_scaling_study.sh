@@ -180,7 +180,8 @@ phase_report() {
 [ -e "$STUDY/grid.json" ] || scale 0 "${CORE[@]}" --repeats 1
 mkdir -p "$STUDY/comm" "$STUDY/peer"
 # What comes back: the study without what can be rebuilt or is heavy (the device tool
-# returns at most 8 files of 16 MiB); profiler traces of the largest GPU count's weak cells beside it.
+# returns at most 8 files of 16 MiB); one profiler trace each of the largest GPU count's weak ddp
+# and fsdp cells beside it.
 pack() {
   tar -czf "$DEST/study.tar.gz.tmp" -C "$(dirname "$STUDY")" --exclude='*.pt.trace.json' \
     --exclude='*/run/tb' --exclude='*/checkpoints' --exclude='*.safetensors' \
@@ -198,6 +199,7 @@ for p in "${PHASES[@]}"; do
   "phase_$p"
   pack
 done
-find "$STUDY/cells" -path "*-g${GPUS##*,}-*weak-ddp*r0/run/profile/*.pt.trace.json" 2>/dev/null | head -2 \
-  | tar -czf "$DEST/traces.tar.gz" -T - 2>/dev/null
+for backend in ddp fsdp; do
+  find "$STUDY/cells" -path "*-g${GPUS##*,}-*weak-$backend-*r0/run/profile/*.pt.trace.json" 2>/dev/null | head -1
+done | tar -czf "$DEST/traces.tar.gz" -T - 2>/dev/null
 say "packed $(du -h "$DEST/study.tar.gz" | cut -f1) into $DEST/study.tar.gz; $(left)s of the budget left"
