@@ -200,6 +200,6 @@ for p in "${PHASES[@]}"; do
   pack
 done
 for backend in ddp fsdp; do
-  find "$STUDY/cells" -path "*-g${GPUS##*,}-*weak-$backend-*r0/run/profile/*.pt.trace.json" 2>/dev/null | head -1
+  find "$STUDY" -path "*-g${GPUS##*,}-*weak-$backend-*r0/run/profile/*.pt.trace.json" 2>/dev/null | head -1
 done | tar -czf "$DEST/traces.tar.gz" -T - 2>/dev/null
 say "packed $(du -h "$DEST/study.tar.gz" | cut -f1) into $DEST/study.tar.gz; $(left)s of the budget left"
