@@ -331,10 +331,11 @@ LEVERS = {
     "ddp-buckets": (["--ddp-bucket-mb", "0.01", "--no-ddp-bucket-view",
                      "--ddp-static-graph", "on"], RTOL),
     "ddp-bf16": (["--grad-reduce", "bf16"], BF16_RTOL),
-    "fsdp-reshard": (["--backend", "fsdp", "--fsdp-reshard", "always"], RTOL),
+    "fsdp-reshard": (["--backend", "fsdp", "--fsdp-reshard", "always", "--fsdp-group-blocks",
+                      "1"], RTOL),
     "fsdp-bf16": (["--backend", "fsdp", "--fsdp-reshard", "never", "--grad-reduce", "bf16"],
                   BF16_RTOL),
-    # two blocks gathered and reduced as one FSDP2 unit
+    # two blocks gathered and reduced as one FSDP2 unit (what the default chooses for tiny)
     "fsdp-group": (["--backend", "fsdp", "--fsdp-reshard", "always", "--fsdp-group-blocks",
                     "2"], RTOL),
     # two micro-batches per rank: gradients reduced once, after the last one's backward
@@ -442,3 +443,19 @@ def test_shutdown_waits_for_every_rank_before_destroying_the_group(
     calls.clear()
     distributed.shutdown(distributed.DistEnv())  # one process: nothing to tear down
     assert calls == []
+
+
+def test_fsdp_units_group_blocks_up_to_the_parameter_budget(monkeypatch: pytest.MonkeyPatch):
+    from torch import nn
+
+    from heartlm.train import distributed
+
+    blocks = [nn.Linear(10, 10, bias=False) for _ in range(12)]  # 100 parameters each
+    assert [len(u) for u in distributed.fsdp_units(blocks, 5)] == [5, 5, 2]
+    monkeypatch.setattr(distributed, "FSDP_UNIT_PARAMS", 1200)
+    assert [len(u) for u in distributed.fsdp_units(blocks, 0)] == [12]
+    monkeypatch.setattr(distributed, "FSDP_UNIT_PARAMS", 450)  # 3 units of 4, not 4 + 4 + 4 + 0
+    units = distributed.fsdp_units(blocks, 0)
+    assert [len(u) for u in units] == [4, 4, 4]
+    assert [b for u in units for b in u] == blocks  # every block once, in order
+    assert distributed.fsdp_units([], 0) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.runtime import pick_device, ranks
-from heartlm.train.config import AC_MODES, BACKENDS, RESHARD_FROM_PARAMS, ParallelConfig
+from heartlm.train.config import (
+    AC_MODES,
+    BACKENDS,
+    FSDP_UNIT_PARAMS,
+    RESHARD_FROM_PARAMS,
+    ParallelConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,17 @@ def _bf16_on_gloo(state, bucket):  # no annotations: DDP checks them as objects,
     return default_hooks.bf16_compress_hook(state, bucket)
 
 
+def fsdp_units(blocks: list[nn.Module], per_unit: int) -> list[list[nn.Module]]:
+    """Consecutive blocks in FSDP2 units of `per_unit` (0: as many as stay within
+    FSDP_UNIT_PARAMS, in units of equal size)."""
+    if not blocks:
+        return []
+    if per_unit == 0:
+        total = sum(t.numel() for block in blocks for t in block.parameters())
+        per_unit = math.ceil(len(blocks) / max(1, math.ceil(total / FSDP_UNIT_PARAMS)))
+    return [blocks[i : i + per_unit] for i in range(0, len(blocks), per_unit)]
+
+
 def _fully_shard(
     model: nn.Module, compile: bool, compile_mode: str | None, bf16: bool, p: ParallelConfig
 ) -> nn.Module:
@@ -202,8 +220,7 @@ def _fully_shard(
         p.fsdp_reshard == "auto" and n_params >= RESHARD_FROM_PARAMS
     )
     blocks = list(model.blocks)  # type: ignore[attr-defined]
-    k = p.fsdp_group_blocks
-    groups = [blocks[i : i + k] for i in range(0, len(blocks), k)]
+    groups = fsdp_units(blocks, p.fsdp_group_blocks)
     for group in groups:
         if compile:
             for block in group:
