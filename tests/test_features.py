@@ -272,3 +272,28 @@ def test_sinus_p_template_keeps_the_sinus_p_wave_where_ectopic_beats_are_the_maj
     changed[300:] = 0.0
     again = patient.sinus_p_corr(changed, np.zeros(n), rr, p_lo, p_hi)
     np.testing.assert_array_equal(again[:300], out[:300])
+
+
+def test_periodic_feature_embedding_reloads_and_keeps_hidden_columns_hidden(tmp_path: Path):
+    from heartlm.model import HeartLM, load_pretrained, model_config
+    from heartlm.model.load import export_model
+
+    torch.manual_seed(0)
+    cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, n_features=3, max_len=8,
+                       feature_embedding="periodic", absolute_columns=(2,))  # fmt: skip
+    model = HeartLM(cfg).eval()
+    assert model.feature_emb is not None
+    morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
+    feats = torch.randn(2, 8, 3)
+    out = model(morph, rhythm, features_BTF=feats, head="beat")
+    other = feats.clone()
+    other[..., 2] += 3.0
+    assert torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+    other[..., 1] += 3.0
+    assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+    export_model(tmp_path, model.state_dict(), model.cfg, {"window": 8})
+    again, config = load_pretrained(tmp_path)
+    assert config["model"]["feature_embedding"] == "periodic"
+    assert torch.equal(out, again.eval()(morph, rhythm, features_BTF=feats, head="beat"))
+    with pytest.raises(ValueError, match="feature_embedding must be one of linear, periodic"):
+        model_config("tiny", n_features=3, feature_embedding="quantile")

@@ -9,7 +9,7 @@ from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-from heartlm.model.config import PRESETS
+from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -41,6 +41,9 @@ class PretrainConfig:
     feature_weight: float = setting(1.0, group=MODEL)
     """masked objective: weight of reconstructing the masked beats' shape features (mean
     squared error, standardised units) beside the code's cross-entropy; 0 = off"""
+    feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
+    """how the beat features enter the model: linear (one projection) or periodic (learnt
+    cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
     skip_short: bool = setting(False, group=MODEL)
     """skip records shorter than --window instead of padding them"""
     val_fraction: float = setting(0.1, group=MODEL)
@@ -104,6 +107,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             vocab_size=data.vocab_size,
             rhythm_vocab_size=data.rhythm_vocab_size,
             n_features=data.n_features,
+            feature_embedding=cfg.feature_embedding,
             max_len=cfg.window,
             causal=cfg.objective == "next",
         )

@@ -8,6 +8,14 @@ from typing import Any
 
 VOCAB_MULTIPLE = 128
 ACTIVATIONS = ("gelu", "gelu_tanh")
+FEATURE_EMBEDDINGS = ("linear", "periodic")
+PERIODIC_FREQUENCIES = 16
+"""`feature_embedding periodic`: learnt frequencies per feature (k of Gorishniy et al.)"""
+PERIODIC_SCALE = 0.3
+"""... drawn with this spread (their sigma) over features standardised to unit variance:
+periods of about 1 to 20 standard deviations, from a step to a gentle slope"""
+PERIODIC_DIM = 16
+"""... and the width each feature's own layer maps its cosines and sines to"""
 
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
@@ -33,6 +41,11 @@ class ModelConfig:
     cls_token: bool = False
     n_features: int = 0
     """continuous beat features per beat (token folder `features`); 0: ids only"""
+    feature_embedding: str = "linear"
+    """how the beat features enter: linear (one projection of the row) or periodic (each
+    feature through learnt cosines and sines and a small layer of its own, then the
+    projection: the PLR embeddings of `rtdl_num_embeddings`). A tree cuts a feature at sharp
+    thresholds that one linear map of the row cannot draw."""
     relative_only: bool = False
     """every morphology id reads as MASK (fine-tuning `--inputs relative`)"""
     absolute_columns: tuple[int, ...] = ()
@@ -59,6 +72,11 @@ class ModelConfig:
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}"
+            )
+        if self.feature_embedding not in FEATURE_EMBEDDINGS:
+            raise ValueError(
+                f"feature_embedding must be one of {', '.join(FEATURE_EMBEDDINGS)}, "
+                f"not {self.feature_embedding!r}"
             )
         if self.n_features < 0:
             raise ValueError(f"n_features must be >= 0, not {self.n_features}")

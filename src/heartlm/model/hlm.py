@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from heartlm.model.config import ModelConfig
+from heartlm.model.config import (
+    PERIODIC_DIM,
+    PERIODIC_FREQUENCIES,
+    PERIODIC_SCALE,
+    ModelConfig,
+)
 from heartlm.model.load import Pretrained, load_into
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
@@ -20,6 +25,21 @@ def _norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(cfg.d_model)
     return nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+
+
+def _feature_embedding(cfg: ModelConfig) -> nn.Module | None:
+    """Per-feature periodic embeddings (PLR), or None where the features enter linearly."""
+    if not cfg.n_features or cfg.feature_embedding != "periodic":
+        return None
+    from rtdl_num_embeddings import PeriodicEmbeddings
+
+    return PeriodicEmbeddings(
+        cfg.n_features,
+        PERIODIC_DIM,
+        n_frequencies=PERIODIC_FREQUENCIES,
+        frequency_init_scale=PERIODIC_SCALE,
+        lite=False,
+    )
 
 
 class Block(nn.Module):
@@ -81,7 +101,9 @@ class HeartLM(nn.Module, Pretrained):
         self.morph_emb = nn.Embedding(cfg.padded_vocab, cfg.d_model)
         self.rhythm_emb = nn.Embedding(cfg.padded_rhythm_vocab, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.positions, cfg.d_model)
-        self.feature_proj = nn.Linear(cfg.n_features, cfg.d_model) if cfg.n_features else None
+        self.feature_emb = _feature_embedding(cfg)
+        width = cfg.n_features * (PERIODIC_DIM if self.feature_emb is not None else 1)
+        self.feature_proj = nn.Linear(width, cfg.d_model) if cfg.n_features else None
         self.feature_head = nn.Linear(cfg.d_model, cfg.n_features) if cfg.n_features else None
         self.register_buffer(
             "absolute_index", torch.tensor(cfg.absolute_columns, dtype=torch.long), persistent=False
@@ -138,6 +160,9 @@ class HeartLM(nn.Module, Pretrained):
             features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
             if cfg.absolute_columns:
                 features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
+            if self.feature_emb is not None:
+                B, T, F_ = features_BTF.shape
+                features_BTF = self.feature_emb(features_BTF.reshape(B * T, F_)).reshape(B, T, -1)
             x = x + self.feature_proj(features_BTF)
         if cfg.cls_token:
             cls = self.morph_emb.weight[CLS].expand(x.shape[0], 1, -1)
