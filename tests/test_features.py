@@ -106,6 +106,11 @@ def test_input_sets_hide_nested_groups_and_unknown_sets_are_refused():
     relative = set(hidden_columns(FEATURES, "relative"))
     assert relative == rate | set(absolute_columns(FEATURES))
     assert "rr_prev_local" not in {FEATURES[i] for i in relative}
+    rhythm = set(hidden_columns(FEATURES, "rhythm"))
+    kept = {FEATURES[i] for i in range(len(FEATURES)) if i not in rhythm}
+    assert rhythm > relative
+    p_wave = {"p_corr", "p_prev_corr", "p_ratio", "p_sinus_corr"}
+    assert kept == ({*RR_FEATURES} | p_wave) - {*RATE_FEATURES}
     with pytest.raises(ValueError, match="inputs must be one of"):
         hidden_columns(FEATURES, "patient")
 

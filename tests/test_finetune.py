@@ -349,7 +349,7 @@ def test_finetune_beats_writes_a_self_contained_run(beats_run, corpus):
     assert not list(corpus.glob(".ft_beats*"))  # no staging folder left behind
 
 
-@pytest.mark.parametrize("inputs", ["no-heart-rate", "relative"])
+@pytest.mark.parametrize("inputs", ["no-heart-rate", "relative", "rhythm"])
 def test_inputs_hide_the_same_columns_in_the_saved_model(corpus, tmp_path, capsys, inputs):
     from heartlm.inputs import RATE_FEATURES, hidden_columns
 
@@ -360,8 +360,29 @@ def test_inputs_hide_the_same_columns_in_the_saved_model(corpus, tmp_path, capsy
     hidden = [names[i] for i in saved["absolute_columns"]]
     assert set(RATE_FEATURES) <= set(hidden)
     assert saved["absolute_columns"] == hidden_columns(names, inputs)
-    assert saved["relative_only"] is (inputs == "relative")  # codes stay visible otherwise
+    assert saved["relative_only"] is (inputs != "no-heart-rate")  # codes visible there only
     assert _evaluate_json(capsys, tmp_path / "ft", corpus / "tok")["n_beats"] > 0
+
+
+def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corpus, tmp_path,
+                                                                            capsys):  # fmt: skip
+    from safetensors.torch import load_file
+
+    pre = tmp_path / "pre_plr"
+    args = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+            "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu",
+            "--feature-embedding", "periodic"]  # fmt: skip
+    assert _cli(*args) == 0
+    for extra in ((), ("--from-scratch",)):
+        out = tmp_path / f"ft{len(extra)}"
+        args = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
+                "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                *extra]  # fmt: skip
+        assert _cli(*args) == 0
+        saved = json.loads((out / "config.json").read_text())
+        assert saved.get("model", saved)["feature_embedding"] == "periodic"
+        assert any(k.startswith("feature_emb.") for k in load_file(out / "model.safetensors"))
+        assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
 def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):

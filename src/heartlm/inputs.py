@@ -6,9 +6,17 @@ to build its flags.
 
 from __future__ import annotations
 
-INPUTS: tuple[str, ...] = ("all", "no-heart-rate", "relative")
+INPUTS: tuple[str, ...] = ("all", "no-heart-rate", "relative", "rhythm")
 """all: codes and every feature column; no-heart-rate: everything but the absolute heart
-rate; relative: only patient-relative inputs (no codes, no absolute shape, no heart rate)."""
+rate; relative: only patient-relative inputs (no codes, no absolute shape, no heart rate);
+rhythm: of those, only the rhythm and the atrial activity (RR_PREFIXES columns)."""
+CODES_HIDDEN: tuple[str, ...] = ("relative", "rhythm")
+"""The `--inputs` under which every morphology id reads as MASK (codes are patient-specific)."""
+RHYTHM_PREFIXES: tuple[str, ...] = ("rr_", "p_")
+"""`--inputs rhythm` keeps the relative columns named so: RR against the patient's own means
+and the P segment against the patient's own templates. Atrial fibrillation is a rhythm (RR
+irregularly irregular, no consistent P wave); the ventricular beat's shape says nothing of it,
+and a model that sees it can learn the few AF patients of the training set by their QRS."""
 RATE_FEATURES: tuple[str, ...] = ("log_rr_prev",)
 """The absolute heart rate: the one rhythm column that is not relative to the patient's own
 rhythm. With it, the LightGBM floor's S sensitivity on the DS1 folds falls from 0.45 to 0.36
@@ -31,4 +39,8 @@ def hidden_columns(names: list[str] | tuple[str, ...], inputs: str) -> list[int]
         return []
     if inputs == "no-heart-rate":
         return rate
-    return sorted({*absolute_columns(names), *rate})
+    relative_hidden = {*absolute_columns(names), *rate}
+    if inputs == "rhythm":
+        shape = [i for i, name in enumerate(names) if not name.startswith(RHYTHM_PREFIXES)]
+        return sorted({*relative_hidden, *shape})
+    return sorted(relative_hidden)

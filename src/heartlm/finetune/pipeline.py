@@ -76,9 +76,9 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
     if cfg.inputs != "all":
-        from heartlm.inputs import hidden_columns
+        from heartlm.inputs import CODES_HIDDEN, hidden_columns
 
-        overrides["relative_only"] = cfg.inputs == "relative"
+        overrides["relative_only"] = cfg.inputs in CODES_HIDDEN
         names = data.meta.get("features", [])
         overrides["absolute_columns"] = tuple(hidden_columns(names, cfg.inputs))
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
