@@ -65,19 +65,28 @@ AFIB = ["--window", "32", "--stride", "16", "--epochs", "5", "--batch", "64", "-
         "--warmup", "100"]
 # fmt: on
 REL = ["--inputs", "relative", "--dropout", "0.1"]
+RHYTHM = ["--inputs", "rhythm", "--dropout", "0.1"]
 W32 = ["--window", "32", "--stride", "8"]
 ALL = ["--val-fraction", "0"]
 """Train on every training record and export the last weights: DS1 has 22 records (AFIB:
 3 real ones with AF), and the default holds a fifth of them out to choose the exported
 checkpoint, which the LightGBM floor beside it never does."""
-# Round 11: the recipes each initialisation chose in round 10 (window 32 for pretrained,
-# 128 for scratch), with and without the validation hold-out, all trained with the synthetic
-# patients of TRAIN_SYNTHETIC beside the DS1 records.
+PRETRAIN_VARIANTS: dict[str, list[str]] = {
+    "": [],
+    "plr": ["--feature-embedding", "periodic"],
+}
+"""Pretraining runs beside PRETRAIN, by variant. A configuration whose name has the word
+`plr` fine-tunes the periodic one (from scratch: takes its architecture). `plr`: each beat
+feature enters through learnt cosines and sines and a small layer of its own (PLR
+embeddings) instead of one linear map of the row; the tree floor beats the transformer on V
+and F, the classes decided by sharp thresholds on a few shape features."""
+# Round 13: round 12's winners (window 32 and all records for pretrained, window 128 for
+# scratch), each also with the periodic feature embedding.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
-    "pretrained_relative_window32_epochs60": [*REL, *W32, "--epochs", "60"],
-    "scratch_relative": ["--from-scratch", *REL],
     "pretrained_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
-    "scratch_relative_all": ["--from-scratch", *REL, *ALL],
+    "scratch_relative": ["--from-scratch", *REL],
+    "pretrained_plr_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
+    "scratch_plr_relative": ["--from-scratch", *REL],
 }
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
@@ -120,12 +129,18 @@ round-9 work folder's AFIB folds (CPU, LightGBM only) the floor's window F1 rose
 with the window's own statistics to 0.80, 0.82 and 0.73 with those of 64, 128 and 256 beats
 around it added: AF is an episode, and its neighbours say whether one is going on."""
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
-    "pretrained_relative_beat_loss_all": [*REL, *BEAT_LOSS, *ALL],
-    "scratch_relative_beat_loss_all": ["--from-scratch", *REL, *BEAT_LOSS, *ALL],
     "pretrained_relative_beat_loss_all_context128": [*REL, *BEAT_LOSS, *ALL, *CONTEXT],
     "scratch_relative_beat_loss_all_context128": [
         "--from-scratch",
         *REL,
+        *BEAT_LOSS,
+        *ALL,
+        *CONTEXT,
+    ],
+    "pretrained_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
+    "scratch_rhythm_beat_loss_all_context128": [
+        "--from-scratch",
+        *RHYTHM,
         *BEAT_LOSS,
         *ALL,
         *CONTEXT,
@@ -135,8 +150,11 @@ AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `selec
 on the folds for both initialisations) and dropped the no-heart-rate variants (their floor
 lost to the relative one on the folds in rounds 7 and 9: 0.584 against 0.794 in round 9; the
 decision came after round 9 had read DS2, see benchmarks/README.md). Round 11 chose the
-recipes without the validation hold-out (ALL) for both; round 12 compares them with the same
-recipes on 128 beats of context (CONTEXT), each beside a floor that sees the same context."""
+recipes without the validation hold-out (ALL) for both; round 12 compared them with the same
+recipes on 128 beats of context (CONTEXT), each beside a floor that sees the same context, and
+context won on the folds. Round 13 keeps the context recipes and adds them with `--inputs
+rhythm` (RR and P-wave columns only): in round 12 the transformer lost 221 (AF with frequent
+ventricular beats) and called 200's bigeminy AF, both records where the QRS shape varies."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -284,21 +302,38 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     )
 
 
-def _pre(seed: int) -> str:
+def _variant(config: str) -> str:
+    """The PRETRAIN_VARIANTS key a configuration starts from (the word in its name)."""
+    words = set(config.split("_"))
+    return next((v for v in PRETRAIN_VARIANTS if v and v in words), "")
+
+
+def _pre(seed: int, variant: str = "") -> str:
     """The pretrained run that fine-tuning seed `seed` starts from: its own pretraining run
     (`pre` for seed 0, as before round 13), so a seed's spread includes pretraining's."""
-    return "pre" if seed == 0 else f"pre_s{seed}"
+    name = f"pre_{variant}" if variant else "pre"
+    return name if seed == 0 else f"{name}_s{seed}"
 
 
-def pretrain(r: Runner) -> None:
-    """One pretraining run per seed that `select` or `final` fine-tunes, side by side."""
+def _pretraining_runs(stages: list[str]) -> list[tuple[str, int]]:
+    """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
+    from; all of them when there is none."""
+    configs = [*(CONFIGS if {"select", "final"} & set(stages) else ()),
+               *(AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else ())]  # fmt: skip
+    variants = {_variant(c) for c in configs} or set(PRETRAIN_VARIANTS)
+    return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
 
-    def one(seed: int) -> None:
+
+def pretrain(r: Runner, stages: list[str]) -> None:
+    """Every pretraining run the stages need, side by side."""
+
+    def one(variant: str, seed: int) -> None:
         seeded = ["--seed", seed] if seed else []
-        r.heartlm("pretrain", "tok_pre", "--out", _pre(seed), *PRETRAIN, *seeded,
-                  "--device", r.device, done=f"{_pre(seed)}/model.safetensors")  # fmt: skip
+        name = _pre(seed, variant)
+        r.heartlm("pretrain", "tok_pre", "--out", name, *PRETRAIN, *PRETRAIN_VARIANTS[variant],
+                  *seeded, "--device", r.device, done=f"{name}/model.safetensors")  # fmt: skip
 
-    r.parallel([lambda s=s: one(s) for s in sorted({*SEEDS, *SELECT_SEEDS})])
+    r.parallel([lambda v=v, s=s: one(v, s) for v, s in _pretraining_runs(stages)])
 
 
 def _inputs(flags: list[str]) -> str:
@@ -359,7 +394,7 @@ def select(r: Runner) -> dict[str, Any]:
         name = f"sel_{config}_fold{k}_s{seed}_{_tag(CONFIGS[config], train, SELECT_FRACTION)}"
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--seed", seed,
                    "--label-fraction", SELECT_FRACTION, *CONFIGS[config],
-                   pre=_pre(seed))  # fmt: skip
+                   pre=_pre(seed, _variant(config)))  # fmt: skip
         return [
             (
                 _viewed(config, views),
@@ -401,11 +436,11 @@ def final(r: Runner) -> dict[str, Any]:
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
         config, views = _config_of(chosen[init]), _views_of(chosen[init])
-        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(CONFIGS[config], train)}"
+        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(config, CONFIGS[config], train)}"
         flags = [f for f in CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", "tok_beats", "--records", *train, "--label-fraction", fraction,
-                   "--seed", seed, *flags, *scratch, pre=_pre(seed))  # fmt: skip
+                   "--seed", seed, *flags, *scratch, pre=_pre(seed, _variant(config)))  # fmt: skip
         # DS2 only, not the synthetic records
         rep = r.evaluate(name, "tok_beats", "--records", *TEST, "--views", views)
         held_out = r.evaluate(name, HELD_OUT["sick"], "--views", views)
@@ -472,16 +507,17 @@ def _afib_keys(data: Any) -> list[str]:
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
 
-def _afib_grid(r: Runner, extra: list[str]) -> list[dict[str, Any]]:
+def _afib_grid(r: Runner, config: str) -> list[dict[str, Any]]:
     """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
     x {pretrained, scratch} grid."""
+    extra = AFIB_CONFIGS[config]
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(extra)}"
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, extra)}"
         flags = [f for f in extra if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
-                   *flags, *scratch, pre=_pre(seed))  # fmt: skip
+                   *flags, *scratch, pre=_pre(seed, _variant(config)))  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, "--afib-window", _afib_window())
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 **_held_out_afib(r, name)}  # fmt: skip
@@ -574,7 +610,8 @@ def select_afib(r: Runner) -> dict[str, Any]:
 
     def one(config: str, k: int) -> tuple[str, dict[str, Any], dict[str, float]]:
         name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
-        r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config])
+        r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config],
+                   pre=_pre(0, _variant(config)))  # fmt: skip
         return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
                                    _afib_window()), _held_out_afib(r, name))  # fmt: skip
 
@@ -609,7 +646,7 @@ def final_afib(r: Runner) -> dict[str, Any]:
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
     chosen = max((c for c in rows if c in AFIB_CONFIGS), key=lambda c: rows[c]["f1"])
-    afib_rows = _afib_grid(r, AFIB_CONFIGS[chosen])
+    afib_rows = _afib_grid(r, chosen)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
     inputs, context = _inputs(AFIB_CONFIGS[chosen]), _afib_context(AFIB_CONFIGS[chosen])
     for fraction in FRACTIONS:
@@ -674,7 +711,7 @@ def main() -> int:
             prepare(r, args.ecg.resolve(), args.synth_records)
             continue
         if stage == "pretrain":
-            pretrain(r)
+            pretrain(r, args.stages)
             continue
         found = STAGES[stage](r)
         results = {

@@ -246,13 +246,22 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
 
     monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
     monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
-    model_study.pretrain(Pretraining())
+    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": [],
+                                                 "pretrained_plr_relative": []})  # fmt: skip
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_relative": []})
+    model_study.pretrain(Pretraining(), ["pretrain", "select_afib"])
     outs = sorted(args[args.index("--out") + 1] for args, _ in made)
-    assert outs == ["pre", "pre_s1", "pre_s2"]
+    assert outs == ["pre", "pre_s1", "pre_s2"]  # the AFIB recipes need no periodic run
     seed0 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre")
     assert "--seed" not in seed0  # seed 0's command is the one earlier rounds ran
     seed2 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre_s2")
     assert seed2[seed2.index("--seed") + 1] == 2
+    made.clear()
+    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
+    runs = {args[args.index("--out") + 1]: args for args, _ in made}
+    assert sorted(runs) == ["pre", "pre_plr", "pre_plr_s1", "pre_plr_s2", "pre_s1", "pre_s2"]
+    assert "periodic" in runs["pre_plr_s1"] and "periodic" not in runs["pre_s1"]
+    assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
 
 
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
