@@ -315,12 +315,18 @@ def _pre(seed: int, variant: str = "") -> str:
     return name if seed == 0 else f"{name}_s{seed}"
 
 
-def _pretraining_runs(stages: list[str]) -> list[tuple[str, int]]:
+def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
-    from; all of them when there is none."""
-    configs = [*(CONFIGS if {"select", "final"} & set(stages) else ()),
-               *(AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else ())]  # fmt: skip
-    variants = {_variant(c) for c in configs} or set(PRETRAIN_VARIANTS)
+    from; all of them when there is none. `final` after an earlier `select` (its select.json
+    in `work`) needs only the two chosen recipes' runs."""
+    beats: list[str] = []
+    if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
+        beats = list(CONFIGS)
+    elif "final" in stages:
+        chosen = (_best_selected(work / "select.json", init) for init in ("pretrained", "scratch"))
+        beats = [FINAL if FINAL != "auto" else _config_of(name) for name in chosen]
+    afib = AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else {}
+    variants = {_variant(c) for c in [*beats, *afib]} or set(PRETRAIN_VARIANTS)
     return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
 
 
@@ -333,7 +339,7 @@ def pretrain(r: Runner, stages: list[str]) -> None:
         r.heartlm("pretrain", "tok_pre", "--out", name, *PRETRAIN, *PRETRAIN_VARIANTS[variant],
                   *seeded, "--device", r.device, done=f"{name}/model.safetensors")  # fmt: skip
 
-    r.parallel([lambda v=v, s=s: one(v, s) for v, s in _pretraining_runs(stages)])
+    r.parallel([lambda v=v, s=s: one(v, s) for v, s in _pretraining_runs(stages, r.work)])
 
 
 def _inputs(flags: list[str]) -> str:

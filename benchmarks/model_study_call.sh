@@ -6,7 +6,9 @@
 #
 # Environment: ECG (.carry/ecg, a copy of ../shared/ecg carried with the call), WORK
 # (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 fine-tuning runs at once),
-# LIMIT_S (560: seconds before the stages are stopped).
+# LIMIT_S (560: seconds before the stages are stopped), SELECT (a select.json an earlier call
+# brought back, e.g. benchmarks/results/h100/model_study/select_round13.json: `final` on a
+# fresh machine then scores that selection without running `select` again).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
@@ -18,6 +20,9 @@ if [ ! -e /tmp/hlm-wheels.done ]; then
     --root-user-action=ignore .carry/wheels/*.whl && touch /tmp/hlm-wheels.done
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [ -n "${SELECT:-}" ] && [ ! -e "$WORK/select.json" ]; then
+  mkdir -p "$WORK" && cp "$SELECT" "$WORK/select.json"
+fi
 # Stopped before the call's limit, so the stages that finished still come back.
 timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
   --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1

@@ -233,12 +233,12 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
 
 
 def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     made: list[tuple] = []
 
     class Pretraining(_Transformers):
-        device = "cpu"
+        device, work = "cpu", tmp_path
 
         def heartlm(self, *args, done=None) -> str:
             made.append((args, done))
@@ -246,7 +246,7 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
 
     monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
     monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
-    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": [],
+    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"],
                                                  "pretrained_plr_relative": []})  # fmt: skip
     monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_relative": []})
     model_study.pretrain(Pretraining(), ["pretrain", "select_afib"])
@@ -262,6 +262,18 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     assert sorted(runs) == ["pre", "pre_plr", "pre_plr_s1", "pre_plr_s2", "pre_s1", "pre_s2"]
     assert "periodic" in runs["pre_plr_s1"] and "periodic" not in runs["pre_s1"]
     assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
+    # `final` after a selection pretrains only what the chosen recipes start from.
+    row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
+    worse = {"per_class": {"S": {"f1": 0.1}, "V": {"f1": 0.9}}}
+    rows = {"scratch_relative": row, "pretrained_plr_relative": worse}
+    (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
+    runs = model_study._pretraining_runs(["pretrain", "final"], tmp_path)
+    assert runs == [("", 0), ("", 1), ("", 2), ("plr", 0), ("plr", 1), ("plr", 2)]
+    rows["pretrained_relative"] = row
+    model_study.CONFIGS["pretrained_relative"] = []
+    (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
+    runs = model_study._pretraining_runs(["pretrain", "final"], tmp_path)
+    assert runs == [("", 0), ("", 1), ("", 2)]
 
 
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
