@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2, MITDB_PACED
+from heartlm.labelled.metrics import best_threshold
 from heartlm.runinfo import versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -513,10 +514,11 @@ def _afib_keys(data: Any) -> list[str]:
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
 
-def _afib_grid(r: Runner, config: str) -> list[dict[str, Any]]:
-    """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
-    x {pretrained, scratch} grid."""
+def _afib_grid(r: Runner, config: str, threshold: float) -> list[dict[str, Any]]:
+    """AFIB fine-tuning on everything outside DS2, scored on DS2 with windows called AFIB
+    from `threshold`, for the seeds x fractions x {pretrained, scratch} grid."""
     extra = AFIB_CONFIGS[config]
+    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
         name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, extra)}"
@@ -524,9 +526,9 @@ def _afib_grid(r: Runner, config: str) -> list[dict[str, Any]]:
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *flags, *scratch, pre=_pre(seed, _variant(config)))  # fmt: skip
-        rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, "--afib-window", _afib_window())
+        rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, *called)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
-                **_held_out_afib(r, name)}  # fmt: skip
+                **_held_out_afib(r, name, threshold)}  # fmt: skip
 
     grid = [(i, f, s) for i in ("pretrained", "scratch") for f in FRACTIONS for s in SEEDS]
     return r.parallel([lambda g=g: afib(*g) for g in grid])
@@ -545,9 +547,10 @@ def _held_out_scores(sick: dict[str, int], flutter: dict[str, int]) -> dict[str,
             "flutter_false_alarms": _false_alarms(flutter)}  # fmt: skip
 
 
-def _held_out_afib(r: Runner, name: str) -> dict[str, float]:
+def _held_out_afib(r: Runner, name: str, threshold: float = 0.5) -> dict[str, float]:
     """An AFIB model on the held-out synthetic sick-sinus and flutter/AF patients."""
-    sick, flutter = (r.evaluate(name, folder, "--afib-window", _afib_window())["counts"]
+    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
+    sick, flutter = (r.evaluate(name, folder, *called)["counts"]
                      for folder in HELD_OUT.values())  # fmt: skip
     return _held_out_scores(sick, flutter)
 
@@ -628,6 +631,7 @@ def select_afib(r: Runner) -> dict[str, Any]:
     rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in AFIB_CONFIGS}
     for c in AFIB_CONFIGS:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
+        rows[c].update(_fold_threshold([rep for cc, rep, _ in found if cc == c]))
         # each real record is scored in exactly one fold: its row comes from that fold
         rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
                                  for row in rep.get("per_record", [])]  # fmt: skip
@@ -636,34 +640,47 @@ def select_afib(r: Runner) -> dict[str, Any]:
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
                                             window=_afib_window(), inputs=inputs,
                                             context=context) for k in (0, 1)]  # fmt: skip
-        rows[_floor_name(inputs, context)] = {**_pooled([rep for rep, _ in floors]),
+        reports = [rep for rep, _ in floors]
+        rows[_floor_name(inputs, context)] = {**_pooled(reports), **_fold_threshold(reports),
                                               **mean_held_out([h for _, h in floors])}  # fmt: skip
         configs[_floor_name(inputs, context)] = ["tree_floor.py", "--inputs", inputs,
                                                  "--context", str(context)]  # fmt: skip
     return {"folds": folds, "configs": configs, "afib": rows}
 
 
+def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
+    """The AFIB decision threshold with the best window F1 pooled over the folds' reports
+    (`threshold_counts`), and that F1: chosen on the folds, used on DS2 as it is."""
+    threshold, f1 = best_threshold([rep["threshold_counts"] for rep in reports])
+    return {"threshold": threshold, "threshold_f1": f1}
+
+
 def final_afib(r: Runner) -> dict[str, Any]:
-    """The AFIB configuration chosen by select_afib (window F1 pooled over its folds)."""
+    """The AFIB configuration chosen by select_afib (the best window F1 pooled over its folds,
+    each configuration at its own fold-chosen threshold), scored at that threshold; the
+    floor beside it at the threshold chosen for it on the same folds."""
     from heartlm.train.data import load_tokens
 
     path = r.work / "select_afib.json"
     if not path.is_file():
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
-    chosen = max((c for c in rows if c in AFIB_CONFIGS), key=lambda c: rows[c]["f1"])
-    afib_rows = _afib_grid(r, chosen)
+    chosen = max((c for c in rows if c in AFIB_CONFIGS),
+                 key=lambda c: rows[c].get("threshold_f1", rows[c]["f1"]))  # fmt: skip
+    afib_rows = _afib_grid(r, chosen, rows[chosen].get("threshold", 0.5))
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
     inputs, context = _inputs(AFIB_CONFIGS[chosen]), _afib_context(AFIB_CONFIGS[chosen])
+    floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
     for fraction in FRACTIONS:
         for seed in SEEDS:
             kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
-                  "window": _afib_window()}  # fmt: skip
+                  "window": _afib_window(), "threshold": floor_threshold}  # fmt: skip
             train = _afib_keys(afib_data)
             rep, held_out = _afib_floor_with_held_out(afib_data, train, mitdb, list(TEST), r.work,
                                                       **kw)  # fmt: skip
             afib_rows.append({"init": _floor_name(inputs, context), "label_fraction": fraction,
-                              "seed": seed, "afib": rep, **held_out})  # fmt: skip
+                              "seed": seed, "afib": rep, "threshold": floor_threshold,
+                              **held_out})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 
 

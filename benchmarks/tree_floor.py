@@ -169,10 +169,12 @@ def afib_floors(
     fraction: float = 1.0,
     inputs: str = "all",
     context: int = 0,
+    threshold: float = 0.5,
 ) -> list[dict[str, Any]]:
     """The tree's AFIB window scores on each test set (token data, record names), one tree
     trained on `train` (record names) with a seeded `fraction` of the training windows'
-    labels."""
+    labels; windows called AFIB from `threshold`, and counted at every threshold of
+    `metrics.AFIB_THRESHOLDS` (`threshold_counts`), as `heartlm evaluate` does."""
     x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
@@ -181,7 +183,9 @@ def afib_floors(
     reports = []
     for test_data, test in tests:
         x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs, context)
-        reports.append(metrics.binary_scores(y_te, model.predict(x_te)))
+        scores = model.predict(x_te)
+        report = metrics.binary_scores(y_te, scores, threshold)
+        reports.append({**report, "threshold_counts": metrics.threshold_counts(y_te, scores)})
     return reports
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2
+from heartlm.labelled import metrics
 from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -298,15 +299,21 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         "tok_flutter_test": {"tp": 8, "fp": 2, "fn": 0, "tn": 30},
     }
 
+    # Each fold's curve is best (F1 1) at 0.25 and 0.3: the selection takes 0.3, nearer 0.5.
+    curve = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.3, 0.35, 0.2, 0.1]))
+
     class Counting(_Transformers):
         def __init__(self) -> None:
-            self.work, self.scored = tmp_path, []
+            self.work, self.scored, self.thresholds = tmp_path, [], set()
 
         def evaluate(self, name, folder, *args) -> dict:
             self.scored.append(folder)
+            if "--afib-threshold" in args:
+                self.thresholds.add(args[args.index("--afib-threshold") + 1])
             row = {"record": f"{name}:{folder}", "n_windows": 100, "n_afib": 9, "tp": 9,
                    "fp": 1, "fn": 0}  # fmt: skip
-            return {"counts": counts[folder], "afib": {}, "per_record": [row]}
+            return {"counts": counts[folder], "afib": {}, "per_record": [row],
+                    "threshold_counts": curve}  # fmt: skip
 
     data = _mitdb()
     n = len(data.morph)
@@ -348,6 +355,22 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert len(chosen_rows[chosen]["per_record"]) == 2
     assert not any("per_record" in row for name, row in chosen_rows.items()
                    if name.startswith("tree floor"))  # fmt: skip
+    # Every configuration gets the threshold with the best F1 pooled over its folds; the
+    # stand-in tree scores no window, so every threshold ties for it and 0.5 stays.
+    assert (chosen_rows[chosen]["threshold"], chosen_rows[chosen]["threshold_f1"]) == (0.3, 1.0)
+    floor_name = "tree floor (relative, context 128)"
+    assert chosen_rows[floor_name]["threshold"] == 0.5
+    # final_afib scores DS2 and the held-out patients at the chosen configuration's threshold,
+    # and the floor at its own.
+    chosen_rows[floor_name]["threshold"] = 0.4
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
+    runner = Counting()
+    rows = model_study.final_afib(runner)["afib"]
+    best = max((c for c in chosen_rows if c in model_study.AFIB_CONFIGS),
+               key=lambda c: chosen_rows[c]["threshold_f1"])  # fmt: skip
+    assert runner.thresholds == {chosen_rows[best]["threshold"]}
+    floor_rows = [r for r in rows if r["init"].startswith("tree floor")]
+    assert floor_rows and all(r["threshold"] == 0.4 for r in floor_rows)
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():

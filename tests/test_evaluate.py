@@ -77,6 +77,21 @@ def test_binary_scores_at_threshold():
     assert b["auroc"] == pytest.approx(10 / 12)
 
 
+def test_the_threshold_with_the_best_pooled_f1_is_chosen_over_both_folds():
+    labels = np.array([1, 1, 1, 0, 0, 0, 0])
+    scores = np.array([0.9, 0.7, 0.2, 0.6, 0.1, 0.3, 0.0])
+    curve = metrics.threshold_counts(labels, scores)
+    at = {row["threshold"]: row for row in curve}
+    assert at[0.5] == {"threshold": 0.5, "tp": 2, "fp": 1, "fn": 1, "tn": 3}
+    assert at[0.2] == {"threshold": 0.2, "tp": 3, "fp": 2, "fn": 0, "tn": 2}
+    # One fold alone is best from 0.65 to 0.7 (F1 0.8: TP 2, FP 0, FN 1; nearest 0.5 wins);
+    # pooled with a fold whose AF scores are low, the thresholds down to 0.2 win.
+    assert metrics.best_threshold([curve]) == (0.65, pytest.approx(0.8))
+    other = metrics.threshold_counts(np.array([1, 1, 0]), np.array([0.25, 0.3, 0.1]))
+    threshold, f1 = metrics.best_threshold([curve, other])
+    assert threshold == 0.2 and f1 == pytest.approx(10 / 12)
+
+
 def test_beat_report_is_json_ready():
     rep = metrics.beat_report(np.array([0, 1, 2, 3, 4, 0]), np.array([0, 1, 2, 3, 4, 1]))
     back = json.loads(json.dumps(rep))

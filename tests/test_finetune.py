@@ -564,6 +564,15 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
         capsys.readouterr().err)  # fmt: skip
     assert _cli("evaluate", ft, corpus / "tok", "--views", "4") == 2
     assert "above 1 only for beats runs" in capsys.readouterr().err
+    # Another decision threshold: its counts are the curve's row at that threshold.
+    low = _evaluate_json(capsys, ft, corpus / "tok", "--afib-threshold", "0.2")
+    row = next(r for r in rep["threshold_counts"] if r["threshold"] == 0.2)
+    assert low["counts"] == {k: row[k] for k in ("tp", "fp", "fn", "tn")}
+    assert low["threshold"] == 0.2 and low["threshold_counts"] == rep["threshold_counts"]
+    assert low["counts"]["tp"] >= rep["counts"]["tp"]
+    assert low["afib"]["auroc"] == rep["afib"]["auroc"]
+    assert _cli("evaluate", ft, corpus / "tok", "--afib-threshold", "1") == 2
+    assert "--afib-threshold must be between 0 and 1" in capsys.readouterr().err
 
 
 def test_a_block_spanning_the_window_scores_as_the_window(corpus):

@@ -39,6 +39,9 @@ class EvaluateConfig:
     afib_window: int | None = setting(None, metavar="N")
     """AFIB runs: score windows of N beats, each inside the run's window of context centred on
     it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
+    afib_threshold: float = setting(0.5, metavar="T")
+    """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T (the
+    report also counts windows at 0.05, 0.10, ... 0.95, to choose T on other records)"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"
@@ -57,6 +60,8 @@ def run(cfg: EvaluateConfig) -> int:
 
     if cfg.batch < 1:
         raise HeartlmError("--batch must be positive")
+    if not 0.0 < cfg.afib_threshold < 1.0:
+        raise HeartlmError(f"--afib-threshold must be between 0 and 1, not {cfg.afib_threshold}")
     if cfg.out is not None:
         from heartlm.outdir import check_separate, check_writable
 
@@ -73,6 +78,7 @@ def run(cfg: EvaluateConfig) -> int:
         ingest_overrides={"lead": cfg.lead, "annotations": cfg.annotations},
         afib_window=cfg.afib_window,
         views=cfg.views,
+        afib_threshold=cfg.afib_threshold,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -143,9 +149,11 @@ def format_report(report: dict[str, Any]) -> str:
             f"{report['n_windows']} windows of {report['window']} beats{seen}, "
             f"{report['n_afib_windows']} AFIB ({report['rule']})"
         )
+        threshold = report.get("threshold", 0.5)
+        called_at = f" (called at {threshold:g})" if threshold != 0.5 else ""
         lines.append(
             f"AFIB F1 {a['f1']:.4f}  Se {a['se']:.4f}  +P {a['ppv']:.4f}  AUROC {auroc}  "
-            f"accuracy {report['accuracy']:.4f}"
+            f"accuracy {report['accuracy']:.4f}{called_at}"
         )
         e = report["afib_episodes"]
         lines.append(

@@ -116,13 +116,16 @@ def evaluate(
     ingest_overrides: dict[str, Any] | None = None,
     afib_window: int | None = None,
     views: int = 1,
+    afib_threshold: float = 0.5,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
     Beats: each beat's class from the one window whose centre is nearest (`views` 1), or from
     the averaged probabilities of `views` overlapping windows (stride window / views).
     AFIB is scored on non-overlapping windows of the run's window, or of `afib_window`
-    beats, each seen inside the run's window of context centred on it."""
+    beats, each seen inside the run's window of context centred on it, and called AFIB where
+    its score reaches `afib_threshold`; the report also counts windows at every threshold of
+    `metrics.AFIB_THRESHOLDS` (`threshold_counts`), to choose one on other data."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -145,6 +148,8 @@ def evaluate(
     task, window = info["task"], int(info["window"])
     scored = _afib_window(info, afib_window, model, run)
     views = _views(task, window, views, run)
+    if task == "beats" and afib_threshold != 0.5:
+        raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
@@ -175,7 +180,7 @@ def evaluate(
             "the scored records have no rhythm labels (no AFIB/non-AFIB windows)", data_path
         )
     labels = windows.window_label[labelled]
-    binary = metrics.binary_scores(labels, scores[labelled])
+    binary = metrics.binary_scores(labels, scores[labelled], afib_threshold)
     report = {
         **common,
         "afib": {k: binary[k] for k in ("f1", "se", "ppv", "auroc")},
@@ -186,8 +191,10 @@ def evaluate(
         "context": window,
         "rule": AFIB_RULE,
         "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
+        "threshold": afib_threshold,
+        "threshold_counts": metrics.threshold_counts(labels, scores[labelled]),
     }
-    called = scores[labelled] >= 0.5
+    called = scores[labelled] >= afib_threshold
     record = windows.record[labelled]
     report["afib_episodes"] = metrics.afib_episode_scores(labels, called, record)
     report["per_record"] = metrics.per_record_afib(labels, called, record, names)

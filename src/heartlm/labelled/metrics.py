@@ -61,6 +61,35 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return float(u / (n_pos * n_neg))
 
 
+AFIB_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
+"""Decision thresholds at which `threshold_counts` counts AFIB windows: 0.05 to 0.95."""
+
+
+def threshold_counts(labels: np.ndarray, scores: np.ndarray) -> list[dict[str, float]]:
+    """Window counts (tp, fp, fn, tn) at each of AFIB_THRESHOLDS: the operating curve from
+    which an AFIB threshold can be chosen on other data than the data it is scored on."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores)
+    rows = []
+    for t in AFIB_THRESHOLDS:
+        called = scores >= t
+        rows.append({"threshold": t, "tp": int((labels & called).sum()),
+                     "fp": int((~labels & called).sum()), "fn": int((labels & ~called).sum()),
+                     "tn": int((~labels & ~called).sum())})  # fmt: skip
+    return rows
+
+
+def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
+    """(threshold, F1) of the best F1 over the `threshold_counts` curves summed (pooled
+    folds); of equal F1s the threshold nearest 0.5."""
+    pooled = [
+        (f1(*(sum(c[i][k] for c in curves) for k in ("tp", "fp", "fn"))), row["threshold"])
+        for i, row in enumerate(curves[0])
+    ]
+    score, threshold = max(pooled, key=lambda p: (p[0], -abs(p[1] - 0.5)))
+    return float(threshold), float(score)
+
+
 def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict:
     """F1, Se, +P at `threshold` and AUROC of a positive-class score (AFIB windows)."""
     labels = np.asarray(labels).astype(bool)
