@@ -182,19 +182,23 @@ def test_relative_only_model_ignores_codes_and_absolute_shape():
     assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
 
 
-def test_hidden_columns_without_relative_only_keep_the_codes_visible():
+@pytest.mark.parametrize("embedding", ["linear", "periodic"])
+def test_hidden_columns_without_relative_only_keep_the_codes_visible(embedding: str):
     from heartlm.model import HeartLM, model_config
 
     torch.manual_seed(0)
     cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, n_features=3, max_len=8,
-                       absolute_columns=(2,))  # fmt: skip
+                       absolute_columns=(2,), feature_embedding=embedding)  # fmt: skip
     model = HeartLM(cfg).eval()
+    assert (model.feature_emb is not None) is (embedding == "periodic")
     morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
     feats = torch.randn(2, 8, 3)
     out = model(morph, rhythm, features_BTF=feats, head="beat")
     other = feats.clone()
     other[..., 2] += 3.0
     assert torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
+    other[..., 1] += 3.0  # a visible column
+    assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
     assert not torch.allclose(out, model((morph + 1).clamp(max=39), rhythm, features_BTF=feats,
                                          head="beat"))  # fmt: skip
 
@@ -279,23 +283,17 @@ def test_sinus_p_template_keeps_the_sinus_p_wave_where_ectopic_beats_are_the_maj
     np.testing.assert_array_equal(again[:300], out[:300])
 
 
-def test_periodic_feature_embedding_reloads_and_keeps_hidden_columns_hidden(tmp_path: Path):
+def test_periodic_feature_embedding_reloads_to_identical_outputs(tmp_path: Path):
     from heartlm.model import HeartLM, load_pretrained, model_config
     from heartlm.model.load import export_model
 
     torch.manual_seed(0)
     cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, n_features=3, max_len=8,
-                       feature_embedding="periodic", absolute_columns=(2,))  # fmt: skip
+                       feature_embedding="periodic")  # fmt: skip
     model = HeartLM(cfg).eval()
-    assert model.feature_emb is not None
     morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
     feats = torch.randn(2, 8, 3)
     out = model(morph, rhythm, features_BTF=feats, head="beat")
-    other = feats.clone()
-    other[..., 2] += 3.0
-    assert torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
-    other[..., 1] += 3.0
-    assert not torch.allclose(out, model(morph, rhythm, features_BTF=other, head="beat"))
     export_model(tmp_path, model.state_dict(), model.cfg, {"window": 8})
     again, config = load_pretrained(tmp_path)
     assert config["model"]["feature_embedding"] == "periodic"
