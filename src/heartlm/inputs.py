@@ -9,7 +9,7 @@ from __future__ import annotations
 INPUTS: tuple[str, ...] = ("all", "no-heart-rate", "relative", "rhythm")
 """all: codes and every feature column; no-heart-rate: everything but the absolute heart
 rate; relative: only patient-relative inputs (no codes, no absolute shape, no heart rate);
-rhythm: of those, only the rhythm and the atrial activity (RR_PREFIXES columns)."""
+rhythm: of those, only the rhythm and the atrial activity (RHYTHM_PREFIXES columns)."""
 CODES_HIDDEN: tuple[str, ...] = ("relative", "rhythm")
 """The `--inputs` under which every morphology id reads as MASK (codes are patient-specific)."""
 RHYTHM_PREFIXES: tuple[str, ...] = ("rr_", "p_")
