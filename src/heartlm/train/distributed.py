@@ -209,8 +209,9 @@ def fsdp_units(blocks: list[nn.Module], per_unit: int) -> list[list[nn.Module]]:
 def _fully_shard(
     model: nn.Module, compile: bool, compile_mode: str | None, bf16: bool, p: ParallelConfig
 ) -> nn.Module:
-    """FSDP2 per block, then the root: bf16 all-gather under autocast, reduce in
-    `grad_reduce`, each block compiled on its own (graphs end where its collectives are)."""
+    """FSDP2 per unit of blocks (`fsdp_units`), then the root: bf16 all-gather under
+    autocast, reduce in `grad_reduce`, each block compiled on its own (graphs end where its
+    collectives are)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reduce = torch.bfloat16 if p.grad_reduce == "bf16" else torch.float32
