@@ -14,7 +14,8 @@
 #   cpus      the core and finetune cells at 1, 2 and 4 CPUs per GPU, repeat 0 (60 launches)
 #   levers    pretrain weak, one small study per lever (LEVERS, NAME:BACKEND:FLAGS): ddp with
 #             100-MiB buckets, bf16 gradients, Python GC every 50 steps; fsdp with GC every 50
-#             steps and with 4 blocks per FSDP2 unit (20 launches)
+#             steps and with one FSDP2 unit per block (the layout before units of 100 M
+#             parameters became the default) (20 launches)
 #   peer      Hugging Face BertForMaskedLM + Trainer at 1, 2 and 4 GPUs (torchrun)
 #   socket    2 torchrun agents x 1, then x 2 GPUs over a socket, window 128 (twonode)
 #   accum     the socket run with ACCUM (8) micro-batches per all-reduce, its own 1/2-GPU
@@ -24,6 +25,10 @@
 # After every phase the study (without traces, caches and weights) is packed into
 # $OUT/study.tar.gz, so a call cut off at its limit still brings back what it finished;
 # carry it back as .carry-study/state.tar.gz and a fresh machine resumes from it.
+#
+# A study's cells are keyed by the flags given, not by defaults: fsdp cells of a state made
+# before the FSDP2 unit default changed (one unit per block; .carry-study/x2 holds such) would
+# sit beside new ones of another layout. Start fsdp cells in a fresh study (CARRY=...fresh).
 #
 # Environment: BUDGET_S (seconds of work this call, 540), STUDY (/tmp/hlm-study: kept while
 # the machine stays warm), CARRY (.carry-study: tokens/, state.tar.gz), WHEELS (folders of
@@ -112,7 +117,7 @@ phase_cpus() {
   local t; t=$(budget) && scale "$t" --cpus 1,2,4,16 --task pretrain,finetune \
     --window "$WINDOWS" --scaling weak,strong --backend ddp --repeats 1
 }
-LEVERS=${LEVERS:-bucket100:ddp:--ddp-bucket-mb=100 bf16grad:ddp:--grad-reduce=bf16 gc50:ddp:--gc-every=50 fsdpgc50:fsdp:--gc-every=50 fsdpgroup4:fsdp:--fsdp-group-blocks=4}
+LEVERS=${LEVERS:-bucket100:ddp:--ddp-bucket-mb=100 bf16grad:ddp:--grad-reduce=bf16 gc50:ddp:--gc-every=50 fsdpgc50:fsdp:--gc-every=50 fsdpunit1:fsdp:--fsdp-group-blocks=1}
 phase_levers() {  # separate studies: engine flags are part of a grid's workload
   local spec name backend flags t
   for spec in $LEVERS; do  # NAME:BACKEND:FLAGS

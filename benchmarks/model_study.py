@@ -323,9 +323,11 @@ def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     beats: list[str] = []
     if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
         beats = list(CONFIGS)
+    elif "final" in stages and FINAL != "auto":
+        beats = [_config_of(FINAL)]
     elif "final" in stages:
-        chosen = (_best_selected(work / "select.json", init) for init in ("pretrained", "scratch"))
-        beats = [FINAL if FINAL != "auto" else _config_of(name) for name in chosen]
+        beats = [_config_of(_best_selected(work / "select.json", init))
+                 for init in ("pretrained", "scratch")]  # fmt: skip
     afib = AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else {}
     variants = {_variant(c) for c in [*beats, *afib]} or set(PRETRAIN_VARIANTS)
     return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
@@ -514,13 +516,15 @@ def _afib_keys(data: Any) -> list[str]:
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
 
-def _afib_grid(r: Runner, config: str, threshold: float) -> list[dict[str, Any]]:
-    """AFIB fine-tuning on everything outside DS2, scored on DS2 with windows called AFIB
-    from `threshold`, for the seeds x fractions x {pretrained, scratch} grid."""
+def _afib_grid(r: Runner, config: str, thresholds: dict[str, float]) -> list[dict[str, Any]]:
+    """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
+    x {pretrained, scratch} grid; at 100 % of the labels windows are called AFIB from each
+    initialisation's threshold in `thresholds` (chosen on the folds at 100 %), below at 0.5."""
     extra = AFIB_CONFIGS[config]
-    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        threshold = thresholds[init] if fraction == 1.0 else 0.5
+        called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
         name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, extra)}"
         flags = [f for f in extra if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
@@ -655,10 +659,22 @@ def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
     return {"threshold": threshold, "threshold_f1": f1}
 
 
+def _init_threshold(rows: dict[str, Any], chosen: str, init: str) -> float:
+    """The fold-chosen threshold of `chosen`'s flags under `init` (pretrained or scratch):
+    the configuration with the same flags but for `--from-scratch`, else `chosen`'s own."""
+    base = [f for f in AFIB_CONFIGS[chosen] if f != "--from-scratch"]
+    twin = next((c for c, flags in AFIB_CONFIGS.items()
+                 if [f for f in flags if f != "--from-scratch"] == base
+                 and ("--from-scratch" in flags) == (init == "scratch") and c in rows),
+                chosen)  # fmt: skip
+    return float(rows[twin].get("threshold", 0.5))
+
+
 def final_afib(r: Runner) -> dict[str, Any]:
     """The AFIB configuration chosen by select_afib (the best window F1 pooled over its folds,
-    each configuration at its own fold-chosen threshold), scored at that threshold; the
-    floor beside it at the threshold chosen for it on the same folds."""
+    each configuration at its own fold-chosen threshold). At 100 % of the labels DS2 is scored
+    at the thresholds the folds chose for the configuration's pretrained and scratch variants
+    and for the floor beside it; at 10 % and 1 % (the selection did not see them) at 0.5."""
     from heartlm.train.data import load_tokens
 
     path = r.work / "select_afib.json"
@@ -667,19 +683,21 @@ def final_afib(r: Runner) -> dict[str, Any]:
     rows = json.loads(path.read_text())["afib"]
     chosen = max((c for c in rows if c in AFIB_CONFIGS),
                  key=lambda c: rows[c].get("threshold_f1", rows[c]["f1"]))  # fmt: skip
-    afib_rows = _afib_grid(r, chosen, rows[chosen].get("threshold", 0.5))
+    thresholds = {init: _init_threshold(rows, chosen, init) for init in ("pretrained", "scratch")}
+    afib_rows = _afib_grid(r, chosen, thresholds)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
     inputs, context = _inputs(AFIB_CONFIGS[chosen]), _afib_context(AFIB_CONFIGS[chosen])
     floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
     for fraction in FRACTIONS:
+        threshold = floor_threshold if fraction == 1.0 else 0.5
         for seed in SEEDS:
             kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
-                  "window": _afib_window(), "threshold": floor_threshold}  # fmt: skip
+                  "window": _afib_window(), "threshold": threshold}  # fmt: skip
             train = _afib_keys(afib_data)
             rep, held_out = _afib_floor_with_held_out(afib_data, train, mitdb, list(TEST), r.work,
                                                       **kw)  # fmt: skip
             afib_rows.append({"init": _floor_name(inputs, context), "label_fraction": fraction,
-                              "seed": seed, "afib": rep, "threshold": floor_threshold,
+                              "seed": seed, "afib": rep, "threshold": threshold,
                               **held_out})  # fmt: skip
     return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
 

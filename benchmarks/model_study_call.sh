@@ -20,8 +20,13 @@ if [ ! -e /tmp/hlm-wheels.done ]; then
     --root-user-action=ignore .carry/wheels/*.whl && touch /tmp/hlm-wheels.done
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [ -n "${SELECT:-}" ] && [ ! -e "$WORK/select.json" ]; then
-  mkdir -p "$WORK" && cp "$SELECT" "$WORK/select.json"
+if [ -n "${SELECT:-}" ]; then
+  if [ -e "$WORK/select.json" ]; then
+    echo "SELECT: $WORK/select.json exists (a warm machine's own selection); $SELECT not used" >&2
+  else
+    mkdir -p "$WORK" && cp "$SELECT" "$WORK/select.json" || { echo "SELECT: cannot copy $SELECT" >&2; exit 2; }
+    echo "SELECT: scoring the selection in $SELECT" >&2
+  fi
 fi
 # Stopped before the call's limit, so the stages that finished still come back.
 timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \

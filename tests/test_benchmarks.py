@@ -299,21 +299,24 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         "tok_flutter_test": {"tp": 8, "fp": 2, "fn": 0, "tn": 30},
     }
 
-    # Each fold's curve is best (F1 1) at 0.25 and 0.3: the selection takes 0.3, nearer 0.5.
-    curve = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.3, 0.35, 0.2, 0.1]))
+    # The scratch models' curves are best (F1 1) at 0.25 and 0.3, the pretrained ones' at 0.65
+    # and 0.7: the selection takes 0.3 and 0.65, the ones nearer 0.5.
+    low = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.3, 0.35, 0.2, 0.1]))
+    high = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.7, 0.8, 0.6, 0.1]))
 
     class Counting(_Transformers):
         def __init__(self) -> None:
-            self.work, self.scored, self.thresholds = tmp_path, [], set()
+            self.work, self.scored, self.thresholds = tmp_path, [], {}
 
         def evaluate(self, name, folder, *args) -> dict:
             self.scored.append(folder)
             if "--afib-threshold" in args:
-                self.thresholds.add(args[args.index("--afib-threshold") + 1])
+                self.thresholds.setdefault(name, set()).add(
+                    args[args.index("--afib-threshold") + 1])  # fmt: skip
             row = {"record": f"{name}:{folder}", "n_windows": 100, "n_afib": 9, "tp": 9,
                    "fp": 1, "fn": 0}  # fmt: skip
             return {"counts": counts[folder], "afib": {}, "per_record": [row],
-                    "threshold_counts": curve}  # fmt: skip
+                    "threshold_counts": low if "scratch" in name else high}  # fmt: skip
 
     data = _mitdb()
     n = len(data.morph)
@@ -357,20 +360,25 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
                    if name.startswith("tree floor"))  # fmt: skip
     # Every configuration gets the threshold with the best F1 pooled over its folds; the
     # stand-in tree scores no window, so every threshold ties for it and 0.5 stays.
-    assert (chosen_rows[chosen]["threshold"], chosen_rows[chosen]["threshold_f1"]) == (0.3, 1.0)
+    for name, flags in model_study.AFIB_CONFIGS.items():
+        expected = 0.3 if "--from-scratch" in flags else 0.65
+        assert (chosen_rows[name]["threshold"], chosen_rows[name]["threshold_f1"]) == (
+            expected, 1.0)  # fmt: skip
     floor_name = "tree floor (relative, context 128)"
     assert chosen_rows[floor_name]["threshold"] == 0.5
-    # final_afib scores DS2 and the held-out patients at the chosen configuration's threshold,
-    # and the floor at its own.
+    # final_afib scores DS2 and the held-out patients of each initialisation at the threshold
+    # its own variant of the chosen recipe got, the floor at its own; at 10 % of the labels,
+    # which the selection did not see, at 0.5.
     chosen_rows[floor_name]["threshold"] = 0.4
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0, 0.1))
     runner = Counting()
     rows = model_study.final_afib(runner)["afib"]
-    best = max((c for c in chosen_rows if c in model_study.AFIB_CONFIGS),
-               key=lambda c: chosen_rows[c]["threshold_f1"])  # fmt: skip
-    assert runner.thresholds == {chosen_rows[best]["threshold"]}
-    floor_rows = [r for r in rows if r["init"].startswith("tree floor")]
-    assert floor_rows and all(r["threshold"] == 0.4 for r in floor_rows)
+    used = {name.rsplit("_s0_", 1)[0]: t for name, t in runner.thresholds.items()}
+    assert used == {"ft_afib_pretrained_1": {0.65}, "ft_afib_scratch_1": {0.3},
+                    "ft_afib_pretrained_0.1": {0.5}, "ft_afib_scratch_0.1": {0.5}}  # fmt: skip
+    floor_rows = {r["label_fraction"]: r for r in rows if r["init"].startswith("tree floor")}
+    assert floor_rows[1.0]["threshold"] == 0.4 and floor_rows[0.1]["threshold"] == 0.5
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():

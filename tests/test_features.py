@@ -300,3 +300,5 @@ def test_periodic_feature_embedding_reloads_to_identical_outputs(tmp_path: Path)
     assert torch.equal(out, again.eval()(morph, rhythm, features_BTF=feats, head="beat"))
     with pytest.raises(ValueError, match="feature_embedding must be one of linear, periodic"):
         model_config("tiny", n_features=3, feature_embedding="quantile")
+    with pytest.raises(ValueError, match="periodic needs beat features"):
+        model_config("tiny", n_features=0, feature_embedding="periodic")

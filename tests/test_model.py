@@ -150,6 +150,9 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
         ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": other_vocab.to_dict()}, path)
     with pytest.raises(HeartlmError, match="window 16, this run asks for 32"):
         ckpt.check_compatible(ckpt.read_meta(path), {**meta, "window": 32}, path)
+    periodic = {**meta["model"], "feature_embedding": "periodic"}
+    with pytest.raises(HeartlmError, match="feature_embedding=linear, this run periodic"):
+        ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": periodic}, path)
     # Keeping one checkpoint removes the older one.
     ckpt.save_checkpoint(tmp_path, 9, model, opt, meta, DistEnv(), keep=1)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]

@@ -61,8 +61,15 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float | None:
     return float(u / (n_pos * n_neg))
 
 
-AFIB_THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 20))
-"""Decision thresholds at which `threshold_counts` counts AFIB windows: 0.05 to 0.95."""
+AFIB_THRESHOLDS: tuple[float, ...] = (
+    0.01,
+    0.02,
+    *(round(0.05 * i, 2) for i in range(1, 20)),
+    0.98,
+    0.99,
+)
+"""Decision thresholds at which `threshold_counts` counts AFIB windows: 0.05 to 0.95, and
+0.01, 0.02, 0.98, 0.99 for models whose probabilities crowd an end."""
 
 
 def threshold_counts(labels: np.ndarray, scores: np.ndarray) -> list[dict[str, float]]:
@@ -86,7 +93,7 @@ def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
         (f1(*(sum(c[i][k] for c in curves) for k in ("tp", "fp", "fn"))), row["threshold"])
         for i, row in enumerate(curves[0])
     ]
-    score, threshold = max(pooled, key=lambda p: (p[0], -abs(p[1] - 0.5)))
+    score, threshold = max(pooled, key=lambda p: (p[0], -round(abs(p[1] - 0.5), 6)))
     return float(threshold), float(score)
 
 

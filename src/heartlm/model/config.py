@@ -80,6 +80,11 @@ class ModelConfig:
             )
         if self.n_features < 0:
             raise ValueError(f"n_features must be >= 0, not {self.n_features}")
+        if self.feature_embedding != "linear" and not self.n_features:
+            raise ValueError(
+                f"feature_embedding {self.feature_embedding} needs beat features (token format "
+                "v2 or later); these tokens have none"
+            )
         if self.vocab_size < 6 or self.rhythm_vocab_size < 1:
             raise ValueError("vocab_size and rhythm_vocab_size must be positive")
 

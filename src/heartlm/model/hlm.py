@@ -224,6 +224,8 @@ class HeartLM(nn.Module, Pretrained):
             n -= sum(m.weight.numel() for m in (self.morph_emb, self.rhythm_emb, self.pos_emb))
             if self.feature_proj is not None:
                 n -= self.feature_proj.weight.numel()
+            if self.feature_emb is not None:
+                n -= sum(p.numel() for p in self.feature_emb.parameters())
         return n
 
 

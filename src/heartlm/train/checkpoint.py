@@ -223,6 +223,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "cls_token",
         "norm",
         "bias",
+        "feature_embedding",
     ):
         if key in saved and saved.get(key) != want.get(key):
             raise HeartlmError(

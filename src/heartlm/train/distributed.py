@@ -1,7 +1,7 @@
 """Process group setup from torchrun's environment, and wrapping the model for DDP or FSDP2.
 
 Order of wrapping (as torchtitan): activation checkpointing, compile, then DDP /
-`fully_shard` (per block, then root).
+`fully_shard` (per unit of blocks, then root).
 """
 
 from __future__ import annotations
@@ -196,8 +196,8 @@ def _bf16_on_gloo(state, bucket):  # no annotations: DDP checks them as objects,
 
 
 def fsdp_units(blocks: list[nn.Module], per_unit: int) -> list[list[nn.Module]]:
-    """Consecutive blocks in FSDP2 units of `per_unit` (0: as many as stay within
-    FSDP_UNIT_PARAMS, in units of equal size)."""
+    """Consecutive blocks in FSDP2 units of `per_unit` (0: the fewest units of about
+    FSDP_UNIT_PARAMS each, all of one count of blocks but perhaps the last)."""
     if not blocks:
         return []
     if per_unit == 0:
