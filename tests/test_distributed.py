@@ -459,3 +459,42 @@ def test_fsdp_units_group_blocks_up_to_the_parameter_budget(monkeypatch: pytest.
     assert [len(u) for u in units] == [4, 4, 4]
     assert [b for u in units for b in u] == blocks  # every block once, in order
     assert distributed.fsdp_units([], 0) == []
+
+
+def test_grouped_fsdp_units_prefetch_and_keep_the_plain_model_s_loss_and_gradients(
+    tmp_path: Path,
+) -> None:
+    """Four blocks in two FSDP2 units of two, resharded after forward, so each unit
+    prefetches the next one in forward and the previous one in backward (one process)."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train import distributed
+    from heartlm.train.config import ParallelConfig
+
+    torch.manual_seed(0)
+    cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, max_len=8, n_layers=4)
+    plain = HeartLM(cfg)
+    sharded = copy.deepcopy(plain)
+    morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        p = ParallelConfig(fsdp_group_blocks=2, fsdp_reshard="always")
+        assert [len(u) for u in distributed.fsdp_units(list(sharded.blocks), 2)] == [2, 2]
+        sharded = distributed._fully_shard(sharded, False, None, False, p)
+        losses = []
+        for model in (plain, sharded):
+            loss = model(morph, rhythm, head="next").float().pow(2).mean()
+            loss.backward()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+        for (name, a), (_, b) in zip(plain.named_parameters(), sharded.named_parameters(),
+                                     strict=True):  # fmt: skip
+            grad = b.grad.full_tensor() if hasattr(b.grad, "full_tensor") else b.grad
+            torch.testing.assert_close(a.grad, grad, rtol=1e-5, atol=1e-7, msg=name)
+    finally:
+        dist.destroy_process_group()
