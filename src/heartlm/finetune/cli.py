@@ -67,7 +67,8 @@ class FinetuneConfig:
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
-    and heart rate as zero); in training and at evaluation"""
+    and heart rate as zero); rhythm: of those only the RR and P-segment columns (AFIB); in
+    training and at evaluation"""
     train: TrainConfig = setting(factory=_engine_defaults)
     launch: LaunchConfig = setting(factory=LaunchConfig)
 
