@@ -17,7 +17,7 @@ Rules, stated once here and in docs/finetune.md:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,22 +106,12 @@ def cut_windows(
     """All windows of the given records (indices into `streams.boundaries`)."""
     if window < 1 or stride < 1:
         raise ValueError("--window and the stride must be positive")
-    rows: list[np.ndarray] = []
-    owners: list[np.ndarray] = []
-    rec_ids: list[np.ndarray] = []
-    for r, lo, hi in _spans(streams, records):
-        n = hi - lo
+
+    def place(n: int) -> tuple[np.ndarray, np.ndarray]:
         starts = window_starts(n, window, stride)
-        idx = lo + starts[:, None] + np.arange(window)[None, :]
-        idx[idx >= hi] = -1
-        rows.append(idx)
-        owners.append(scored_positions(starts, n, window))
-        rec_ids.append(np.full(len(starts), r, dtype=np.int64))
-    if not rows:
-        return _empty(window)
-    windows = _gather(streams, np.concatenate(rows))
-    windows.scored = np.concatenate(owners)
-    windows.record = np.concatenate(rec_ids)
+        return starts, scored_positions(starts, n, window)
+
+    windows = _cut(streams, records, window, place)
     if task == "afib":
         windows.window_label = _afib_labels(streams, windows, ~windows.pad)
     elif task == "beats":
@@ -160,36 +150,47 @@ def cut_context_windows(
     `context` wide, `scored` marks the block, `window_label` is the block's."""
     if not 1 <= block <= context:
         raise ValueError("the scored block must be between 1 beat and the context window")
-    rows: list[np.ndarray] = []
-    scored: list[np.ndarray] = []
-    rec_ids: list[np.ndarray] = []
-    for r, lo, hi in _spans(streams, records):
-        n = hi - lo
+
+    def place(n: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = window_starts(n, block, block)
         width = min(block, n)
         starts = np.clip(blocks - (context - width) // 2, 0, max(n - context, 0))
-        idx = lo + starts[:, None] + np.arange(context)[None, :]
-        idx[idx >= hi] = -1
         offset = (blocks - starts)[:, None]
         position = np.arange(context)[None, :]
-        rows.append(idx)
-        scored.append((position >= offset) & (position < offset + width))
-        rec_ids.append(np.full(len(blocks), r, dtype=np.int64))
-    if not rows:
-        return _empty(context)
-    windows = _gather(streams, np.concatenate(rows))
-    windows.scored = np.concatenate(scored)
-    windows.record = np.concatenate(rec_ids)
+        return starts, (position >= offset) & (position < offset + width)
+
+    windows = _cut(streams, records, context, place)
     windows.window_label = _afib_labels(streams, windows, windows.scored)
     return windows
 
 
-def _spans(streams: Streams, records: Sequence[int]) -> Iterator[tuple[int, int, int]]:
-    """(record, first beat, end) of each record that has beats."""
+def _cut(
+    streams: Streams,
+    records: Sequence[int],
+    width: int,
+    place: Callable[[int], tuple[np.ndarray, np.ndarray]],
+) -> Windows:
+    """Windows `width` beats wide over the records that have beats: `place(n)` gives a record
+    of n beats its window starts and their scored positions. Labels are the caller's."""
+    rows: list[np.ndarray] = []
+    scored: list[np.ndarray] = []
+    rec_ids: list[np.ndarray] = []
     for r in records:
         lo, hi = int(streams.boundaries[r]), int(streams.boundaries[r + 1])
-        if hi > lo:
-            yield r, lo, hi
+        if hi == lo:
+            continue
+        starts, marks = place(hi - lo)
+        idx = lo + starts[:, None] + np.arange(width)[None, :]
+        idx[idx >= hi] = -1
+        rows.append(idx)
+        scored.append(marks)
+        rec_ids.append(np.full(len(starts), r, dtype=np.int64))
+    if not rows:
+        return _empty(width)
+    windows = _gather(streams, np.concatenate(rows))
+    windows.scored = np.concatenate(scored)
+    windows.record = np.concatenate(rec_ids)
+    return windows
 
 
 def _afib_labels(streams: Streams, windows: Windows, counted: np.ndarray) -> np.ndarray:
