@@ -239,6 +239,7 @@ def test_decode_writes_png_and_report(store, tmp_path, capsys):
 
 
 def _cli_error(argv: list[str], capsys) -> str:
+    capsys.readouterr()  # what earlier steps of the test logged is not the command's output
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("heartlm: error:") and "\n" not in err
