@@ -75,15 +75,14 @@ AFIB_THRESHOLDS: tuple[float, ...] = (
 def threshold_counts(labels: np.ndarray, scores: np.ndarray) -> list[dict[str, float]]:
     """Window counts (tp, fp, fn, tn) at each of AFIB_THRESHOLDS: the operating curve from
     which an AFIB threshold can be chosen on other data than the data it is scored on."""
-    labels = np.asarray(labels).astype(bool)
-    scores = np.asarray(scores)
-    rows = []
-    for t in AFIB_THRESHOLDS:
-        called = scores >= t
-        rows.append({"threshold": t, "tp": int((labels & called).sum()),
-                     "fp": int((~labels & called).sum()), "fn": int((labels & ~called).sum()),
-                     "tn": int((~labels & ~called).sum())})  # fmt: skip
-    return rows
+    labels, scores = np.asarray(labels).astype(bool), np.asarray(scores)
+    return [{"threshold": t, **_counts(labels, scores >= t)} for t in AFIB_THRESHOLDS]
+
+
+def _counts(labels: np.ndarray, called: np.ndarray) -> dict[str, int]:
+    """tp, fp, fn, tn of boolean calls against boolean labels."""
+    return {"tp": int((labels & called).sum()), "fp": int((~labels & called).sum()),
+            "fn": int((labels & ~called).sum()), "tn": int((~labels & ~called).sum())}  # fmt: skip
 
 
 def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
@@ -100,19 +99,14 @@ def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
 def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict:
     """F1, Se, +P at `threshold` and AUROC of a positive-class score (AFIB windows)."""
     labels = np.asarray(labels).astype(bool)
-    predicted = np.asarray(scores) >= threshold
-    tp = int((labels & predicted).sum())
-    fp = int((~labels & predicted).sum())
-    fn = int((labels & ~predicted).sum())
+    counts = _counts(labels, np.asarray(scores) >= threshold)
+    tp, fp, fn = counts["tp"], counts["fp"], counts["fn"]
     return {
         "f1": f1(tp, fp, fn),
         "se": sensitivity(tp, fn),
         "ppv": positive_predictivity(tp, fp),
         "auroc": auroc(labels, scores),
-        "tp": tp,
-        "fp": fp,
-        "fn": fn,
-        "tn": int((~labels & ~predicted).sum()),
+        **counts,
     }
 
 
