@@ -445,6 +445,16 @@ def test_shutdown_waits_for_every_rank_before_destroying_the_group(
     assert calls == []
 
 
+def test_nccl_max_ctas_reaches_nccl_s_environment_and_refuses_negative_counts():
+    from heartlm.train import distributed
+    from heartlm.train.config import ParallelConfig
+
+    assert distributed.nccl_environment(0) == {}  # NCCL's own choice
+    assert distributed.nccl_environment(8) == {"NCCL_MAX_CTAS": "8"}
+    with pytest.raises(ValueError, match="--nccl-max-ctas"):
+        ParallelConfig(nccl_max_ctas=-1).validate()
+
+
 def test_fsdp_units_group_blocks_up_to_the_parameter_budget(monkeypatch: pytest.MonkeyPatch):
     from torch import nn
 

@@ -216,7 +216,7 @@ def _train(
     from heartlm.train.loop import train
 
     t0 = time.perf_counter()
-    env = init_distributed(cfg.launch.timeout, cfg.launch.device)
+    env = init_distributed(cfg.launch.timeout, cfg.launch.device, cfg.train.parallel.nccl_max_ctas)
     ok = False
     try:
         barrier(env)  # the owner (rank 0) has prepared the folder

@@ -197,7 +197,7 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
 
     t0 = time.perf_counter()
     p = prepare(cfg)
-    env = init_distributed(cfg.launch.timeout, cfg.launch.device)
+    env = init_distributed(cfg.launch.timeout, cfg.launch.device, cfg.train.parallel.nccl_max_ctas)
     ok = False
     try:
         seed = cfg.train.seed

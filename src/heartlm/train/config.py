@@ -56,6 +56,9 @@ class ParallelConfig:
     fsdp_group_blocks: int = setting(0, metavar="K", group=SPEED)
     """FSDP2: K consecutive blocks gathered and reduced as one unit (fewer, larger collectives
     and hooks per step; more memory held at once); 0: units of up to 100 M parameters"""
+    nccl_max_ctas: int = setting(0, metavar="N", group=SPEED)
+    """NCCL: at most N thread blocks (one SM each) per collective (NCCL_MAX_CTAS); 0: NCCL's
+    choice. Fewer leave more SMs to the backward pass that the all-reduce overlaps"""
     zero_stage: int = setting(2, choices=(1, 2, 3), group=SPEED)
     """DeepSpeed ZeRO stage with --backend deepspeed: 1 shards optimizer state, 2 also
     gradients, 3 also weights"""
@@ -72,6 +75,8 @@ class ParallelConfig:
                 raise ValueError(f"{flag} must be one of {names}, not {value!r}")
         if self.fsdp_group_blocks < 0:
             raise ValueError(f"--fsdp-group-blocks must be >= 0, not {self.fsdp_group_blocks}")
+        if self.nccl_max_ctas < 0:
+            raise ValueError(f"--nccl-max-ctas must be >= 0, not {self.nccl_max_ctas}")
         if not (math.isfinite(self.ddp_bucket_mb) and self.ddp_bucket_mb > 0):
             raise ValueError(f"--ddp-bucket-mb must be a positive number, not {self.ddp_bucket_mb}")
 

@@ -48,12 +48,15 @@ class DistEnv:
         return self.world_size > 1
 
 
-def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> DistEnv:
+def init_distributed(
+    timeout_s: float = 600.0, device: str | None = None, nccl_max_ctas: int = 0
+) -> DistEnv:
     """Join the process group torchrun describes (`heartlm.runtime.ranks`, MASTER_*).
 
     `device`: "auto" (or None: CUDA when available), "cuda" or "cpu"; each process takes
     the GPU of its local rank. A rendezvous or collective that cannot complete within
-    `timeout_s` fails with an error instead of hanging.
+    `timeout_s` fails with an error instead of hanging. `nccl_max_ctas` (> 0) caps the SMs
+    each NCCL collective takes (`nccl_environment`).
     """
     here = ranks()
     dev = pick_device(device, here.local_rank)
@@ -63,6 +66,8 @@ def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> Dis
     if here.world_size <= 1:
         return DistEnv(0, 1, 0, dev, "")
     backend = "nccl" if use_cuda else "gloo"
+    if use_cuda:
+        os.environ.update(nccl_environment(nccl_max_ctas))
     try:
         dist.init_process_group(
             backend,
@@ -76,6 +81,12 @@ def init_distributed(timeout_s: float = 600.0, device: str | None = None) -> Dis
             f"within --timeout {timeout_s:g} s: {exc}"
         ) from None
     return DistEnv(here.rank, here.world_size, here.local_rank, dev, backend)
+
+
+def nccl_environment(max_ctas: int) -> dict[str, str]:
+    """The NCCL variables `--nccl-max-ctas` sets; NCCL reads them when this process creates
+    its first communicator, after `init_process_group`."""
+    return {"NCCL_MAX_CTAS": str(max_ctas)} if max_ctas > 0 else {}
 
 
 # How gloo reports a peer that never came or went away (NCCL raises DistBackendError).
