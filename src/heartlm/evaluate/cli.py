@@ -41,8 +41,8 @@ class EvaluateConfig:
     it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
     afib_threshold: float = setting(0.5, metavar="T")
     """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T (the
-    report also counts windows at 0.01, 0.02, 0.05, 0.10, ... 0.95, 0.98, 0.99, to choose T on
-    other records)"""
+    report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95, 0.98 ... 0.999, to
+    choose T on other records)"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"
