@@ -249,9 +249,23 @@ def _per_record(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _pretrain(results: dict[str, Any]) -> list[str]:
+    """Each pretraining run's validations: training and validation loss per check."""
+    lines = ["# Pretraining runs: loss at each validation", "", *_header(results)]
+    lines += ["| run | steps | best validation at step | step: training / validation loss |",
+              "|" + " --- |" * 4]  # fmt: skip
+    for name, run in sorted(results["pretraining"].items()):
+        checks = ", ".join(f"{c['step']}: {c['loss']:.3f} / {c['val_loss']:.3f}"
+                           for c in run["validations"])  # fmt: skip
+        lines.append(f"| {name} | {run['steps']} | {run['best_step']} | {checks} |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     stage = results["stage"]
-    if stage == "select":
+    if stage == "pretrain":
+        lines = _pretrain(results)
+    elif stage == "select":
         lines = _select(results) + _sick(results)
     elif stage == "select_afib":
         lines = _select_afib(results)

@@ -277,6 +277,27 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
+def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
+    from model_tables import markdown
+
+    run = tmp_path / "pre_short_s1"
+    run.mkdir()
+    lines = [{"step": 50, "loss": 5.0}, {"step": 100, "loss": 4.0, "val_loss": 4.5},
+             {"step": 200, "loss": 3.0, "val_loss": 4.1},
+             {"step": 300, "loss": 2.0, "val_loss": 4.8}]  # fmt: skip
+    (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    curve = model_study.loss_curve(run)
+    assert curve["steps"] == 300 and curve["best_step"] == 200  # the lowest validation loss
+    assert [c["step"] for c in curve["validations"]] == [100, 200, 300]
+    assert model_study.loss_curve(tmp_path / "made_elsewhere")["validations"] == []
+    results = {"stage": "pretrain", "pretraining": {"pre_short_s1": curve}, "date": "d",
+               "machine": {}, "versions": {}, "command": "c", "seconds": 1, "pretrain": [],
+               "finetune": {"beats": [], "afib": []}, "commands": []}  # fmt: skip
+    assert "| pre_short_s1 | 300 | 200 | 100: 4.000 / 4.500, 200: 3.000 / 4.100" in markdown(
+        results
+    )
+
+
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
     runner = model_study.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
     (tmp_path / "tok_pre").mkdir()
@@ -409,9 +430,13 @@ def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
         monkeypatch.setattr(model_study, name, list(getattr(model_study, name)))
     configs = {n: list(f) for n, f in model_study.CONFIGS.items()}
     monkeypatch.setattr(model_study, "CONFIGS", configs)
+    variants = {n: list(f) for n, f in model_study.PRETRAIN_VARIANTS.items()}
+    monkeypatch.setattr(model_study, "PRETRAIN_VARIANTS", variants)
     for name in ("SEEDS", "FRACTIONS", "SELECT_SEEDS", "TRAIN", "TEST"):
         monkeypatch.setattr(model_study, name, getattr(model_study, name))
     model_study.quick()
+    for flags in variants.values():  # a variant's own step count is cut as PRETRAIN's
+        assert "--steps" not in flags or int(flags[flags.index("--steps") + 1]) <= 20
     inits = {"--from-scratch" in flags for flags in configs.values()}
     assert inits == {True, False}  # `final` picks a pretrained and a scratch recipe
     assert not any("--epochs" in flags for flags in configs.values())
