@@ -76,6 +76,7 @@ PRETRAIN_VARIANTS: dict[str, list[str]] = {
     "": [],
     "plr": ["--feature-embedding", "periodic"],
     "short": ["--steps", "500", "--warmup", "50", "--val-every", "100"],
+    "best": ["--val-every", "100", "--export", "best"],
 }
 """Pretraining runs beside PRETRAIN, by variant (its flags after PRETRAIN's: the last of a
 repeated flag counts). A configuration whose name has the word fine-tunes that variant's
@@ -86,11 +87,15 @@ run (from scratch: takes its architecture).
 - `short` (round 15): 500 steps instead of 2 000. PRETRAIN's 2 000 steps of 256 windows are
   about 66 passes over the 7 700 training windows, which overlap 8-fold (stride 32 in 256
   beats); round 13's three runs ended at training loss 0.92-0.95 against validation loss
-  2.8-4.2 on their held-out records: the encoder may be fitted to its training patients."""
-# Round 15: round 13's winners, the pretrained one also from the short pretraining run.
+  2.8-4.2 on their held-out records: the encoder may be fitted to its training patients.
+- `best` (round 15): the same 2 000-step run, exporting the weights of its validation with
+  the lowest loss (`--export best`; validation every 100 steps) instead of the last."""
+# Round 15: round 13's winners, the pretrained one also from the short and the best-validation
+# pretraining runs.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
     "pretrained_short_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
+    "pretrained_best_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
     "scratch_relative": ["--from-scratch", *REL],
 }
 VIEWS = 4

@@ -315,6 +315,48 @@ def test_pretrain_cli_runs_refuses_a_used_folder_and_a_changed_vocab(tmp_path: P
     assert loaded.records == ["r0", "r1", "r2", "r3"]
 
 
+def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_path: Path, capsys):
+    from safetensors.torch import load_file
+
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70, 55]))
+    base = [
+        "pretrain",
+        str(tokens),
+        "--preset",
+        "tiny",
+        "--window",
+        "16",
+        "--batch",
+        "4",
+        "--steps",
+        "12",
+        "--val-every",
+        "3",
+        "--warmup",
+        "1",
+        "--lr",
+        "0.3",
+        "--schedule",
+        "constant",
+    ]  # fmt: skip  (a rate at which validation loss turns up)
+    assert main([*base, "--out", str(tmp_path / "none"), "--export", "best",
+                 "--val-fraction", "0"]) == 2  # fmt: skip
+    assert "--export best needs validation records" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    run = tmp_path / "best"
+    assert main([*base, "--out", str(run), "--export", "best", "--val-fraction", "0.4"]) == 0
+    checks = {r["step"]: r["val_loss"] for r in read_metrics(run) if "val_loss" in r}
+    assert sorted(checks) == [3, 6, 9, 12]
+    result = json.loads((run / "result.json").read_text())
+    assert result["best_step"] == min(checks, key=checks.get)
+    last = tmp_path / "last"
+    assert main([*base, "--out", str(last), "--val-fraction", "0.4"]) == 0
+    assert json.loads((last / "result.json").read_text())["best_step"] is None
+    weights = [load_file(folder / "model.safetensors") for folder in (run, last)]
+    same = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert same == (result["best_step"] == 12)  # the same run up to the export
+
+
 def test_gc_every_collects_at_fixed_steps_with_the_automatic_collector_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -14,6 +14,7 @@ from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
 MODEL = "model and objective"
+EXPORTS = ("last", "best")
 
 
 @dataclass
@@ -48,6 +49,10 @@ class PretrainConfig:
     """skip records shorter than --window instead of padding them"""
     val_fraction: float = setting(0.1, group=MODEL)
     """share of records held out for validation"""
+    export: str = setting("last", choices=EXPORTS, group=MODEL)
+    """weights written to model.safetensors: last (the last step's) or best (the validation
+    with the lowest loss: the held-out records are other patients, so an encoder fitted to
+    its training patients is caught there)"""
     train: TrainConfig = setting(factory=lambda: TrainConfig(steps=1000))
     launch: LaunchConfig = setting(factory=LaunchConfig)
 
@@ -66,6 +71,10 @@ class PretrainConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if self.feature_weight < 0:
             raise ValueError(f"--feature-weight must be >= 0, not {self.feature_weight}")
+        if self.export not in EXPORTS:
+            raise ValueError(f"--export must be one of {', '.join(EXPORTS)}, not {self.export!r}")
+        if self.export == "best" and self.val_fraction == 0:
+            raise ValueError("--export best needs validation records (--val-fraction > 0)")
 
 
 Config = PretrainConfig
@@ -85,6 +94,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
         cfg.validate()
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
+    cfg.train.keep_best = cfg.export == "best"  # the engine then exports the best validation's
     _, accum = resolve_batch(cfg.train.batch, cfg.train.micro_batch, world_size(cfg.launch.nproc))
     if cfg.train.backend == "deepspeed":
         from heartlm.train.zero import check_supported
