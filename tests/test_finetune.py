@@ -295,6 +295,16 @@ def _cli(*argv: str) -> int:
     return main([str(a) for a in argv])
 
 
+@pytest.mark.parametrize("flag", ["--max-class-weight", "--afib-beat-loss"])
+def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
+    """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported."""
+    args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]
+    assert _cli(*args, "--task", "afib", flag, "nan") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"heartlm: error: {flag} must be") and "\n" not in err
+    assert not (tmp_path / "ft").exists()
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A pretrained tiny run on 6 one-minute synthetic records (half with AFIB episodes)."""

@@ -90,11 +90,11 @@ class FinetuneConfig:
             )
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
-        if self.afib_beat_loss < 0.0:
+        if not self.afib_beat_loss >= 0.0:  # also NaN
             raise ValueError(f"--afib-beat-loss must be >= 0, not {self.afib_beat_loss}")
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")
-        if self.max_class_weight < 1.0:
+        if not self.max_class_weight >= 1.0:  # also NaN
             raise ValueError("--max-class-weight must be >= 1")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"--dropout must be in [0, 1), not {self.dropout}")
