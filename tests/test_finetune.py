@@ -643,6 +643,22 @@ def test_mitdb_ds2_never_trains_and_is_the_default_test_set(corpus, tmp_path, ca
     assert "empty test split" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("inputs", ["relative", "rhythm"])
+def test_inputs_without_their_feature_columns_are_refused(corpus, tmp_path, capsys, inputs):
+    """Tokens whose features are all absolute shape (no rr_, p_ or relative columns) leave
+    --inputs relative or rhythm nothing to read: one line, not a model fed on zeros."""
+
+    def shape_only(meta):
+        meta["features"] = [f"beat_pc{i}" for i in range(len(meta["features"]))]
+
+    tok = _copy_tokens(corpus, tmp_path / "shape_tok", shape_only)
+    capsys.readouterr()
+    assert _finetune(corpus, tmp_path / "ft", "--data", tok, "--inputs", inputs) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(tok / "tokens.json") in err and inputs in err
+    assert not (tmp_path / "ft").exists()
+
+
 def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys, monkeypatch):
     import dataclasses
 

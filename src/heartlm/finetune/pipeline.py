@@ -81,6 +81,12 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         overrides["relative_only"] = cfg.inputs in CODES_HIDDEN
         names = data.meta.get("features", [])
         overrides["absolute_columns"] = tuple(hidden_columns(names, cfg.inputs))
+        if cfg.inputs in CODES_HIDDEN and len(overrides["absolute_columns"]) == len(names):
+            raise HeartlmError(
+                f"holds no feature column that --inputs {cfg.inputs} keeps: the model would "
+                "see its rhythm tokens only",
+                cfg.data / "tokens.json",
+            )
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
     # byte for byte and still be the same vocabulary.
