@@ -468,6 +468,29 @@ def test_12_json_that_is_not_utf8_is_one_line_naming_the_file(tokens, pre, tmp_p
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name", ["config.json", "finetune.json", "lineage.json"])
+@pytest.mark.parametrize("value", ["[]", "null"])
+def test_12_json_that_is_not_an_object_is_one_line_naming_the_file(
+    tokens, pre, tmp_path, capsys, name, value
+):
+    ft = tmp_path / "ft"
+    assert finetune(pre, tokens, ft, "--steps", "1") == 0
+    commands = [["evaluate", str(ft), str(tokens)]]
+    if name == "config.json":
+        bad_pre = tmp_path / "pre"
+        shutil.copytree(pre, bad_pre)
+        (bad_pre / name).write_text(value)
+        commands.append(["finetune", str(bad_pre), "--data", str(tokens),
+                         "--out", str(tmp_path / "o"), *FT])  # fmt: skip
+    (ft / name).write_text(value)
+    for argv in commands:
+        capsys.readouterr()
+        assert main(argv) == 2, argv[0]
+        error = one_error(capsys)
+        assert name in error and "not a JSON object" in error
+    assert not (tmp_path / "o").exists()
+
+
 def test_13_corrupt_codebook_safetensors_header_is_one_line(tokens, tmp_path, capsys):
     book = tmp_path / "book"
     shutil.copytree(tokens, book)

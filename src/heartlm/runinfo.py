@@ -77,13 +77,16 @@ def write_run_json(
     return info
 
 
-def read_json(folder: str | Path, name: str, missing: str) -> Any:
+def read_json(folder: str | Path, name: str, missing: str) -> dict[str, Any]:
     """Parse `folder/name`; a missing file raises `missing` (naming the folder), bad JSON
-    a one-line error naming the file."""
+    or JSON that is not an object a one-line error naming the file."""
     path = Path(folder) / name
     if not path.is_file():
         raise HeartlmError(missing, folder)
-    return parse_json_file(path)
+    value = parse_json_file(path)
+    if not isinstance(value, dict):
+        raise HeartlmError(f"{name} is not a JSON object", path)
+    return value
 
 
 def parse_json_file(path: Path) -> Any:
