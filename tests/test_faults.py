@@ -491,6 +491,16 @@ def test_12_json_that_is_not_an_object_is_one_line_naming_the_file(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("value", ["{}", '{"task": "beats", "window": "16"}'])
+def test_12_finetune_json_without_task_or_window_is_one_line(tokens, pre, tmp_path, capsys, value):
+    ft = tmp_path / "ft"
+    assert finetune(pre, tokens, ft, "--steps", "1") == 0
+    (ft / "finetune.json").write_text(value)
+    capsys.readouterr()
+    assert main(["evaluate", str(ft), str(tokens)]) == 2
+    assert "finetune.json" in one_error(capsys)
+
+
 def test_13_corrupt_codebook_safetensors_header_is_one_line(tokens, tmp_path, capsys):
     book = tmp_path / "book"
     shutil.copytree(tokens, book)
