@@ -113,6 +113,27 @@ def test_report_refuses_a_folder_without_results_or_with_bad_numbers(tmp_path, c
     assert not (study / "report.md").exists()
 
 
+@pytest.mark.parametrize("cut", [20, 60])
+def test_report_refuses_a_results_csv_cut_short_inside_a_row(tmp_path, capsys, cut):
+    study = tmp_path / "study"
+    fabricate_study(study)
+    lines = (study / "results.csv").read_text().splitlines()
+    (study / "results.csv").write_text("\n".join(lines[:4]) + "\n" + lines[4][:cut])
+    assert main(["report", str(study)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "results.csv: line 5: not as many fields" in err and "\n" not in err
+    assert not (study / "report.md").exists()
+
+
+@pytest.mark.parametrize("text", ["", "null", "[]"])
+def test_report_reads_a_grid_json_that_is_not_an_object_as_missing(tmp_path, text):
+    study = tmp_path / "study"
+    fabricate_study(study)
+    (study / "grid.json").write_text(text)
+    assert main(["report", str(study)]) == 0
+    assert "(grid.json missing: workload unknown)" in (study / "report.md").read_text()
+
+
 def test_comm_model_reproduces_the_node_it_was_fitted_on_and_adds_the_network():
     grad, t1, busbw, w = 344e6, 0.045, 300e9, 2 / 3
     overhead = {2: 0.003, 4: 0.005}

@@ -82,10 +82,12 @@ class Study:
 
 
 def _json(path: Path) -> dict[str, Any]:
+    """The object in `path`; {} where it is missing, damaged or not an object."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def load_study(folder: Path) -> Study:
@@ -116,6 +118,8 @@ def load_study(folder: Path) -> Study:
         "error",
     }
     for line, r in enumerate(rows, start=2):
+        if None in r or None in r.values():  # csv.DictReader's marks of a short or long row
+            raise HeartlmError(f"line {line}: not as many fields as the header (cut short?)", path)
         for c in COLUMNS:
             r.setdefault(c, "")
             if c not in text_columns and r[c]:
