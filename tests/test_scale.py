@@ -288,6 +288,24 @@ def test_bad_flags_and_data_are_one_line_errors_and_write_nothing(tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("engine_args", "says"),
+    [("--no-such-flag", "pretrain has no --no-such-flag"), ("--lr abc", "invalid float value"),
+     ("--preset tiny", "finetune has no --preset")],
+)  # fmt: skip
+def test_engine_args_every_launch_would_refuse_fail_before_any_cell(
+    tmp_path, capsys, engine_args, says
+):
+    """Each cell used to fail on its own and the study ended with exit 0."""
+    out = tmp_path / "study"
+    argv = ["scale", "--out", str(out), "--task", "pretrain,finetune", "--gpus", "1", "--cpus",
+            "1", "--window", "16", f"--engine-args={engine_args}"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("heartlm: error: --engine-args:") and says in err and "\n" not in err
+    assert not out.exists()
+
+
 def test_print_config_then_config_reruns_the_same_grid(tmp_path, capsys):
     """scale's settings come from ScaleCommand/ScaleConfig like every stage's: a printed
     config, fed back, resolves to the same run.json, and so does the study's run.json.

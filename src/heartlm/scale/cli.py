@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import time
 from dataclasses import dataclass
@@ -45,6 +47,26 @@ def check_data(data: Path | None) -> Path | None:
     return None if data is None else data.resolve()
 
 
+def check_engine_args(cfg: ScaleConfig) -> None:
+    """--engine-args that a launch's command would refuse fail here, once, instead of in
+    every cell (pretrain: its cells and the init run of finetune cells)."""
+    if not cfg.engine_args:
+        return
+    from heartlm.cli import build_parser
+
+    for task in ("pretrain", *(["finetune"] if "finetune" in cfg.tasks else [])):
+        parser, _ = build_parser([task])
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                _, unknown = parser.parse_known_args([task, *cfg.engine_args])
+        except SystemExit:  # argparse's error(): a value of the wrong type
+            reason = (said.getvalue().strip().splitlines() or ["not accepted"])[-1]
+            raise HeartlmError(f"--engine-args: {reason}") from None
+        if unknown:
+            raise HeartlmError(f"--engine-args: heartlm {task} has no {' '.join(unknown)}")
+
+
 def prepare_data(cfg: ScaleConfig, out: Path, data: Path | None) -> Path:
     if data is not None:
         return data
@@ -79,6 +101,7 @@ def write_csv(grid: Grid) -> list[dict]:
 
 
 def run(command: ScaleCommand) -> int:
+    check_engine_args(command.grid)
     data = check_data(command.data)
     out = absolute(command.out)
     check_separate(out, [data])
