@@ -406,6 +406,9 @@ def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
     assert cm.shape == (5, 5) and cm.sum() == rep["n_beats"] > 0
     assert [s["support"] for s in rep["per_class"].values()] == cm.sum(axis=1).tolist()
     assert 0.0 <= rep["accuracy"] <= 1.0
+    for threshold in ("0.5", "0.3"):  # the default too, given: a beats run has no AFIB call
+        assert _cli("evaluate", beats_run, corpus / "tok", "--afib-threshold", threshold) == 2
+        assert "--afib-threshold is for AFIB runs" in capsys.readouterr().err
 
 
 def test_evaluate_views_average_overlapping_windows_over_the_same_beats(beats_run, corpus, capsys):
@@ -582,7 +585,7 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert low["counts"]["tp"] >= rep["counts"]["tp"]
     assert low["afib"]["auroc"] == rep["afib"]["auroc"]
     assert _cli("evaluate", ft, corpus / "tok", "--afib-threshold", "1") == 2
-    assert "--afib-threshold must be between 0 and 1" in capsys.readouterr().err
+    assert "--afib-threshold must be strictly between 0 and 1" in capsys.readouterr().err
 
 
 def test_a_block_spanning_the_window_scores_as_the_window(corpus):

@@ -39,10 +39,10 @@ class EvaluateConfig:
     afib_window: int | None = setting(None, metavar="N")
     """AFIB runs: score windows of N beats, each inside the run's window of context centred on
     it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
-    afib_threshold: float = setting(0.5, metavar="T")
-    """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T (the
-    report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95, 0.98 ... 0.999, to
-    choose T on other records)"""
+    afib_threshold: float | None = setting(None, metavar="T")
+    """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T
+    (default 0.5; the report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95,
+    0.98 ... 0.999, to choose T on other records)"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"
@@ -61,8 +61,10 @@ def run(cfg: EvaluateConfig) -> int:
 
     if cfg.batch < 1:
         raise HeartlmError("--batch must be positive")
-    if not 0.0 < cfg.afib_threshold < 1.0:
-        raise HeartlmError(f"--afib-threshold must be between 0 and 1, not {cfg.afib_threshold}")
+    if cfg.afib_threshold is not None and not 0.0 < cfg.afib_threshold < 1.0:
+        raise HeartlmError(
+            f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
+        )
     if cfg.out is not None:
         from heartlm.outdir import check_separate, check_writable
 

@@ -116,7 +116,7 @@ def evaluate(
     ingest_overrides: dict[str, Any] | None = None,
     afib_window: int | None = None,
     views: int = 1,
-    afib_threshold: float = 0.5,
+    afib_threshold: float | None = None,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
@@ -124,8 +124,9 @@ def evaluate(
     the averaged probabilities of `views` overlapping windows (stride window / views).
     AFIB is scored on non-overlapping windows of the run's window, or of `afib_window`
     beats, each seen inside the run's window of context centred on it, and called AFIB where
-    its score reaches `afib_threshold`; the report also counts windows at every threshold of
-    `metrics.AFIB_THRESHOLDS` (`threshold_counts`), to choose one on other data."""
+    its score reaches `afib_threshold` (None: 0.5; refused for a beats run); the report also
+    counts windows at every threshold of `metrics.AFIB_THRESHOLDS` (`threshold_counts`), to
+    choose one on other data."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -148,8 +149,9 @@ def evaluate(
     task, window = info["task"], int(info["window"])
     scored = _afib_window(info, afib_window, model, run)
     views = _views(task, window, views, run)
-    if task == "beats" and afib_threshold != 0.5:
+    if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
+    afib_threshold = 0.5 if afib_threshold is None else afib_threshold
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
