@@ -125,8 +125,10 @@ def test_report_refuses_a_results_csv_cut_short_inside_a_row(tmp_path, capsys, c
     assert not (study / "report.md").exists()
 
 
-@pytest.mark.parametrize("text", ["", "null", "[]"])
-def test_report_reads_a_grid_json_that_is_not_an_object_as_missing(tmp_path, text):
+@pytest.mark.parametrize(
+    "text", ["", "null", "[]", '{"config": 5}', '{"workload": [1], "config": {}}']
+)
+def test_report_reads_a_grid_json_not_shaped_as_scale_writes_it_as_missing(tmp_path, text):
     study = tmp_path / "study"
     fabricate_study(study)
     (study / "grid.json").write_text(text)

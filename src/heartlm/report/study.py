@@ -90,6 +90,14 @@ def _json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _grid(path: Path) -> dict[str, Any]:
+    """grid.json as `heartlm scale` writes it ({"config": {...}, "workload": {...}}); {} (read
+    as missing) where it is damaged, or either part is not an object."""
+    grid = _json(path)
+    parts = [grid.get(k, {}) for k in ("config", "workload")]
+    return grid if all(isinstance(p, dict) for p in parts) else {}
+
+
 def load_study(folder: Path) -> Study:
     path = folder / "results.csv"
     if not path.is_file():
@@ -129,7 +137,7 @@ def load_study(folder: Path) -> Study:
                     raise HeartlmError(
                         f"line {line}: {c} is not a number: {r[c]!r}", path
                     ) from None
-    study = Study(folder, rows, _json(folder / "environment.json"), _json(folder / "grid.json"))
+    study = Study(folder, rows, _json(folder / "environment.json"), _grid(folder / "grid.json"))
     _load_comm(study, folder / "comm")
     return study
 
