@@ -319,26 +319,9 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_pa
     from safetensors.torch import load_file
 
     tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70, 55]))
-    base = [
-        "pretrain",
-        str(tokens),
-        "--preset",
-        "tiny",
-        "--window",
-        "16",
-        "--batch",
-        "4",
-        "--steps",
-        "12",
-        "--val-every",
-        "3",
-        "--warmup",
-        "1",
-        "--lr",
-        "0.3",
-        "--schedule",
-        "constant",
-    ]  # fmt: skip  (a rate at which validation loss turns up)
+    # A learning rate at which the validation loss turns up again before the last step.
+    flags = "--preset tiny --window 16 --batch 4 --steps 12 --val-every 3 --warmup 1 --lr 0.3"
+    base = ["pretrain", str(tokens), *flags.split(), "--schedule", "constant"]
     assert main([*base, "--out", str(tmp_path / "none"), "--export", "best",
                  "--val-fraction", "0"]) == 2  # fmt: skip
     assert "--export best needs validation records" in capsys.readouterr().err
