@@ -290,8 +290,11 @@ def test_bad_flags_and_data_are_one_line_errors_and_write_nothing(tmp_path, caps
 
 @pytest.mark.parametrize(
     ("engine_args", "says"),
-    [("--no-such-flag", "pretrain has no --no-such-flag"), ("--lr abc", "invalid float value"),
-     ("--preset tiny", "finetune has no --preset")],
+    [("--no-such-flag", "pretrain: unrecognized arguments: --no-such-flag"),
+     ("--lr abc", "invalid float value"), ("foo", "unrecognized arguments: foo"),
+     ("--preset tiny", "finetune: unrecognized arguments: --preset tiny"),
+     ("--nccl-max-ctas -1", "--nccl-max-ctas must be >= 0"),
+     ("--epochs 2", "--epochs: not allowed with argument --steps")],
 )  # fmt: skip
 def test_engine_args_every_launch_would_refuse_fail_before_any_cell(
     tmp_path, capsys, engine_args, says

@@ -48,23 +48,32 @@ def check_data(data: Path | None) -> Path | None:
 
 
 def check_engine_args(cfg: ScaleConfig) -> None:
-    """--engine-args that a launch's command would refuse fail here, once, instead of in
-    every cell (pretrain: its cells and the init run of finetune cells)."""
+    """--engine-args that a cell's command would refuse (an unknown flag, a bad value, a flag
+    that clashes with one the grid sets) fail here, once, instead of in every cell: the
+    command of one cell per task is parsed and its settings validated as the cell would."""
     if not cfg.engine_args:
         return
+    from heartlm import settings
     from heartlm.cli import build_parser
+    from heartlm.scale.grid import Cell, engine_command
 
-    for task in ("pretrain", *(["finetune"] if "finetune" in cfg.tasks else [])):
-        parser, _ = build_parser([task])
+    firsts: dict[str, Cell] = {}
+    for cell in cfg.cells():
+        firsts.setdefault(cell.task, cell)
+    for task, cell in sorted(firsts.items(), key=lambda kv: kv[0] != "pretrain"):
+        place = Path("engine-args-check")  # never read: the paths only fill the command
+        argv = engine_command(cell, cfg, place / "tokens", place / "run", place / "init")
+        parser, module = build_parser(argv)
         said = io.StringIO()
         try:
             with contextlib.redirect_stderr(said):
-                _, unknown = parser.parse_known_args([task, *cfg.engine_args])
-        except SystemExit:  # argparse's error(): a value of the wrong type
+                settings.resolve(module.Config, parser.parse_args(argv), task).validate()
+        except SystemExit:  # argparse's error(): unknown flag, bad value, clashing flags
             reason = (said.getvalue().strip().splitlines() or ["not accepted"])[-1]
-            raise HeartlmError(f"--engine-args: {reason}") from None
-        if unknown:
-            raise HeartlmError(f"--engine-args: heartlm {task} has no {' '.join(unknown)}")
+            reason = reason.split("error: ")[-1]
+            raise HeartlmError(f"--engine-args: heartlm {task}: {reason}") from None
+        except ValueError as exc:
+            raise HeartlmError(f"--engine-args: heartlm {task}: {exc}") from None
 
 
 def prepare_data(cfg: ScaleConfig, out: Path, data: Path | None) -> Path:
