@@ -319,13 +319,19 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_pa
     from safetensors.torch import load_file
 
     tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70, 55]))
-    # A learning rate at which the validation loss turns up again before the last step.
+    # A high rate: validation loss jumps about, so the best step is often not the last one
+    # (test_keep_best_exports_the_best_validation_and_patience_stops checks the weights).
     flags = "--preset tiny --window 16 --batch 4 --steps 12 --val-every 3 --warmup 1 --lr 0.3"
     base = ["pretrain", str(tokens), *flags.split(), "--schedule", "constant"]
     assert main([*base, "--out", str(tmp_path / "none"), "--export", "best",
                  "--val-fraction", "0"]) == 2  # fmt: skip
     assert "--export best needs validation records" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
+    alone = write_tokens(tmp_path / "alone", make_data([60]))  # nothing left to hold out
+    assert main([*base[:1], str(alone), *base[2:], "--out", str(tmp_path / "one"),
+                 "--export", "best"]) == 2  # fmt: skip
+    assert "--export best: no validation window" in capsys.readouterr().err
+    assert not (tmp_path / "one").exists()
     run = tmp_path / "best"
     assert main([*base, "--out", str(run), "--export", "best", "--val-fraction", "0.4"]) == 0
     checks = {r["step"]: r["val_loss"] for r in read_metrics(run) if "val_loss" in r}
@@ -335,6 +341,10 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_pa
     last = tmp_path / "last"
     assert main([*base, "--out", str(last), "--val-fraction", "0.4"]) == 0
     assert json.loads((last / "result.json").read_text())["best_step"] is None
+    for run_dir, other in ((last, "best"), (run, "last")):  # the best is kept from the start
+        more = [*base, "--steps", "15", "--resume", "--out", str(run_dir)]
+        assert main([*more, "--val-fraction", "0.4", "--export", other]) == 2
+        assert "was started with --export" in capsys.readouterr().err
     weights = [load_file(folder / "model.safetensors") for folder in (run, last)]
     same = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert same == (result["best_step"] == 12)  # the same run up to the export

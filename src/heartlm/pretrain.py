@@ -154,6 +154,11 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
         return None
     meta = ckpt.read_meta(latest)
     ckpt.check_compatible(meta, expected, latest)
+    started = "best" if "best" in meta else "last"  # the engine's keep_best keeps "best" there
+    if started != cfg.export:
+        raise HeartlmError(
+            f"the run was started with --export {started}; resume it with the same", latest
+        )
     n = window_starts(train_d.boundaries, cfg.window, cfg.stride or cfg.window, not cfg.skip_short)
     tcfg = cfg.train
     total = tcfg.total_steps(-(-n[0].size // tcfg.batch))
@@ -182,6 +187,8 @@ def run(cfg: PretrainConfig) -> int:
     plan = rundir.plan_pretrain(cfg.out, cfg.train.resume, cfg.overwrite)
     check_separate(plan.out, [cfg.tokens])
     splits = split_records(data, cfg.val_fraction, cfg.train.seed)
+    if cfg.export == "best":
+        _check_validation(cfg, splits[1])
     if cfg.train.resume:
         why = _nothing_to_do(plan, cfg, splits[0], _expected_meta(cfg, data, mcfg))
         if why:
@@ -193,6 +200,18 @@ def run(cfg: PretrainConfig) -> int:
         return _train(cfg, plan, data, splits, objective, mcfg) if code is None else code
 
     return rundir.run_owned(plan, body)
+
+
+def _check_validation(cfg: PretrainConfig, val_d: Any) -> None:
+    """--export best needs a validation window: without one the engine would export the last
+    weights under the name of the best."""
+    lengths = val_d.record_lengths()
+    if not val_d.records or (cfg.skip_short and not (lengths >= cfg.window).any()):
+        raise HeartlmError(
+            f"--export best: no validation window (held-out records: {len(val_d.records)}; "
+            f"--val-fraction {cfg.val_fraction:g}, --window {cfg.window})",
+            cfg.tokens,
+        )
 
 
 def _samplers(cfg: PretrainConfig, splits: Any, device: Any) -> tuple[Any, Any]:
