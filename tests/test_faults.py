@@ -491,7 +491,9 @@ def test_12_json_that_is_not_an_object_is_one_line_naming_the_file(
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("value", ["{}", '{"task": "beats", "window": "16"}'])
+@pytest.mark.parametrize(
+    "value", ["{}", '{"task": "beats", "window": "16"}', '{"task": "rhythm", "window": 16}']
+)
 def test_12_finetune_json_without_task_or_window_is_one_line(tokens, pre, tmp_path, capsys, value):
     ft = tmp_path / "ft"
     assert finetune(pre, tokens, ft, "--steps", "1") == 0
@@ -515,6 +517,24 @@ def test_13_corrupt_codebook_safetensors_header_is_one_line(tokens, tmp_path, ca
     ]
     assert main(argv) == 2
     assert "header" in one_error(capsys)
+
+
+def test_13_codebook_json_that_is_not_an_object_is_one_line(tokens, tmp_path, capsys):
+    book = tmp_path / "book"
+    shutil.copytree(tokens, book)
+    (book / "codebook.json").write_text("[]")
+    argv = [
+        "tokenize",
+        str(_store(tmp_path)),
+        "--out",
+        str(tmp_path / "o"),
+        "--codebook",
+        str(book),
+    ]
+    assert main(argv) == 2
+    error = one_error(capsys)
+    assert "codebook.json" in error and "not a JSON object" in error
+    assert not (tmp_path / "o").exists()
 
 
 def test_14_report_on_a_header_only_results_csv_is_one_line(tmp_path, capsys):

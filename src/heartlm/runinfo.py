@@ -83,20 +83,21 @@ def read_json(folder: str | Path, name: str, missing: str) -> dict[str, Any]:
     path = Path(folder) / name
     if not path.is_file():
         raise HeartlmError(missing, folder)
-    value = parse_json_file(path)
-    if not isinstance(value, dict):
-        raise HeartlmError(f"{name} is not a JSON object", path)
-    return value
+    return parse_json_file(path)
 
 
-def parse_json_file(path: Path) -> Any:
-    """The JSON in `path`; text that is not UTF-8 or not JSON is one line naming the file."""
+def parse_json_file(path: Path) -> dict[str, Any]:
+    """The JSON object in `path` (every heartlm metadata file is one); text that is not UTF-8,
+    not JSON or not an object is one line naming the file."""
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        value = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise HeartlmError(f"{path.name} is not UTF-8 text (byte {exc.start})", path) from None
     except json.JSONDecodeError as exc:
         raise HeartlmError(f"{path.name} is not valid JSON ({exc.msg})", path) from None
+    if not isinstance(value, dict):
+        raise HeartlmError(f"{path.name} is not a JSON object", path)
+    return value
 
 
 def read_run_json(folder: str | Path, stage: str | None = None) -> dict[str, Any]:

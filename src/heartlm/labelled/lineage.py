@@ -80,7 +80,7 @@ def read_lineage(run: Path) -> dict[str, Any]:
 def read_finetune_info(run: Path) -> dict[str, Any]:
     """`finetune.json` of a fine-tuned run: task, window, splits, class weights, best step."""
     info = read_json(run, FINETUNE_INFO, f"no {FINETUNE_INFO}: not a fine-tuned heartlm run")
-    if not isinstance(info.get("task"), str) or not isinstance(info.get("window"), int):
+    if info.get("task") not in ("beats", "afib") or not isinstance(info.get("window"), int):
         raise HeartlmError(f"{FINETUNE_INFO} lacks the run's task or window", run / FINETUNE_INFO)
     return info
 
