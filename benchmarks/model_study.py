@@ -341,7 +341,9 @@ def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
         beats = [_config_of(_best_selected(work / "select.json", init))
                  for init in ("pretrained", "scratch")]  # fmt: skip
     afib = AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else {}
-    variants = {_variant(c) for c in [*beats, *afib]} or set(PRETRAIN_VARIANTS)
+    variants = {_variant(c) for c in [*beats, *afib]} or {
+        _variant(c) for c in [*CONFIGS, *AFIB_CONFIGS]
+    }
     return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
 
 
@@ -368,9 +370,11 @@ def loss_curve(run: Path) -> dict[str, Any]:
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     checks = [{"step": m["step"], "loss": m["loss"], "val_loss": m["val_loss"]}
               for m in rows if "val_loss" in m]  # fmt: skip
-    best = min(checks, key=lambda c: c["val_loss"], default=None)
-    return {"validations": checks, "best_step": best["step"] if best else None,
-            "steps": rows[-1]["step"] if rows else 0}  # fmt: skip
+    result = run / "result.json"  # the engine's choice with --export best (ties: the later)
+    best = json.loads(result.read_text()).get("best_step") if result.is_file() else None
+    if best is None and checks:
+        best = min(checks, key=lambda c: c["val_loss"])["step"]
+    return {"validations": checks, "best_step": best, "steps": rows[-1]["step"] if rows else 0}
 
 
 def _inputs(flags: list[str]) -> str:
@@ -788,6 +792,7 @@ def main() -> int:
             "versions": versions(),
             "goals": GOALS,
             "pretrain": PRETRAIN,
+            "pretrain_variants": PRETRAIN_VARIANTS,
             "finetune": {"beats": BEATS, "afib": AFIB},
             "seconds": round(time.perf_counter() - t0, 1),
             **found,

@@ -48,7 +48,13 @@ def _header(results: dict[str, Any]) -> list[str]:
         "",
         f"Command: `{results['command']}` ({results['seconds']} s)",
         "",
-        f"Pretraining: `heartlm pretrain tok_pre {' '.join(results['pretrain'])}`; fine-tuning "
+        f"Pretraining: `heartlm pretrain tok_pre {' '.join(results['pretrain'])}`"
+        + "".join(
+            f" (variant `{name}`: then `{' '.join(flags)}`)"
+            for name, flags in results.get("pretrain_variants", {}).items()
+            if name
+        )
+        + "; fine-tuning "
         f"flags: beats `{' '.join(results['finetune']['beats'])}`, AFIB "
         f"`{' '.join(results['finetune']['afib'])}`.",
         "",

@@ -253,6 +253,9 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     model_study.pretrain(Pretraining(), ["pretrain", "select_afib"])
     outs = sorted(args[args.index("--out") + 1] for args, _ in made)
     assert outs == ["pre", "pre_s1", "pre_s2"]  # the AFIB recipes need no periodic run
+    # `pretrain` alone: the variants some recipe uses, not every variant there is
+    alone = {v for v, _ in model_study._pretraining_runs(["pretrain"], tmp_path)}
+    assert alone == {"", "plr"} < set(model_study.PRETRAIN_VARIANTS)
     seed0 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre")
     assert "--seed" not in seed0  # seed 0's command is the one earlier rounds ran
     seed2 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre_s2")
