@@ -455,6 +455,32 @@ def test_nccl_max_ctas_reaches_nccl_s_environment_and_refuses_negative_counts():
         ParallelConfig(nccl_max_ctas=-1).validate()
 
 
+def test_init_distributed_sets_nccl_max_ctas_before_it_joins_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    import torch
+
+    from heartlm.train import distributed
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # restored after the test
+    os.environ.pop("NCCL_MAX_CTAS", None)
+    seen: dict[str, object] = {}
+
+    def joined(backend: str, **kwargs: object) -> None:
+        seen.update(backend=backend, ctas=os.environ.get("NCCL_MAX_CTAS"))
+
+    monkeypatch.setattr(distributed, "ranks", lambda: types.SimpleNamespace(
+        rank=0, world_size=2, local_rank=0))  # fmt: skip
+    monkeypatch.setattr(distributed, "pick_device", lambda *a: torch.device("cuda", 0))
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(distributed.dist, "init_process_group", joined)
+    assert distributed.init_distributed(60, "cuda", nccl_max_ctas=8).world_size == 2
+    assert seen == {"backend": "nccl", "ctas": "8"}
+    os.environ.pop("NCCL_MAX_CTAS")
+    distributed.init_distributed(60, "cuda")  # 0: NCCL's own choice, nothing set
+    assert seen["ctas"] is None
+
+
 def test_fsdp_units_group_blocks_up_to_the_parameter_budget(monkeypatch: pytest.MonkeyPatch):
     from torch import nn
 
