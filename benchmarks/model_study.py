@@ -330,8 +330,9 @@ def _pre(seed: int, variant: str = "") -> str:
 
 def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
-    from; all of them when there is none. `final` after an earlier `select` (its select.json
-    in `work`) needs only the two chosen recipes' runs."""
+    from; with none of them, those some recipe of CONFIGS or AFIB_CONFIGS uses. `final`
+    after an earlier `select` (its select.json in `work`) needs only the two chosen recipes'
+    runs."""
     beats: list[str] = []
     if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
         beats = list(CONFIGS)

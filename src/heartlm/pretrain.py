@@ -71,8 +71,6 @@ class PretrainConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if self.feature_weight < 0:
             raise ValueError(f"--feature-weight must be >= 0, not {self.feature_weight}")
-        if self.export not in EXPORTS:
-            raise ValueError(f"--export must be one of {', '.join(EXPORTS)}, not {self.export!r}")
         if self.export == "best" and self.val_fraction == 0:
             raise ValueError("--export best needs validation records (--val-fraction > 0)")
 
