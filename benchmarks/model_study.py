@@ -155,6 +155,8 @@ AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `selec
         *ALL,
         *CONTEXT,
     ],
+    "pretrained_short_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
+    "pretrained_best_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
 }
 """Round 10 added `--afib-beat-loss` (every beat of a window also learns its own rhythm; it won
 on the folds for both initialisations) and dropped the no-heart-rate variants (their floor
@@ -164,7 +166,10 @@ recipes without the validation hold-out (ALL) for both; round 12 compared them w
 recipes on 128 beats of context (CONTEXT), each beside a floor that sees the same context, and
 context won on the folds. Round 13 keeps the context recipes and adds them with `--inputs
 rhythm` (RR and P-wave columns only): in round 12 the transformer lost 221 (AF with frequent
-ventricular beats) and called 200's bigeminy AF, both records where the QRS shape varies."""
+ventricular beats) and called 200's bigeminy AF, both records where the QRS shape varies.
+Round 15 adds the rhythm recipe started from the `short` and `best` pretraining runs (see
+PRETRAIN_VARIANTS), and `final_afib` scores each initialisation's own best recipe, as `final`
+does for beats."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -549,20 +554,20 @@ def _afib_keys(data: Any) -> list[str]:
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
 
-def _afib_grid(r: Runner, config: str, thresholds: dict[str, float]) -> list[dict[str, Any]]:
+def _afib_grid(r: Runner, chosen: dict[str, str], thresholds: dict[str, float]
+               ) -> list[dict[str, Any]]:  # fmt: skip
     """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
-    x {pretrained, scratch} grid; at 100 % of the labels windows are called AFIB from each
-    initialisation's threshold in `thresholds` (chosen on the folds at 100 %), below at 0.5."""
-    extra = AFIB_CONFIGS[config]
+    x {pretrained, scratch} grid, each initialisation with its own recipe in `chosen`; at
+    100 % of the labels windows are called AFIB from each initialisation's threshold in
+    `thresholds` (chosen on the folds at 100 %), below at 0.5."""
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
+        config = chosen[init]
         threshold = thresholds[init] if fraction == 1.0 else 0.5
         called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, extra)}"
-        flags = [f for f in extra if f != "--from-scratch"]
-        scratch = ["--from-scratch"] if init == "scratch" else []
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, AFIB_CONFIGS[config])}"
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
-                   *flags, *scratch, pre=_pre(seed, _variant(config)))  # fmt: skip
+                   *AFIB_CONFIGS[config], pre=_pre(seed, _variant(config)))  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, *called)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 **_held_out_afib(r, name, threshold)}  # fmt: skip
@@ -692,47 +697,50 @@ def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
     return {"threshold": threshold, "threshold_f1": f1}
 
 
-def _init_threshold(rows: dict[str, Any], chosen: str, init: str) -> float:
-    """The fold-chosen threshold of `chosen`'s flags under `init` (pretrained or scratch):
-    the configuration with the same flags but for `--from-scratch`, else `chosen`'s own."""
-    base = [f for f in AFIB_CONFIGS[chosen] if f != "--from-scratch"]
-    twin = next((c for c, flags in AFIB_CONFIGS.items()
-                 if [f for f in flags if f != "--from-scratch"] == base
-                 and ("--from-scratch" in flags) == (init == "scratch") and c in rows),
-                chosen)  # fmt: skip
-    return float(rows[twin].get("threshold", 0.5))
+def _best_afib(rows: dict[str, Any], init: str) -> str:
+    """The `init` ("pretrained" or "scratch") AFIB configuration with the best window F1
+    pooled over the folds, each at its own fold-chosen threshold."""
+    candidates = [c for c in rows if c in AFIB_CONFIGS
+                  and ("--from-scratch" in AFIB_CONFIGS[c]) == (init == "scratch")]  # fmt: skip
+    if not candidates:
+        raise SystemExit(f"select_afib.json: no {init} configuration of AFIB_CONFIGS")
+    return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c]["f1"]))
 
 
 def final_afib(r: Runner) -> dict[str, Any]:
-    """The AFIB configuration chosen by select_afib (the best window F1 pooled over its folds,
-    each configuration at its own fold-chosen threshold). At 100 % of the labels DS2 is scored
-    at the thresholds the folds chose for the configuration's pretrained and scratch variants
-    and for the floor beside it; at 10 % and 1 % (the selection did not see them) at 0.5."""
+    """For each initialisation (pretrained, scratch) the AFIB configuration select_afib found
+    best (window F1 pooled over its folds, each configuration at its own fold-chosen
+    threshold), as `final` does for beats. At 100 % of the labels DS2 is scored at the
+    thresholds the folds chose for the two recipes and for the floors beside them (one per
+    inputs and context the recipes use); at 10 % and 1 % (the selection did not see them)
+    at 0.5."""
     from heartlm.train.data import load_tokens
 
     path = r.work / "select_afib.json"
     if not path.is_file():
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
-    chosen = max((c for c in rows if c in AFIB_CONFIGS),
-                 key=lambda c: rows[c].get("threshold_f1", rows[c]["f1"]))  # fmt: skip
-    thresholds = {init: _init_threshold(rows, chosen, init) for init in ("pretrained", "scratch")}
+    chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
+    thresholds = {init: float(rows[c].get("threshold", 0.5)) for init, c in chosen.items()}
     afib_rows = _afib_grid(r, chosen, thresholds)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    inputs, context = _inputs(AFIB_CONFIGS[chosen]), _afib_context(AFIB_CONFIGS[chosen])
-    floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
-    for fraction in FRACTIONS:
-        threshold = floor_threshold if fraction == 1.0 else 0.5
-        for seed in SEEDS:
-            kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
-                  "window": _afib_window(), "threshold": threshold}  # fmt: skip
-            train = _afib_keys(afib_data)
-            rep, held_out = _afib_floor_with_held_out(afib_data, train, mitdb, list(TEST), r.work,
-                                                      **kw)  # fmt: skip
-            afib_rows.append({"init": _floor_name(inputs, context), "label_fraction": fraction,
-                              "seed": seed, "afib": rep, "threshold": threshold,
-                              **held_out})  # fmt: skip
-    return {"config": {chosen: AFIB_CONFIGS[chosen]}, "beats": [], "afib": afib_rows}
+    kinds = sorted({(_inputs(AFIB_CONFIGS[c]), _afib_context(AFIB_CONFIGS[c]))
+                    for c in chosen.values()})  # fmt: skip
+    for inputs, context in kinds:
+        floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
+        for fraction in FRACTIONS:
+            threshold = floor_threshold if fraction == 1.0 else 0.5
+            for seed in SEEDS:
+                kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
+                      "window": _afib_window(), "threshold": threshold}  # fmt: skip
+                rep, held_out = _afib_floor_with_held_out(
+                    afib_data, _afib_keys(afib_data), mitdb, list(TEST), r.work, **kw
+                )
+                afib_rows.append({"init": _floor_name(inputs, context),
+                                  "label_fraction": fraction, "seed": seed, "afib": rep,
+                                  "threshold": threshold, **held_out})  # fmt: skip
+    configs = {f"{init}: {c}": AFIB_CONFIGS[c] for init, c in chosen.items()}
+    return {"config": configs, "beats": [], "afib": afib_rows}
 
 
 def _best_selected(path: Path, init: str) -> str:

@@ -144,6 +144,28 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
         model_study._views_of("scratch_other_views4")
 
 
+def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+        "pretrained_rhythm": ["--inputs", "rhythm"],
+        "pretrained_best_rhythm": ["--inputs", "rhythm"],
+        "scratch_rhythm": ["--from-scratch", "--inputs", "rhythm"],
+        "scratch_relative": ["--from-scratch", "--inputs", "relative"],
+    })  # fmt: skip
+    rows = {
+        "pretrained_rhythm": {"f1": 0.9, "threshold_f1": 0.7},
+        "pretrained_best_rhythm": {"f1": 0.6, "threshold_f1": 0.8},
+        "scratch_rhythm": {"f1": 0.5, "threshold_f1": 0.85},
+        "scratch_relative": {"f1": 0.95},  # no threshold row: its F1 at 0.5 counts
+        "tree floor (rhythm, context 128)": {"f1": 0.99, "threshold_f1": 0.99},
+    }
+    assert model_study._best_afib(rows, "pretrained") == "pretrained_best_rhythm"
+    assert model_study._best_afib(rows, "scratch") == "scratch_relative"
+    with pytest.raises(SystemExit, match="no pretrained configuration"):
+        model_study._best_afib({"scratch_rhythm": rows["scratch_rhythm"]}, "pretrained")
+
+
 def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -356,7 +378,8 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     monkeypatch.setattr(model_study, "SEEDS", (0,))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
     chosen = next(iter(model_study.AFIB_CONFIGS))
-    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {chosen: {"f1": 0.5}}}))
+    selected = {c: {"f1": 0.5} for c in model_study.AFIB_CONFIGS}
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": selected}))
     runner = Counting()
     rows = model_study.final_afib(runner)["afib"]
     model = next(r for r in rows if r["init"] == "pretrained")
@@ -391,7 +414,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     floor_name = "tree floor (relative, context 128)"
     assert chosen_rows[floor_name]["threshold"] == 0.5
     # final_afib scores DS2 and the held-out patients of each initialisation at the threshold
-    # its own variant of the chosen recipe got, the floor at its own; at 10 % of the labels,
+    # its own chosen recipe got, the floor at its own; at 10 % of the labels,
     # which the selection did not see, at 0.5.
     chosen_rows[floor_name]["threshold"] = 0.4
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
