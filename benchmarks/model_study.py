@@ -77,6 +77,8 @@ PRETRAIN_VARIANTS: dict[str, list[str]] = {
     "plr": ["--feature-embedding", "periodic"],
     "short": ["--steps", "500", "--warmup", "50", "--val-every", "100"],
     "best": ["--val-every", "100", "--export", "best"],
+    "mask40": ["--val-every", "100", "--export", "best", "--mask-prob", "0.4"],
+    "next": ["--val-every", "100", "--export", "best", "--objective", "next"],
 }
 """Pretraining runs beside PRETRAIN, by variant (its flags after PRETRAIN's: the last of a
 repeated flag counts). A configuration whose name has the word fine-tunes that variant's
@@ -88,14 +90,19 @@ run (from scratch: takes its architecture).
   about 66 passes over the 7 700 training windows, which overlap 8-fold (stride 32 in 256
   beats); round 13's three runs ended at training loss 0.92-0.95 against validation loss
   2.8-4.2 on their held-out records: the encoder may be fitted to its training patients.
-- `best` (round 15): the same 2 000-step run, exporting the weights of its validation with
-  the lowest loss (`--export best`; validation every 100 steps) instead of the last."""
-# Round 15: round 13's winners, the pretrained one also from the short and the best-validation
-# pretraining runs.
+- `best` (round 15, won on the folds): the same 2 000-step run, exporting the weights of its
+  validation with the lowest loss (`--export best`; validation every 100 steps) instead of
+  the last. In round 15 every seed's validation loss was lowest at step 400-500 and rose
+  after it while the training loss kept falling.
+- `mask40` and `next` (round 16), both exporting their best validation as `best` does: a
+  masked objective that hides 40 % of the beats instead of 15 % (a harder task to memorise
+  a patient's beats by), and next-beat prediction with a causal encoder (the issue's other
+  objective; fine-tuning reads it bidirectionally)."""
+# Round 16: round 15's winners beside the same recipe from the two new objectives.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
-    "pretrained_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
-    "pretrained_short_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
     "pretrained_best_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
+    "pretrained_mask40_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
+    "pretrained_next_relative_window32_epochs60_all": [*REL, *W32, "--epochs", "60", *ALL],
     "scratch_relative": ["--from-scratch", *REL],
 }
 VIEWS = 4
@@ -139,7 +146,6 @@ round-9 work folder's AFIB folds (CPU, LightGBM only) the floor's window F1 rose
 with the window's own statistics to 0.80, 0.82 and 0.73 with those of 64, 128 and 256 beats
 around it added: AF is an episode, and its neighbours say whether one is going on."""
 AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `select_afib`
-    "pretrained_relative_beat_loss_all_context128": [*REL, *BEAT_LOSS, *ALL, *CONTEXT],
     "scratch_relative_beat_loss_all_context128": [
         "--from-scratch",
         *REL,
@@ -155,8 +161,9 @@ AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `selec
         *ALL,
         *CONTEXT,
     ],
-    "pretrained_short_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
     "pretrained_best_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
+    "pretrained_mask40_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
+    "pretrained_next_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
 }
 """Round 10 added `--afib-beat-loss` (every beat of a window also learns its own rhythm; it won
 on the folds for both initialisations) and dropped the no-heart-rate variants (their floor
@@ -169,7 +176,9 @@ rhythm` (RR and P-wave columns only): in round 12 the transformer lost 221 (AF w
 ventricular beats) and called 200's bigeminy AF, both records where the QRS shape varies.
 Round 15 adds the rhythm recipe started from the `short` and `best` pretraining runs (see
 PRETRAIN_VARIANTS), and `final_afib` scores each initialisation's own best recipe, as `final`
-does for beats."""
+does for beats. Round 16 drops the two pretrained recipes that lost on the folds in round 15
+(relative inputs; rhythm from the 500-step run) and adds rhythm from the `mask40` and `next`
+runs."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -554,8 +563,9 @@ def _afib_keys(data: Any) -> list[str]:
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
 
-def _afib_grid(r: Runner, chosen: dict[str, str], thresholds: dict[str, float]
-               ) -> list[dict[str, Any]]:  # fmt: skip
+def _afib_grid(
+    r: Runner, chosen: dict[str, str], thresholds: dict[str, float]
+) -> list[dict[str, Any]]:
     """AFIB fine-tuning on everything outside DS2, scored on DS2, for the seeds x fractions
     x {pretrained, scratch} grid, each initialisation with its own recipe in `chosen`; at
     100 % of the labels windows are called AFIB from each initialisation's threshold in
