@@ -400,6 +400,32 @@ def test_deepspeed_zero_on_two_gpus_matches_ddp(tmp_path: Path, stage: int) -> N
         assert loss == pytest.approx(runs["ddp"][step], rel=BF16_RTOL), (stage, step)
 
 
+@pytest.mark.gpu
+def test_cudagraph_pretraining_with_feature_reconstruction_matches_the_eager_step(
+    tmp_path: Path,
+) -> None:
+    """`heartlm pretrain --cudagraph` on tokens with beat features (the masked objective
+    hides and reconstructs their shape columns): the captured step must not copy the column
+    mask from the host, and it trains like the eager step (the learning rate is the only
+    fp32 difference, as in tests/test_train.py)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    tokens = _write_tokens(tmp_path / "tokens")
+    gpu = ["--device", "cuda", "--precision", "bf16", "--ckpt-every", "0"]
+    args = [a for a in TRAIN_ARGS if a not in ("cpu", "fp32", "--device", "--precision")]
+    args[args.index("--steps") + 1] = "12"  # 3 eager, one captured, 8 replayed
+    runs = {}
+    for name, flags in (("eager", []), ("graph", ["--cudagraph"])):
+        run = tmp_path / name
+        _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *flags)
+        runs[name] = _losses(run)
+    assert sorted(runs["graph"]) == list(range(1, 13))
+    for step, loss in runs["graph"].items():
+        assert loss == pytest.approx(runs["eager"][step], rel=2e-3), step
+
+
 def test_deepspeed_refusals_come_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

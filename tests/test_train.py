@@ -20,7 +20,7 @@ from heartlm.train.data import TokenData, WindowSampler, dataloader_batches, loa
 from heartlm.train.distributed import DistEnv
 from heartlm.train.loop import TrainConfig, resolve_batch, train
 from heartlm.train.metrics import REQUIRED_FIELDS, read_metrics
-from heartlm.train.objectives import IGNORE, MaskedBeats, NextBeat
+from heartlm.train.objectives import IGNORE, MaskedBeats, NextBeat, objective_to
 from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, host_lr, set_lr
 
 N_CODES = 24
@@ -425,6 +425,27 @@ def test_cuda_step_has_no_host_sync_and_reports_mfu(tmp_path: Path):
     assert rows[-1]["max_mem_gib"] > 0
     if "H100" in torch.cuda.get_device_name() or "H200" in torch.cuda.get_device_name():
         assert rows[-1]["mfu"] > 0
+
+
+def test_objective_constants_reach_the_device_once_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from heartlm.finetune.objectives import BeatClasses
+
+    columns = torch.tensor([True, False, True])
+    masked = MaskedBeats(vocab_size=20, feature_columns=columns, feature_weight=1.0)
+    beats = BeatClasses([1.0, 2.0, 3.0, 4.0, 5.0])
+    for objective in (masked, beats):
+        objective_to(objective, torch.device("meta"))
+    # Every tensor moved (a per-step host copy cannot be captured by --cudagraph), nothing
+    # else touched.
+    assert masked.feature_columns.device.type == "meta" and masked.mask_prob == 0.15
+    assert beats.weight.device.type == "meta" and beats.weight.shape == (5,)
+    assert columns.device.type == "cpu"  # the caller's tensor stays where it was
+    moved: list[torch.device] = []
+    monkeypatch.setattr("heartlm.train.loop.objective_to", lambda o, d: moved.append(d))
+    _run(tmp_path, make_data([120, 90]), 2)
+    assert moved == [torch.device("cpu")]
 
 
 def test_cudagraph_is_refused_off_cuda_and_with_a_dataloader(tmp_path: Path):

@@ -39,7 +39,7 @@ from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
 from heartlm.train.gcsteps import StepCollector
 from heartlm.train.metrics import MetricsLogger, last_values
-from heartlm.train.objectives import Objective
+from heartlm.train.objectives import Objective, objective_to
 from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, scaled_lr, set_lr
 from heartlm.train.profile import Breakdown
 from heartlm.train.steplog import DataWait, StepLog
@@ -191,6 +191,7 @@ class Trainer:
             torch.backends.cudnn.allow_tf32 = True
         torch.manual_seed(cfg.seed)
         model.to(env.device)
+        objective_to(self.objective, env.device)
         model.use_heads(self.objective.heads)
         self.bf16 = self.cuda and cfg.precision == "bf16"
         self.compile_on = self.cuda if cfg.compile is None else cfg.compile

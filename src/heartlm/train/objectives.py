@@ -192,6 +192,15 @@ class NextBeat:
         return vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
 
 
+def objective_to(objective: object, device: torch.device) -> None:
+    """Move the objective's constant tensors (feature columns, class weights) to `device`
+    once, so that no step copies them from the host: such a copy costs a transfer each step,
+    and a CUDA graph cannot capture one (`--cudagraph`)."""
+    for name, value in vars(objective).items():
+        if isinstance(value, Tensor):
+            setattr(objective, name, value.to(device))
+
+
 def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
