@@ -176,9 +176,9 @@ rhythm` (RR and P-wave columns only): in round 12 the transformer lost 221 (AF w
 ventricular beats) and called 200's bigeminy AF, both records where the QRS shape varies.
 Round 15 adds the rhythm recipe started from the `short` and `best` pretraining runs (see
 PRETRAIN_VARIANTS), and `final_afib` scores each initialisation's own best recipe, as `final`
-does for beats. Round 16 drops the two pretrained recipes that lost on the folds in round 15
-(relative inputs; rhythm from the 500-step run) and adds rhythm from the `mask40` and `next`
-runs."""
+does for beats. Round 16 drops the pretrained recipes on relative inputs and from the
+500-step run, keeps rhythm from the `best` run as the like-for-like baseline, and adds rhythm
+from the `mask40` and `next` runs (which export their best validation too)."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -714,7 +714,7 @@ def _best_afib(rows: dict[str, Any], init: str) -> str:
                   and ("--from-scratch" in AFIB_CONFIGS[c]) == (init == "scratch")]  # fmt: skip
     if not candidates:
         raise SystemExit(f"select_afib.json: no {init} configuration of AFIB_CONFIGS")
-    return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c]["f1"]))
+    return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
 
 
 def final_afib(r: Runner) -> dict[str, Any]:

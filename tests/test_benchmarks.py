@@ -353,6 +353,10 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     class Counting(_Transformers):
         def __init__(self) -> None:
             self.work, self.scored, self.thresholds = tmp_path, [], {}
+            self.tuned: dict[str, tuple[tuple, str]] = {}
+
+        def finetune(self, name, task, data, *extra, pre: str = "pre") -> None:
+            self.tuned[name] = (extra, pre)
 
         def evaluate(self, name, folder, *args) -> dict:
             self.scored.append(folder)
@@ -390,9 +394,11 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # The stand-in tree calls nothing AFIB: no false alarms, and F1 0 on the AF patients.
     assert floor["sick_false_alarms"] == 0 and floor["flutter_false_alarms"] == 0
     assert floor["flutter_f1"] == 0
-    # one tree per kind of floor (the two initialisations' recipes may differ in inputs),
-    # each scored on DS2 and on both held-out folders
-    assert len(fits) == len([r for r in rows if r["init"].startswith("tree floor")])
+    # One tree per kind of floor: the two initialisations' first recipes (chosen on a tie)
+    # read rhythm and relative inputs; each tree scored on DS2 and both held-out folders.
+    floors = {r["init"] for r in rows if r["init"].startswith("tree floor")}
+    assert floors == {"tree floor (relative, context 128)", "tree floor (rhythm, context 128)"}
+    assert len(fits) == len(floors)
     # Selection on the folds reports the same held-out columns, for models and floors alike.
     fits.clear()
     chosen_rows = model_study.select_afib(Counting())["afib"]
@@ -415,17 +421,32 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
             expected, 1.0)  # fmt: skip
     floor_name = "tree floor (relative, context 128)"
     assert chosen_rows[floor_name]["threshold"] == 0.5
-    # final_afib scores DS2 and the held-out patients of each initialisation at the threshold
-    # its own chosen recipe got, the floor at its own; at 10 % of the labels,
-    # which the selection did not see, at 0.5.
+    # final_afib trains each initialisation with its own best recipe on the folds (here
+    # pretrained on rhythm inputs, scratch on relative ones) and scores DS2 and the held-out
+    # patients at the threshold that recipe got, each floor at its own; at 10 % of the
+    # labels, which the selection did not see, at 0.5.
+    configs = model_study.AFIB_CONFIGS
+    pre_win = next(c for c, f in configs.items() if "--from-scratch" not in f and "rhythm" in f)
+    scr_win = next(c for c, f in configs.items() if "--from-scratch" in f and "relative" in f)
+    for name in configs:
+        chosen_rows[name]["threshold_f1"] = 0.5
+    chosen_rows[pre_win].update(threshold=0.6, threshold_f1=0.9)
+    chosen_rows[scr_win].update(threshold=0.2, threshold_f1=0.9)
     chosen_rows[floor_name]["threshold"] = 0.4
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0, 0.1))
     runner = Counting()
     rows = model_study.final_afib(runner)["afib"]
     used = {name.rsplit("_s0_", 1)[0]: t for name, t in runner.thresholds.items()}
-    assert used == {"ft_afib_pretrained_1": {0.65}, "ft_afib_scratch_1": {0.3},
+    assert used == {"ft_afib_pretrained_1": {0.6}, "ft_afib_scratch_1": {0.2},
                     "ft_afib_pretrained_0.1": {0.5}, "ft_afib_scratch_0.1": {0.5}}  # fmt: skip
+    for name, (extra, pre) in runner.tuned.items():
+        win = pre_win if name.startswith("ft_afib_pretrained") else scr_win
+        assert list(extra[-len(configs[win]) :]) == configs[win], name
+        assert pre == model_study._pre(0, model_study._variant(win)), name
+    # The two recipes see different inputs: a floor on each, each at its own threshold.
+    floors = {r["init"] for r in rows if r["init"].startswith("tree floor")}
+    assert floors == {floor_name, "tree floor (rhythm, context 128)"}
     floor_rows = {r["label_fraction"]: r for r in rows if r["init"] == floor_name}
     assert floor_rows[1.0]["threshold"] == 0.4 and floor_rows[0.1]["threshold"] == 0.5
 
