@@ -14,6 +14,7 @@ import torch
 from heartlm.cli import main
 from heartlm.errors import HeartlmError
 from heartlm.model import HeartLM, model_config
+from heartlm.pretrain import VAL_RISE, validation_rise
 from heartlm.shards import MASK, NUM_SPECIAL, PAD
 from heartlm.tokens.writer import write_tokens as write_token_folder
 from heartlm.train.data import TokenData, WindowSampler, dataloader_batches, load_tokens
@@ -339,8 +340,17 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_pa
     result = json.loads((run / "result.json").read_text())
     assert result["best_step"] == min(checks, key=checks.get)
     last = tmp_path / "last"
+    capsys.readouterr()
     assert main([*base, "--out", str(last), "--val-fraction", "0.4"]) == 0
     assert json.loads((last / "result.json").read_text())["best_step"] is None
+    # Exported last, the run says so where its validation loss rose past VAL_RISE.
+    rose = validation_rise(last)
+    err = capsys.readouterr().err
+    assert rose in err if rose else "--export best exports" not in err
+    nine = tmp_path / "nine"  # stopped at step 9, after the validation loss went back up
+    assert main([*base, "--out", str(nine), "--val-fraction", "0.4", "--steps", "9"]) == 0
+    rose = validation_rise(nine)
+    assert rose is not None and rose in capsys.readouterr().err
     for run_dir, other in ((last, "best"), (run, "last")):  # the best is kept from the start
         more = [*base, "--steps", "15", "--resume", "--out", str(run_dir)]
         assert main([*more, "--val-fraction", "0.4", "--export", other]) == 2
@@ -348,6 +358,22 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(tmp_pa
     weights = [load_file(folder / "model.safetensors") for folder in (run, last)]
     same = all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert same == (result["best_step"] == 12)  # the same run up to the export
+
+
+def test_validation_rise_is_reported_past_its_threshold_only(tmp_path: Path):
+    def curve(*losses: float) -> Path:
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        run.mkdir()
+        rows = [{"step": 100 * (i + 1), "loss": 1.0, "val_loss": v} for i, v in enumerate(losses)]
+        rows.insert(1, {"step": 150, "loss": 1.0})  # a training row without validation
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return run
+
+    said = validation_rise(curve(3.0, 2.5, 2.6, 3.3))  # round 15's shape: lowest, then up
+    assert said is not None and "lowest at step 200 (2.5)" in said and "3.3 at step 400" in said
+    assert validation_rise(curve(3.0, 2.5, 2.5 * (1 + VAL_RISE))) is None  # within the rise
+    assert validation_rise(curve(3.0, 2.8, 2.5)) is None  # still falling: the last is best
+    assert validation_rise(curve(2.0)) is None  # one validation: nothing to compare
 
 
 def test_gc_every_collects_at_fixed_steps_with_the_automatic_collector_off(

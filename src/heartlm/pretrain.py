@@ -15,6 +15,10 @@ from heartlm.train.config import LaunchConfig, TrainConfig
 
 MODEL = "model and objective"
 EXPORTS = ("last", "best")
+VAL_RISE = 0.10
+"""A validation loss this far (relative) above its lowest at the end of a run exported with
+`--export last` is reported: the encoder is fitting its training records (the model
+study's runs rose by 23-31 % after step 400-500, benchmarks/README.md round 15)."""
 
 
 @dataclass
@@ -281,6 +285,9 @@ def _train(
             write_run_json(plan.work, "pretrain", to_dict(cfg), counts, timings,
                            extra={**facts, "result": result})  # fmt: skip
             _card(plan.work, cfg, splits, result)
+            rose = validation_rise(plan.work) if cfg.export == "last" else None
+            if rose:
+                logger.warning("%s: %s", plan.out, rose)
         logger.info(
             "step %d: loss %.4f%s",
             result.step,
@@ -295,6 +302,25 @@ def _train(
         logger.info("%s: stopped at step %d; continue with --resume", plan.out, result.step)
         return stopsignal.EXIT_STOPPED
     return 0
+
+
+def validation_rise(run: Path) -> str | None:
+    """A sentence when the run's last validation loss is more than VAL_RISE above its lowest
+    one at an earlier step (RUN/metrics.jsonl), else None."""
+    from heartlm.train.metrics import read_metrics
+
+    checks = [(r["step"], r["val_loss"]) for r in read_metrics(run) if "val_loss" in r]
+    if len(checks) < 2:
+        return None
+    best_step, best = min(checks, key=lambda c: c[1])
+    last_step, last = checks[-1]
+    if best_step == last_step or last <= best * (1 + VAL_RISE):
+        return None
+    return (
+        f"validation loss was lowest at step {best_step} ({best:.4g}) and is {last:.4g} at "
+        f"step {last_step}: the exported last weights may be fitted to the training records; "
+        "--export best exports the best validation's weights"
+    )
 
 
 def _card(run: Path, cfg: PretrainConfig, splits: Any, result: Any) -> None:
