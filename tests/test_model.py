@@ -87,6 +87,19 @@ def test_heads_have_the_documented_shapes():
     assert model(morph, rhythm, head="window").shape == (2, 2)
 
 
+@pytest.mark.parametrize("embedding", ["linear", "periodic"])
+def test_the_only_buffer_is_a_constant_so_ddp_need_not_broadcast_buffers(embedding: str):
+    """DDP runs with broadcast_buffers=False (heartlm.train.distributed._ddp): that holds
+    only while no buffer changes in training, like a norm's running statistics would."""
+    model = _tiny(n_features=3, feature_embedding=embedding)
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    assert set(before) == {"absolute_index"}
+    morph, rhythm = _inputs()
+    model.train()
+    model(morph, rhythm, features_BTF=torch.randn(2, 16, 3), head="next").sum().backward()
+    assert all(torch.equal(b, before[name]) for name, b in model.named_buffers())
+
+
 def test_use_heads_freezes_the_other_heads():
     model = _tiny()
     model.use_heads(("mlm",))

@@ -191,6 +191,9 @@ def _ddp(model: nn.Module, env: DistEnv, static_auto: bool, p: ParallelConfig) -
         gradient_as_bucket_view=p.ddp_bucket_view,
         find_unused_parameters=False,
         static_graph=static,
+        # HeartLM's only buffer is a constant column index, the same on every rank:
+        # broadcasting it at each forward would be a collective per step for nothing.
+        broadcast_buffers=False,
     )
     if p.grad_reduce == "bf16":
         # Gradients are cast to bf16 for the all-reduce and back into the fp32 buckets, so
