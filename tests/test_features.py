@@ -230,6 +230,66 @@ def test_masked_objective_hides_the_shape_of_replaced_beats_and_reconstructs_it(
     assert sums["loss_sum"] / sums["count"] == pytest.approx(with_recon.item(), rel=1e-5)
 
 
+def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the_code():
+    """--feature-target all --code-weight 0: a replaced beat loses its RR and P columns and
+    its rhythm token as well as its shape, and only the features are predicted."""
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+    from heartlm.train.objectives import MaskedBeats
+
+    torch.manual_seed(0)
+    batch = Batch(torch.randint(5, 30, (4, 32)), torch.randint(5, 9, (4, 32)),
+                  torch.zeros(4, 32, dtype=torch.long), torch.zeros(4, 32, dtype=torch.long),
+                  None, torch.arange(4), torch.randn(4, 32, 3))  # fmt: skip
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=32))  # fmt: skip
+    seen: list[torch.Tensor] = []
+
+    class Recording(torch.nn.Module):
+        def forward(self, morph, rhythm, *args, **kwargs):
+            seen.append(rhythm)
+            return model(morph, rhythm, *args, **kwargs)
+
+    every = torch.ones(3, dtype=torch.bool)
+    kw = {"mask_prob": 0.25, "mode": "mask", "feature_columns": every}
+
+    def loss(**more: object) -> tuple[torch.Tensor, dict]:
+        return MaskedBeats(30, **kw, **more)(Recording(), batch)  # type: ignore[arg-type]
+
+    only_features, sums = loss(feature_weight=1.0, code_weight=0.0, hide_rhythm=True)
+    replaced = MaskedBeats(30, **kw).mask(batch)[0] != batch.morph
+    assert replaced.any() and (seen[-1][replaced] == shards.MASK).all()
+    assert torch.equal(seen[-1][~replaced], batch.rhythm[~replaced])
+    both, _ = loss(feature_weight=1.0, hide_rhythm=True)
+    code, _ = loss(feature_weight=0.0, hide_rhythm=True)
+    assert only_features.item() == pytest.approx(both.item() - code.item(), rel=1e-5)
+    assert sums["loss_sum"] / sums["count"] == pytest.approx(only_features.item(), rel=1e-5)
+    loss(feature_weight=1.0)  # without hide_rhythm the model sees every rhythm token
+    assert torch.equal(seen[-1], batch.rhythm)
+
+
+def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp_path):
+    from heartlm.pretrain import PretrainConfig, _resolve
+
+    def objective(**kw: object):
+        cfg = PretrainConfig(tokens=tokens / "tok", out=tmp_path / "run", window=16, **kw)
+        data, obj, _ = _resolve(cfg)
+        return data, obj
+
+    data, shape = objective()
+    assert torch.equal(shape.feature_columns, data.shape_columns())
+    assert not shape.feature_columns.all() and not shape.hide_rhythm and shape.code_weight == 1
+    _, every = objective(feature_target="all", code_weight=0.0)
+    assert every.feature_columns.all() and every.hide_rhythm and every.code_weight == 0
+    for kw, said in (
+        ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
+        ({"code_weight": -1.0}, "--code-weight must be >= 0"),
+        ({"objective": "next", "feature_target": "all"}, "for --objective masked"),
+    ):
+        with pytest.raises(HeartlmError, match=said):
+            objective(**kw)
+
+
 def test_unusable_beats_carry_no_shape_features(tmp_path: Path):
     """A beat the codebook calls UNK (no samples, flat, saturated) has no shape: its shape
     columns are missing (the mean, 0), as docs/tokens.md says; its rhythm columns stay."""

@@ -15,6 +15,7 @@ from heartlm.train.config import LaunchConfig, TrainConfig
 
 MODEL = "model and objective"
 EXPORTS = ("last", "best")
+FEATURE_TARGETS = ("shape", "all")
 VAL_RISE = 0.10
 """A validation loss this far (relative) above its lowest at the end of a run exported with
 `--export last` is reported: the encoder is fitting its training records (the model
@@ -46,6 +47,14 @@ class PretrainConfig:
     feature_weight: float = setting(1.0, group=MODEL)
     """masked objective: weight of reconstructing the masked beats' shape features (mean
     squared error, standardised units) beside the code's cross-entropy; 0 = off"""
+    feature_target: str = setting("shape", choices=FEATURE_TARGETS, group=MODEL)
+    """masked objective: the feature columns a replaced beat hides and the model
+    reconstructs: shape (its morphology columns) or all (every column, RR and P wave
+    included; its rhythm token becomes MASK too)"""
+    code_weight: float = setting(1.0, group=MODEL)
+    """masked objective: weight of the code's cross-entropy beside the feature
+    reconstruction; 0 = only the features are predicted (the codes are partly
+    patient-specific)"""
     feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
@@ -75,6 +84,12 @@ class PretrainConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if self.feature_weight < 0:
             raise ValueError(f"--feature-weight must be >= 0, not {self.feature_weight}")
+        if self.code_weight < 0:
+            raise ValueError(f"--code-weight must be >= 0, not {self.code_weight}")
+        if self.code_weight == 0 and self.feature_weight == 0:
+            raise ValueError("--code-weight 0 with --feature-weight 0: nothing to predict")
+        if self.objective == "next" and (self.code_weight != 1 or self.feature_target != "shape"):
+            raise ValueError("--code-weight and --feature-target are for --objective masked")
         if self.export == "best" and self.val_fraction == 0:
             raise ValueError("--export best needs validation records (--val-fraction > 0)")
 
@@ -84,6 +99,8 @@ Config = PretrainConfig
 
 def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     """Validate every setting and load the tokens: (data, objective, ModelConfig)."""
+    import torch
+
     from heartlm.model import model_config
     from heartlm.train.config import resolve_batch
     from heartlm.train.data import load_tokens
@@ -103,6 +120,9 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
 
         check_supported(accum, cfg.train.resume)
     data = load_tokens(cfg.tokens)
+    columns = data.shape_columns()
+    if columns is not None and cfg.feature_target == "all":
+        columns = torch.ones_like(columns)
     try:
         objective = make_objective(
             cfg.objective,
@@ -111,8 +131,10 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             mode=cfg.mask_mode,
             label_smoothing=cfg.label_smoothing,
             seed=cfg.train.seed,
-            feature_columns=data.shape_columns(),
+            feature_columns=columns,
             feature_weight=cfg.feature_weight,
+            code_weight=cfg.code_weight,
+            hide_rhythm=cfg.feature_target == "all",
         )
         mcfg = model_config(
             cfg.preset,

@@ -105,6 +105,10 @@ class MaskedBeats:
     """run the vocabulary head only at the chosen beats (False: everywhere, then pick)"""
     feature_columns: Tensor | None = None
     feature_weight: float = 0.0
+    code_weight: float = 1.0
+    """weight of the code's cross-entropy (0: only the features are predicted)"""
+    hide_rhythm: bool = False
+    """a replaced beat's rhythm token is MASK too (when its RR columns are hidden)"""
     name: str = "masked"
     heads: tuple[str, ...] = ("mlm",)
 
@@ -150,15 +154,19 @@ class MaskedBeats:
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         morph, positions, labels, features = self.mask(batch)
         reconstruct = self.feature_weight > 0 and features is not None
+        rhythm = batch.rhythm
+        if self.hide_rhythm:  # the beats whose token was replaced
+            rhythm = torch.where(morph != batch.morph, MASK, rhythm)
         if self.gather_head:
-            out = model(morph, batch.rhythm, batch.valid, head="masked" if reconstruct else "mlm",
+            out = model(morph, rhythm, batch.valid, head="masked" if reconstruct else "mlm",
                         positions_BK=positions, features_BTF=features)  # fmt: skip
             logits, recon_BKF = out if reconstruct else (out, None)
         else:
-            logits = model(morph, batch.rhythm, batch.valid, head="next", features_BTF=features)
+            logits = model(morph, rhythm, batch.valid, head="next", features_BTF=features)
             logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
             recon_BKF = None
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        loss, sums["loss_sum"] = self.code_weight * loss, self.code_weight * sums["loss_sum"]
         if recon_BKF is None:
             return loss, sums
         cols = self.feature_columns.to(recon_BKF.device)
@@ -205,7 +213,8 @@ def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
     if name == "next":
-        for key in ("mask_prob", "mode", "seed", "feature_columns", "feature_weight"):
+        for key in ("mask_prob", "mode", "seed", "feature_columns", "feature_weight",
+                    "code_weight", "hide_rhythm"):  # fmt: skip
             kwargs.pop(key, None)
         return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"--objective must be masked or next, not {name!r}")
