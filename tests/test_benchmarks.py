@@ -237,9 +237,11 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     monkeypatch.setattr(model_study, "SEEDS", (0, 2))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
     model_study.final(Recording())
-    # Each seed fine-tunes from its own pretraining run: pre for seed 0, pre_s2 for seed 2.
+    # Each seed fine-tunes from its own pretraining run (from scratch: for its architecture
+    # only, SCRATCH_VARIANT's run): seed 0 from the plain name, seed 2 from its _s2.
     starts = {(c[c.index("--seed") + 1], c[-1]) for c in calls if c[0] == "finetune"}
-    assert starts == {(0, "pre"), (2, "pre_s2")}
+    plain = model_study._pre(0, model_study.SCRATCH_VARIANT)
+    assert starts == {(0, plain), (2, f"{plain}_s2")}
 
     def records(args: tuple) -> set[str]:
         args = tuple(map(str, args))
@@ -269,6 +271,7 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
 
     monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
     monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "")  # scratch: the plain run's shape
     monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"],
                                                  "pretrained_plr_relative": []})  # fmt: skip
     monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_relative": []})
