@@ -374,6 +374,41 @@ def test_validation_rise_is_reported_past_its_threshold_only(tmp_path: Path):
     assert validation_rise(curve(3.0, 2.5, 2.5 * (1 + VAL_RISE))) is None  # within the rise
     assert validation_rise(curve(3.0, 2.8, 2.5)) is None  # still falling: the last is best
     assert validation_rise(curve(2.0)) is None  # one validation: nothing to compare
+    damaged = curve(3.0, 2.5, 3.3)
+    with (damaged / "metrics.jsonl").open("a") as f:
+        f.write("{not json\n")
+    assert validation_rise(damaged) is None  # advice only: never fails a finished run
+
+
+def test_resume_keeps_the_objective_it_was_trained_with(tmp_path: Path, capsys):
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70]))
+    run = tmp_path / "run"
+    args = ["pretrain", str(tokens), "--out", str(run), "--preset", "tiny", "--window", "16",
+            "--batch", "4", "--steps", "4", "--ckpt-every", "2", "--val-every", "0"]  # fmt: skip
+    assert main(args) == 0
+    before = (run / "metrics.jsonl").read_bytes()
+    more = [*args[:-6], "--steps", "6", "--ckpt-every", "2", "--val-every", "0", "--resume"]
+    assert main([*more, "--code-weight", "0.5"]) == 2
+    said = capsys.readouterr().err
+    assert "trained with another objective (--code-weight 1.0 -> 0.5)" in said
+    assert (run / "metrics.jsonl").read_bytes() == before
+    assert main(more) == 0  # the same objective resumes
+    assert max(r["step"] for r in read_metrics(run)) == 6
+
+
+def test_label_smoothing_leaves_the_padded_vocabulary_out_of_the_loss():
+    from heartlm.train.objectives import vocab_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 8)  # a vocabulary of 5 padded to 8
+    labels = torch.tensor([[0, 4, IGNORE], [2, 1, 3]])
+    loss, sums = vocab_loss(logits, labels, 5, label_smoothing=0.1)
+    expected = torch.nn.functional.cross_entropy(
+        logits[..., :5].reshape(-1, 5), labels.reshape(-1), ignore_index=IGNORE,
+        label_smoothing=0.1,
+    )  # fmt: skip
+    assert torch.isfinite(loss) and loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert sums["count"] == 5
 
 
 def test_gc_every_collects_at_fixed_steps_with_the_automatic_collector_off(

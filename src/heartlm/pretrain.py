@@ -45,8 +45,9 @@ class PretrainConfig:
     label_smoothing: float = setting(0.0, group=MODEL)
     """label smoothing of the code's cross-entropy"""
     feature_weight: float = setting(1.0, group=MODEL)
-    """masked objective: weight of reconstructing the masked beats' shape features (mean
-    squared error, standardised units) beside the code's cross-entropy; 0 = off"""
+    """masked objective: weight of reconstructing the masked beats' features (those of
+    --feature-target; mean squared error, standardised units) beside the code's
+    cross-entropy; 0 = off"""
     feature_target: str = setting("shape", choices=FEATURE_TARGETS, group=MODEL)
     """masked objective: the feature columns a replaced beat hides and the model
     reconstructs: shape (its morphology columns) or all (every column, RR and P wave
@@ -163,8 +164,17 @@ def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:
         "model": mcfg.to_dict(),
         "window": cfg.window,
         "objective": cfg.objective,
+        "objective_settings": objective_settings(cfg),
         "codebook_hash": data.meta.get("codebook_hash"),
     }
+
+
+def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
+    """The settings that define the objective's loss: a resume must keep them, or the best
+    validation so far would be compared with losses of another objective."""
+    return {"mask_prob": cfg.mask_prob, "mask_mode": cfg.mask_mode,
+            "label_smoothing": cfg.label_smoothing, "feature_weight": cfg.feature_weight,
+            "feature_target": cfg.feature_target, "code_weight": cfg.code_weight}  # fmt: skip
 
 
 def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict) -> str | None:
@@ -284,6 +294,7 @@ def _train(
             "fs": data.meta.get("fs"),
             "window_samples": data.meta.get("window_samples"),
             "val_records": splits[1].records,
+            "objective_settings": objective_settings(cfg),
         }
         counts = {
             "train_records": len(splits[0].records),
@@ -307,7 +318,8 @@ def _train(
             write_run_json(plan.work, "pretrain", to_dict(cfg), counts, timings,
                            extra={**facts, "result": result})  # fmt: skip
             _card(plan.work, cfg, splits, result)
-            rose = validation_rise(plan.work) if cfg.export == "last" else None
+            last = cfg.export == "last" and result.exported
+            rose = validation_rise(plan.work) if last else None
             if rose:
                 logger.warning("%s: %s", plan.out, rose)
         logger.info(
@@ -331,7 +343,12 @@ def validation_rise(run: Path) -> str | None:
     one at an earlier step (RUN/metrics.jsonl), else None."""
     from heartlm.train.metrics import read_metrics
 
-    checks = [(r["step"], r["val_loss"]) for r in read_metrics(run) if "val_loss" in r]
+    try:
+        rows = read_metrics(run)
+    except (HeartlmError, OSError) as exc:  # advice only: a finished run stays finished
+        logger.debug("%s: no validation check (%s)", run, exc)
+        return None
+    checks = [(r["step"], r["val_loss"]) for r in rows if isinstance(r.get("val_loss"), float)]
     if len(checks) < 2:
         return None
     best_step, best = min(checks, key=lambda c: c[1])

@@ -51,12 +51,10 @@ def vocab_loss(
     logits: Tensor, labels: Tensor, vocab_size: int, label_smoothing: float
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Cross-entropy over the real vocabulary (padded logits masked), as mean and sums."""
-    logits = logits.float()
-    if logits.shape[-1] > vocab_size:
-        logits = logits.masked_fill(
-            torch.arange(logits.shape[-1], device=logits.device) >= vocab_size, float("-inf")
-        )
-    flat, target = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    # The padded logits are cut off, not set to -inf: label smoothing puts mass on every
+    # class, and a -inf logit would make the loss infinite.
+    logits = logits[..., :vocab_size].float()
+    flat, target = logits.reshape(-1, vocab_size), labels.reshape(-1)
     loss_sum = F.cross_entropy(
         flat, target, ignore_index=IGNORE, reduction="sum", label_smoothing=label_smoothing
     )
