@@ -264,6 +264,7 @@ def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the
     code, _ = loss(feature_weight=0.0, hide_rhythm=True)
     assert only_features.item() == pytest.approx(both.item() - code.item(), rel=1e-5)
     assert sums["loss_sum"] / sums["count"] == pytest.approx(only_features.item(), rel=1e-5)
+    assert "correct" not in sums  # no accuracy of an untrained code head
     loss(feature_weight=1.0)  # without hide_rhythm the model sees every rhythm token
     assert torch.equal(seen[-1], batch.rhythm)
 

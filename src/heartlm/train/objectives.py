@@ -165,6 +165,8 @@ class MaskedBeats:
             recon_BKF = None
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
         loss, sums["loss_sum"] = self.code_weight * loss, self.code_weight * sums["loss_sum"]
+        if self.code_weight == 0:  # no val_acc from a code head that is not trained
+            del sums["correct"]
         if recon_BKF is None:
             return loss, sums
         cols = self.feature_columns.to(recon_BKF.device)
