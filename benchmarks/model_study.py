@@ -78,7 +78,7 @@ PRETRAIN_VARIANTS: dict[str, list[str]] = {
     "plr": ["--feature-embedding", "periodic"],
     "short": ["--steps", "500", "--warmup", "50", "--val-every", "100"],
     "best": BEST,
-    "features": [*BEST, "--feature-target", "all", "--code-weight", "0"],
+    "features": [*BEST, "--feature-target", "all", "--code-weight", "0", "--mask-span", "4"],
     "next": [*BEST, "--objective", "next"],
 }
 """Pretraining runs beside PRETRAIN, by variant (its flags after PRETRAIN's: the last of a
@@ -98,7 +98,9 @@ run (from scratch: takes its architecture).
 - `features` and `next` (round 16), both exporting their best validation as `best` does.
   `features`: the masked beats' continuous description is the whole target (`--code-weight
   0`), every feature column of a replaced beat is hidden and reconstructed, RR and P wave
-  included, and its rhythm token too (`--feature-target all`): 41 % of the codes belong to
+  included, and its rhythm token too (`--feature-target all`), in aligned runs of 4 beats
+  (`--mask-span 4`: a lone hidden beat's RR could be read off its neighbours'); 41 % of the
+  codes belong to
   a single DS1 record, so predicting a code partly means recognising the patient, and the
   shape-only target never asks for the timing and P wave that S beats and AF differ by.
   `next`: next-beat prediction with a causal encoder (the issue's other objective;

@@ -280,12 +280,14 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     data, shape = objective()
     assert torch.equal(shape.feature_columns, data.shape_columns())
     assert not shape.feature_columns.all() and not shape.hide_rhythm and shape.code_weight == 1
-    _, every = objective(feature_target="all", code_weight=0.0)
+    _, every = objective(feature_target="all", code_weight=0.0, mask_span=4)
     assert every.feature_columns.all() and every.hide_rhythm and every.code_weight == 0
+    assert every.span == 4 and shape.span == 1
     for kw, said in (
         ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
         ({"code_weight": -1.0}, "--code-weight must be >= 0"),
         ({"objective": "next", "feature_target": "all"}, "for --objective masked"),
+        ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),
     ):
         with pytest.raises(HeartlmError, match=said):
             objective(**kw)

@@ -174,6 +174,28 @@ def test_masked_positions_and_labels_line_up():
     assert torch.equal(again[0], obj.mask(b)[0]), "masking must be a function of the keys"
 
 
+def test_masked_spans_are_aligned_runs_of_real_beats():
+    data = make_data([100, 12])
+    s = WindowSampler(data, window=40, seed=0)
+    one = MaskedBeats(vocab_size=data.vocab_size, seed=7)
+    obj = MaskedBeats(vocab_size=data.vocab_size, seed=7, span=4)
+    assert obj.n_masked(40) == 8  # round(0.15 * 40 / 4) runs of 4
+    assert MaskedBeats(20, mask_prob=0.99, span=4).n_masked(11) == 8  # at most 2 whole runs
+    for step in range(4):
+        b = s.batch(step, 0, 3, 1, 0, 1)
+        _, pos, labels, _ = obj.mask(b)
+        runs = pos.reshape(3, 2, 4)
+        assert (runs[..., 0] % 4 == 0).all() and (runs.diff(dim=-1) == 1).all()
+        real = b.valid & (b.morph >= NUM_SPECIAL)
+        for i in range(3):  # a run holding padding only once the real runs are used up
+            whole = int(real[i].reshape(10, 4).all(-1).sum())
+            assert int((labels[i] != IGNORE).sum()) >= 4 * min(2, whole)
+        assert torch.equal(pos, obj.mask(b)[1]), "masking must be a function of the keys"
+    assert torch.equal(one.mask(b)[1], MaskedBeats(data.vocab_size, seed=7, span=1).mask(b)[1])
+    with pytest.raises(ValueError, match="--mask-span must be >= 1"):
+        MaskedBeats(20, span=0)
+
+
 def test_next_beat_labels_are_the_following_beat():
     data = make_data([30])
     model = tiny(data, 8, causal=True)
@@ -391,6 +413,8 @@ def test_resume_keeps_the_objective_it_was_trained_with(tmp_path: Path, capsys):
     assert main([*more, "--code-weight", "0.5"]) == 2
     said = capsys.readouterr().err
     assert "trained with another objective (--code-weight 1.0 -> 0.5)" in said
+    assert main([*more, "--mask-span", "2"]) == 2
+    assert "(--mask-span 1 -> 2)" in capsys.readouterr().err
     assert (run / "metrics.jsonl").read_bytes() == before
     assert main(more) == 0  # the same objective resumes
     assert max(r["step"] for r in read_metrics(run)) == 6

@@ -42,6 +42,9 @@ class PretrainConfig:
     """share of beats masked"""
     mask_mode: str = setting("bert", choices=("bert", "mask"), group=MODEL)
     """bert: 80/10/10 MASK/random/kept; mask: all MASK"""
+    mask_span: int = setting(1, group=MODEL)
+    """masked objective: beats are masked in aligned runs of this many (1: one by one); a
+    run hides a beat's neighbours too, so its RR cannot be read off theirs"""
     label_smoothing: float = setting(0.0, group=MODEL)
     """label smoothing of the code's cross-entropy"""
     feature_weight: float = setting(1.0, group=MODEL)
@@ -89,8 +92,14 @@ class PretrainConfig:
             raise ValueError(f"--code-weight must be >= 0, not {self.code_weight}")
         if self.code_weight == 0 and self.feature_weight == 0:
             raise ValueError("--code-weight 0 with --feature-weight 0: nothing to predict")
-        if self.objective == "next" and (self.code_weight != 1 or self.feature_target != "shape"):
-            raise ValueError("--code-weight and --feature-target are for --objective masked")
+        if self.objective == "next" and (
+            self.code_weight != 1 or self.feature_target != "shape" or self.mask_span != 1
+        ):
+            raise ValueError(
+                "--code-weight, --feature-target and --mask-span are for --objective masked"
+            )
+        if not 1 <= self.mask_span <= self.window:
+            raise ValueError(f"--mask-span must be in [1, --window], not {self.mask_span}")
         if self.export == "best" and self.val_fraction == 0:
             raise ValueError("--export best needs validation records (--val-fraction > 0)")
 
@@ -136,6 +145,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             feature_weight=cfg.feature_weight,
             code_weight=cfg.code_weight,
             hide_rhythm=cfg.feature_target == "all",
+            span=cfg.mask_span,
         )
         mcfg = model_config(
             cfg.preset,
@@ -172,7 +182,7 @@ def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
     """The settings that define the objective's loss: a resume must keep them, or the best
     validation so far would be compared with losses of another objective."""
-    return {"mask_prob": cfg.mask_prob, "mask_mode": cfg.mask_mode,
+    return {"mask_prob": cfg.mask_prob, "mask_mode": cfg.mask_mode, "mask_span": cfg.mask_span,
             "label_smoothing": cfg.label_smoothing, "feature_weight": cfg.feature_weight,
             "feature_target": cfg.feature_target, "code_weight": cfg.code_weight}  # fmt: skip
 

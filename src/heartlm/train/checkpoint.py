@@ -236,11 +236,12 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"{expected.get(key)} (--{key})",
                 path,
             )
-    saved, want = meta.get("objective_settings"), expected.get("objective_settings")
-    if saved is not None and want is not None and saved != want:
-        keys = [k for k in sorted({*saved, *want}) if saved.get(k) != want.get(k)]
+    # Settings the checkpoint records (an older one may lack a newer setting: not compared).
+    saved, want = meta.get("objective_settings") or {}, expected.get("objective_settings") or {}
+    keys = [k for k in sorted(saved) if k in want and saved[k] != want[k]]
+    if keys:
         flag = {k: "--" + k.replace("_", "-") for k in keys}
-        changed = ", ".join(f"{flag[k]} {saved.get(k)} -> {want.get(k)}" for k in keys)
+        changed = ", ".join(f"{flag[k]} {saved[k]} -> {want[k]}" for k in keys)
         raise HeartlmError(f"checkpoint was trained with another objective ({changed})", path)
     saved_book, book = meta.get("codebook_hash"), expected.get("codebook_hash")
     if saved_book != book:

@@ -107,6 +107,8 @@ class MaskedBeats:
     """weight of the code's cross-entropy (0: only the features are predicted)"""
     hide_rhythm: bool = False
     """a replaced beat's rhythm token is MASK too (when its RR columns are hidden)"""
+    span: int = 1
+    """beats are chosen in aligned runs of this many (1: one by one)"""
     name: str = "masked"
     heads: tuple[str, ...] = ("mlm",)
 
@@ -115,11 +117,16 @@ class MaskedBeats:
             raise ValueError(f"--mask-prob must be in (0, 1), not {self.mask_prob}")
         if self.mode not in ("bert", "mask"):
             raise ValueError(f"--mask-mode must be bert or mask, not {self.mode!r}")
+        if self.span < 1:
+            raise ValueError(f"--mask-span must be >= 1, not {self.span}")
         if self.feature_weight > 0 and self.feature_columns is not None:
             self.heads = ("mlm", "masked")  # the reconstruction head learns too
 
     def n_masked(self, window: int) -> int:
-        return max(1, round(self.mask_prob * window))
+        if self.span == 1:
+            return max(1, round(self.mask_prob * window))
+        runs = window // self.span
+        return self.span * min(runs, max(1, round(self.mask_prob * window / self.span)))
 
     def predicted_per_window(self, window: int) -> int:
         return self.n_masked(window) if self.gather_head else window
@@ -127,11 +134,19 @@ class MaskedBeats:
     def mask(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """(masked input, chosen positions (B, K), labels (B, K) with IGNORE, features with the
         replaced beats' shape columns hidden)."""
-        _B, W = batch.morph.shape
+        B, W = batch.morph.shape
         k = self.n_masked(W)
         real = _real_beats(batch)
-        score = hash_uniform(self.seed, batch.key, W, salt=1) + (~real).float() * 2.0
-        positions = score.topk(k, dim=1, largest=False).indices  # (B, K)
+        if self.span == 1:
+            score = hash_uniform(self.seed, batch.key, W, salt=1) + (~real).float() * 2.0
+            positions = score.topk(k, dim=1, largest=False).indices  # (B, K)
+        else:  # whole runs of `span` beats, runs with padding last
+            runs = W // self.span
+            padding = (~real[:, : runs * self.span]).reshape(B, runs, self.span).float()
+            score = hash_uniform(self.seed, batch.key, runs, salt=1) + padding.mean(-1) * 2.0
+            first = score.topk(k // self.span, dim=1, largest=False).indices * self.span
+            offsets = torch.arange(self.span, device=first.device)
+            positions = (first[..., None] + offsets).reshape(B, k)
         picked_real = torch.gather(real, 1, positions)
         labels = torch.gather(batch.morph, 1, positions).long()
         labels = torch.where(picked_real, labels, IGNORE)
@@ -214,7 +229,7 @@ def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
     if name == "next":
         for key in ("mask_prob", "mode", "seed", "feature_columns", "feature_weight",
-                    "code_weight", "hide_rhythm"):  # fmt: skip
+                    "code_weight", "hide_rhythm", "span"):  # fmt: skip
             kwargs.pop(key, None)
         return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"--objective must be masked or next, not {name!r}")
