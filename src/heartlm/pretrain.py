@@ -179,12 +179,15 @@ def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:
     }
 
 
+OBJECTIVE_SETTINGS = ("mask_prob", "mask_mode", "mask_span", "label_smoothing",
+                      "feature_weight", "feature_target", "code_weight")  # fmt: skip
+"""The settings that define the objective's loss: a resume must keep them, or the best
+validation so far would be compared with losses of another objective."""
+
+
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
-    """The settings that define the objective's loss: a resume must keep them, or the best
-    validation so far would be compared with losses of another objective."""
-    return {"mask_prob": cfg.mask_prob, "mask_mode": cfg.mask_mode, "mask_span": cfg.mask_span,
-            "label_smoothing": cfg.label_smoothing, "feature_weight": cfg.feature_weight,
-            "feature_target": cfg.feature_target, "code_weight": cfg.code_weight}  # fmt: skip
+    """`cfg`'s OBJECTIVE_SETTINGS, by name."""
+    return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
 
 
 def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict) -> str | None:

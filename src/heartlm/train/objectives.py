@@ -8,7 +8,7 @@ does not depend on the number of ranks, on micro-batching or on resuming.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 import torch
@@ -50,7 +50,7 @@ def hash_uniform(seed: int, key_B: Tensor, n: int, salt: int = 0) -> Tensor:
 def vocab_loss(
     logits: Tensor, labels: Tensor, vocab_size: int, label_smoothing: float
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Cross-entropy over the real vocabulary (padded logits masked), as mean and sums."""
+    """Cross-entropy over the real vocabulary (padded logits left out), as mean and sums."""
     # The padded logits are cut off, not set to -inf: label smoothing puts mass on every
     # class, and a -inf logit would make the loss infinite.
     logits = logits[..., :vocab_size].float()
@@ -133,7 +133,7 @@ class MaskedBeats:
 
     def mask(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """(masked input, chosen positions (B, K), labels (B, K) with IGNORE, features with the
-        replaced beats' shape columns hidden)."""
+        replaced beats' `feature_columns` hidden)."""
         B, W = batch.morph.shape
         k = self.n_masked(W)
         real = _real_beats(batch)
@@ -227,9 +227,8 @@ def objective_to(objective: object, device: torch.device) -> None:
 def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
-    if name == "next":
-        for key in ("mask_prob", "mode", "seed", "feature_columns", "feature_weight",
-                    "code_weight", "hide_rhythm", "span"):  # fmt: skip
-            kwargs.pop(key, None)
+    if name == "next":  # the masked objective's settings do not apply
+        accepted = {f.name for f in fields(NextBeat)}
+        kwargs = {key: value for key, value in kwargs.items() if key in accepted}
         return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"--objective must be masked or next, not {name!r}")
