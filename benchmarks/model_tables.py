@@ -43,6 +43,7 @@ AFIB_COLUMNS = (
 def _header(results: dict[str, Any]) -> list[str]:
     machine = ", ".join(f"{k} {v}" for k, v in results["machine"].items())
     soft = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+    corpus = results.get("pretrain_corpus", {})
     return [
         f"{results['date']} on {machine}; {soft}",
         "",
@@ -50,7 +51,9 @@ def _header(results: dict[str, Any]) -> list[str]:
         "",
         f"Pretraining: `heartlm pretrain tok_pre {' '.join(results['pretrain'])}`"
         + "".join(
-            f" (variant `{name}`: then `{' '.join(flags)}`)"
+            f" (variant `{name}`: then `{' '.join(flags)}`"
+            + (f", on `{corpus[name]}`" if name in corpus else "")
+            + ")"
             for name, flags in results.get("pretrain_variants", {}).items()
             if name
         )

@@ -290,6 +290,13 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert sorted(runs) == ["pre", "pre_plr", "pre_plr_s1", "pre_plr_s2", "pre_s1", "pre_s2"]
     assert "periodic" in runs["pre_plr_s1"] and "periodic" not in runs["pre_s1"]
+    assert runs["pre_plr_s1"][1] == runs["pre_s1"][1] == "tok_pre"
+    # A variant with a corpus of its own pretrains on that token folder.
+    monkeypatch.setattr(model_study, "PRETRAIN_CORPUS", {"plr": "tok_pre_scale"})
+    made.clear()
+    model_study.pretrain(Pretraining(), ["pretrain", "select"])
+    runs = {args[args.index("--out") + 1]: args for args, _ in made}
+    assert runs["pre_plr_s2"][1] == "tok_pre_scale" and runs["pre_s2"][1] == "tok_pre"
     assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
     # `final` after a selection pretrains only what the chosen recipes start from.
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
@@ -384,6 +391,12 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_study, "SEEDS", (0,))
     monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
+    rhythm, relative = model_study.RHYTHM, model_study.REL
+    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+        "scratch_relative_context128": ["--from-scratch", *relative, *context],
+        "pretrained_best_rhythm_context128": [*rhythm, *context],
+    })  # fmt: skip
     chosen = next(iter(model_study.AFIB_CONFIGS))
     selected = {c: {"f1": 0.5} for c in model_study.AFIB_CONFIGS}
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": selected}))
