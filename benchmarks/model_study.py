@@ -403,7 +403,8 @@ def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
         name = _pre(seed, variant)
         corpus = PRETRAIN_CORPUS.get(variant, "tok_pre")
         # A run that an earlier call's time limit stopped continues from its last checkpoint.
-        resume = ["--resume"] if (r.work / name).exists() else []
+        stopped = (r.work / name).exists() and not (r.work / name / "model.safetensors").exists()
+        resume = ["--resume"] if stopped else []
         r.heartlm("pretrain", corpus, "--out", name, *PRETRAIN, *PRETRAIN_VARIANTS[variant],
                   *seeded, "--device", r.device, *resume,
                   done=f"{name}/model.safetensors")  # fmt: skip
