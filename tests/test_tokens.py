@@ -17,7 +17,7 @@ from heartlm.log import logger
 from heartlm.shards import NUM_SPECIAL, UNK
 from heartlm.store import TABLE_DTYPE, RecordEntry, StoreWriter
 from heartlm.tokens import Codebook, TokenizeConfig, TokenSet, tokenize
-from heartlm.tokens.codebook import train_kmeans
+from heartlm.tokens.codebook import cluster_sums, train_kmeans
 from heartlm.tokens.rhythm import N_BINS, rhythm_tokens
 
 W = 64
@@ -168,6 +168,36 @@ def test_kmeans_recovers_separated_clusters():
     found = sorted(c.round().tolist())
     assert found == sorted(centres.tolist())
     assert fit["mean_sq_dist"] < 0.1
+
+
+def test_cluster_sums_add_each_cluster_s_rows_and_leave_the_deterministic_mode_as_it_was():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(500, 3, generator=g)
+    code = torch.randint(0, 7, (500,), generator=g)
+    code[code == 5] = 4  # cluster 5 empty: its sum is zero
+    expected = torch.stack([x[code == j].sum(dim=0) for j in range(7)])
+    assert not torch.are_deterministic_algorithms_enabled()
+    torch.testing.assert_close(cluster_sums(x, code, 7), expected)
+    assert not torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        cluster_sums(x, code, 7)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.gpu
+def test_gpu_kmeans_gives_the_same_centroids_on_every_run():
+    """Many rows per cluster, so CUDA's atomic adds would land in different orders."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200_000, 64, generator=g).cuda()
+    runs = [train_kmeans(x, 64, iters=10, seed=0)[0].cpu() for _ in range(3)]
+    for other in runs[1:]:
+        assert torch.equal(runs[0], other)
 
 
 def _tokenized(store: Path, tmp_path: Path) -> Path:

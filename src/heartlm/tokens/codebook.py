@@ -176,6 +176,22 @@ def kmeans_pp(x_NW: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Ten
     return c_KW
 
 
+def cluster_sums(x_NW: torch.Tensor, code_N: torch.Tensor, k: int) -> torch.Tensor:
+    """(K, W) sum of the rows of each cluster, the same bits on every run: CUDA's plain
+    `index_add_` adds in whatever order its atomics land, so the same seed gave another
+    codebook on another run (benchmarks/README.md, round 17). Its deterministic version
+    (sorted, then summed) is switched on for this one call."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        return torch.zeros((k, x_NW.shape[1]), dtype=x_NW.dtype, device=x_NW.device).index_add_(
+            0, code_N, x_NW
+        )
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 def train_kmeans(
     x_NW: torch.Tensor, k: int, iters: int, seed: int, batch: int = 65536
 ) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -194,7 +210,7 @@ def train_kmeans(
         code_N, dist_N = assign(x_NW, c_KW, batch)
         inertia = float(dist_N.mean())
         counts_K = torch.bincount(code_N, minlength=k)
-        sums_KW = torch.zeros_like(c_KW).index_add_(0, code_N, x_NW)
+        sums_KW = cluster_sums(x_NW, code_N, k)
         nonempty_K = counts_K > 0
         c_KW = torch.where(
             nonempty_K[:, None], sums_KW / counts_K.clamp_min(1)[:, None].to(c_KW.dtype), c_KW
