@@ -170,6 +170,12 @@ def test_kmeans_recovers_separated_clusters():
     assert fit["mean_sq_dist"] < 0.1
 
 
+def test_kmeans_on_identical_rows_seeds_and_converges():
+    """Every D² is zero: the seeding's integer CDF is flat and must still pick a row."""
+    c, fit = train_kmeans(torch.ones(40, 3), 4, iters=3, seed=0)
+    assert torch.equal(c, torch.ones(4, 3)) and fit["mean_sq_dist"] == 0
+
+
 def test_cluster_sums_add_each_cluster_s_rows_and_leave_the_deterministic_mode_as_it_was():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(500, 3, generator=g)

@@ -166,11 +166,16 @@ def kmeans_pp(x_NW: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Ten
     c_KW = torch.empty((k, x_NW.shape[1]), dtype=x_NW.dtype, device=x_NW.device)
     first = int(rng.integers(len(xs_NW)))
     c_KW[0] = xs_NW[first]
-    d2_N = ((xs_NW - c_KW[0]) ** 2).sum(dim=1)
+    d2_N = ((xs_NW - c_KW[0]) ** 2).sum(dim=1).double()
     for j in range(1, k):
-        # Draw ∝ D² by inverse CDF on the device: no host sync per centroid.
-        cdf_N = torch.cumsum(d2_N.double(), dim=0)
-        pick = torch.searchsorted(cdf_N, (u[j] * cdf_N[-1]).reshape(1)).clamp_max(len(xs_NW) - 1)
+        # Draw ∝ D² by inverse CDF on the device: no host sync per centroid. The CDF sums
+        # integers (D² in steps of 2^-40 of its largest value): CUDA's floating-point cumsum
+        # may add in another order on another run, integer sums cannot differ.
+        top = d2_N.max()
+        q_N = torch.where(top > 0, d2_N / top * 2.0**40, 0.0).floor().long()
+        cdf_N = torch.cumsum(q_N, dim=0)
+        target = (u[j] * cdf_N[-1].double()).floor().long().reshape(1)
+        pick = torch.searchsorted(cdf_N, target, right=True).clamp_max(len(xs_NW) - 1)
         c_KW[j] = xs_NW[pick[0]]
         d2_N = torch.minimum(d2_N, ((xs_NW - c_KW[j]) ** 2).sum(dim=1))
     return c_KW
@@ -178,9 +183,10 @@ def kmeans_pp(x_NW: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Ten
 
 def cluster_sums(x_NW: torch.Tensor, code_N: torch.Tensor, k: int) -> torch.Tensor:
     """(K, W) sum of the rows of each cluster, the same bits on every run: CUDA's plain
-    `index_add_` adds in whatever order its atomics land, so the same seed gave another
-    codebook on another run (benchmarks/README.md, round 17). Its deterministic version
-    (sorted, then summed) is switched on for this one call."""
+    `index_add_` adds in whatever order its atomics land, so the same seed could give another
+    codebook on another run. Its deterministic version (sorted, then summed) is switched on
+    for this one call. The switch is process-wide: `heartlm tokenize` trains the codebook
+    before it starts any thread."""
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
