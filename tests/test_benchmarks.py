@@ -4,6 +4,7 @@ it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -297,6 +298,16 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     model_study.pretrain(Pretraining(), ["pretrain", "select"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert runs["pre_plr_s2"][1] == "tok_pre_scale" and runs["pre_s2"][1] == "tok_pre"
+    assert not any("--resume" in args for args in runs.values())
+    # A run that a call's time limit stopped resumes; a finished one keeps the command that
+    # made it (the done-check compares it).
+    (tmp_path / "pre_s1").mkdir()
+    (tmp_path / "pre_s2").mkdir()
+    (tmp_path / "pre_s2" / "model.safetensors").write_bytes(b"")
+    made.clear()
+    model_study.pretrain(Pretraining(), ["pretrain", "select"])
+    runs = {args[args.index("--out") + 1]: args for args, _ in made}
+    assert "--resume" in runs["pre_s1"] and "--resume" not in runs["pre_s2"]
     assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
     # `final` after a selection pretrains only what the chosen recipes start from.
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
@@ -343,6 +354,27 @@ def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
     (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 512")
     assert runner.heartlm("tokenize", "store_pre", "--vocab", 512, done="tok_pre") == ""
     assert runner.commands == []
+
+
+def test_a_resumed_run_is_stamped_as_the_command_that_started_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    runner = model_study.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    ran: list[list[str]] = []
+
+    def run(argv, **kwargs):
+        ran.append(argv)
+        (tmp_path / "pre" / "model.safetensors").write_bytes(b"")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(model_study.subprocess, "run", run)
+    (tmp_path / "pre").mkdir()  # stopped by an earlier call's limit
+    runner.heartlm("pretrain", "tok_pre", "--out", "pre", "--resume", done="pre/model.safetensors")
+    assert "--resume" in ran[0]
+    assert (tmp_path / ".pre.command").read_text() == "heartlm pretrain tok_pre --out pre"
+    # The next call asks for the finished run without --resume: it is the same run.
+    assert runner.heartlm("pretrain", "tok_pre", "--out", "pre", done="pre/model.safetensors") == ""
+    assert len(ran) == 1
 
 
 def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patients(
