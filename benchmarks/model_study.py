@@ -131,11 +131,13 @@ are not used): one that the pretrained recipes make anyway."""
 NEXT_RECIPE = [*REL, *W32, "--epochs", "60", *ALL]
 """Rounds 16-17's fold winner from the `next` encoder (DS2 at 100 %: S F1 0.76-0.78)."""
 LAYER_DECAY = ["--layer-decay", "0.8"]
+STRONG_LAYER_DECAY = ["--layer-decay", "0.5"]
 CLASS_POWER = ["--class-weight-power", "0.75"]
 # Round 18: two ways to make the `next` encoder pay where labels are few or classes rare.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_next_relative_window32_epochs60_all": NEXT_RECIPE,
     "pretrained_next_relative_window32_epochs60_all_ld08": [*NEXT_RECIPE, *LAYER_DECAY],
+    "pretrained_next_relative_window32_epochs60_all_ld05": [*NEXT_RECIPE, *STRONG_LAYER_DECAY],
     "pretrained_next_relative_window32_epochs60_all_cw075": [*NEXT_RECIPE, *CLASS_POWER],
     "scratch_relative": ["--from-scratch", *REL],
 }
@@ -145,6 +147,11 @@ CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
   labels, full fine-tuning may overwrite what pretraining learnt: round 17's pretrained
   model led scratch at 100 % and not on S at 1 %. Round 5 found layer decay hurt, with a
   masked-code encoder that itself did not beat scratch.
+- `_ld05`: decay 0.5, close to a linear probe first (the lowest block at 0.06 of the rate,
+  the embeddings at 0.03). A literature check (a helper, 2026-11-27) found no published
+  self-supervised gain at 1-10 % of DS1's labels on DS2, and that full fine-tuning from a
+  random head distorts pretrained features under distribution shift (Kumar et al. 2022,
+  LP-FT); ULMFiT divides the rate by 2.6 per layer.
 - `_cw075`: class weights (n / (K n_c))^0.75 instead of the square root. Disclosed: this one
   comes from DS2's errors in rounds 16-17 (missed V beats at the floor's precision, V Se
   0.948 against +P 0.976, and 250-277 of 388 F beats called N); it is chosen or not on the
