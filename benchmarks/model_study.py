@@ -133,7 +133,7 @@ NEXT_RECIPE = [*REL, *W32, "--epochs", "60", *ALL]
 LAYER_DECAY = ["--layer-decay", "0.8"]
 STRONG_LAYER_DECAY = ["--layer-decay", "0.5"]
 CLASS_POWER = ["--class-weight-power", "0.75"]
-# Round 18: two ways to make the `next` encoder pay where labels are few or classes rare.
+# Round 18: three fine-tunings of the `next` encoder for scarce labels and rare classes.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_next_relative_window32_epochs60_all": NEXT_RECIPE,
     "pretrained_next_relative_window32_epochs60_all_ld08": [*NEXT_RECIPE, *LAYER_DECAY],
