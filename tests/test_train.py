@@ -668,6 +668,67 @@ def test_keep_best_exports_the_best_validation_and_patience_stops(tmp_path: Path
     assert again["val_loss"] == pytest.approx(best_loss, rel=1e-5)
 
 
+def test_head_first_holds_the_encoder_still_then_lets_every_layer_learn():
+    data = make_data([40])
+    model = tiny(data, 16)  # 2 blocks
+    opt = build_adamw(model, 1e-3, 0.1, (0.9, 0.95), fused=False, n_layers=2, heads_apart=True)
+    set_lr(opt, 1e-3, heads_only=True)
+    rate = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert rate[id(model.beat_head.weight)] == 1e-3 and rate[id(model.norm.weight)] == 1e-3
+    assert rate[id(model.blocks[1].qkv.weight)] == 0 and rate[id(model.morph_emb.weight)] == 0
+    set_lr(opt, 1e-3)
+    assert {g["lr"] for g in opt.param_groups} == {1e-3}
+    # Graph-replayed steps read device rates: the encoder's is a tensor of its own.
+    device_lr(opt, torch.device("cpu"))
+    set_lr(opt, 2e-3, heads_only=True)
+    rate = {id(p): float(g["lr"]) for g in opt.param_groups for p in g["params"]}
+    assert rate[id(model.beat_head.weight)] == pytest.approx(2e-3)
+    assert rate[id(model.blocks[0].qkv.weight)] == 0
+    # Without it the groups are those of before (a resume finds the same optimizer).
+    plain = build_adamw(model, 1e-3, 0.1, (0.9, 0.95), fused=False, n_layers=2)
+    assert len(plain.param_groups) == 2 and not any(g["encoder"] for g in plain.param_groups)
+    with pytest.raises(ValueError, match="--head-first"):
+        TrainConfig(steps=1, head_first=1.0).validate()
+
+
+@pytest.mark.parametrize("share", [0.99, 0.5])
+def test_training_with_head_first_moves_only_the_heads_in_its_first_steps(
+    tmp_path: Path, share: float
+):
+    data = make_data([120, 90])
+    model = tiny(data, 16)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = TrainConfig(steps=4, batch=8, lr=1e-2, warmup_steps=0, schedule="constant",
+                      val_every=0, ckpt_every=0, head_first=share)  # fmt: skip
+    sampler = WindowSampler(data, 16, 4, seed=0)
+    train(cfg, model, MaskedBeats(data.vocab_size), sampler, None, tmp_path, DistEnv())
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert "beat_head.weight" in moved or "lm_head.weight" in moved
+    encoder = {n for n in before if n.startswith(("blocks.", "morph_emb", "pos_emb"))}
+    if share == 0.99:  # round(0.99 * 4) = 4: every step trains the heads only
+        assert not moved & encoder
+    else:  # steps 2 and 3 train every layer
+        assert encoder <= moved
+
+
+def test_a_resume_refuses_another_optimizer_grouping(tmp_path: Path):
+    """--layer-decay and --head-first shape AdamW's parameter groups; a checkpoint's
+    optimizer state does not fit other groups (it failed with KeyError 'lr')."""
+    data = make_data([120, 90])
+
+    def run(steps: int, head_first: float, resume: bool) -> object:
+        cfg = TrainConfig(steps=steps, batch=8, lr=1e-2, warmup_steps=0, val_every=0,
+                          ckpt_every=2, head_first=head_first, resume=resume)  # fmt: skip
+        sampler = WindowSampler(data, 16, 4, seed=0)
+        return train(cfg, tiny(data, 16), MaskedBeats(data.vocab_size), sampler, None,
+                     tmp_path, DistEnv())  # fmt: skip
+
+    run(2, 0.0, False)
+    with pytest.raises(HeartlmError, match="--head-first 0; resume with the same, not"):
+        run(4, 0.5, True)
+    assert run(4, 0.0, True).step == 4
+
+
 def test_layer_decay_slows_lower_layers_and_leaves_the_head_at_the_full_rate():
     data = make_data([40])
     model = tiny(data, 16)  # 2 blocks

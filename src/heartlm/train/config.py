@@ -112,6 +112,10 @@ class TrainConfig:
     layer_decay: float = setting(1.0, metavar="D", group=OPT)
     """layer-wise learning-rate decay: block i of L learns at D^(L-i) of --lr, the
     embeddings at D^(L+1), the heads at --lr (1: off)"""
+    head_first: float = setting(0.0, metavar="F", group=OPT)
+    """fine-tuning: this share of the steps, from the first, trains the heads only (the
+    encoder's rate is 0), then every layer learns (linear probing, then fine-tuning:
+    LP-FT; 0: off)"""
     betas: tuple[float, float] = setting((0.9, 0.95), cli=False)
     """AdamW betas"""
     grad_clip: float = setting(1.0, group=OPT)
@@ -196,6 +200,8 @@ class TrainConfig:
             raise ValueError(f"patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
+        if not 0.0 <= self.head_first < 1.0:
+            raise ValueError(f"--head-first must be in [0, 1), not {self.head_first}")
         self.parallel.validate()
         self._validate_numbers()
 

@@ -141,6 +141,23 @@ def train(*args: Any, **kwargs: Any) -> TrainResult:
     return Trainer(*args, **kwargs).fit()
 
 
+def optimizer_shape(cfg: TrainConfig) -> dict[str, float]:
+    """The settings that shape the optimizer's parameter groups: a resume must keep them."""
+    return {"layer_decay": cfg.layer_decay, "head_first": cfg.head_first}
+
+
+def check_optimizer_shape(saved: dict[str, Any], expected: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose optimizer was grouped otherwise (older ones: trusted)."""
+    before, now = saved.get("optimizer"), expected["optimizer"]
+    if before is not None and before != now:
+        raise HeartlmError(f"the checkpoint was trained with {_as_flags(before)}; resume "
+                           f"with the same, not {_as_flags(now)}", path)  # fmt: skip
+
+
+def _as_flags(settings: dict[str, float]) -> str:
+    return " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in settings.items())
+
+
 class Trainer:
     """One training run; `fit()` runs it. Construction sets up everything, resume included."""
 
@@ -172,7 +189,8 @@ class Trainer:
         self.total = cfg.total_steps(train_sampler.steps_per_epoch(cfg.batch))
         self.stop = min(self.total, cfg.stop_at) if cfg.stop_at else self.total
         self.meta = {"model": model.cfg.to_dict(), "window": train_sampler.window,
-                     "objective": objective.name, **(meta or {})}  # fmt: skip
+                     "objective": objective.name, "optimizer": optimizer_shape(cfg),
+                     **(meta or {})}  # fmt: skip
         self.best: dict[str, float] | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
         self.worse, self.early, self.interrupted = 0, False, False
@@ -212,7 +230,9 @@ class Trainer:
         self.optimizer = build_adamw(
             self.wrapped, lr, cfg.weight_decay, cfg.betas, fused=self.cuda,
             capturable=cfg.cudagraph, layer_decay=cfg.layer_decay, n_layers=model.cfg.n_layers,
+            heads_apart=cfg.head_first > 0,
         )  # fmt: skip
+        self.head_steps = round(cfg.head_first * self.total)
         if cfg.backend == "deepspeed" and env.distributed:
             # The engine takes over this AdamW; its step stands behind self.optimizer.
             zero.check_supported(self.accum, cfg.resume)
@@ -237,6 +257,7 @@ class Trainer:
         latest = ckpt.resume_point(self.checkpoints, self.env) if self.cfg.resume else None
         if latest is not None:
             ckpt.check_compatible(ckpt.read_meta(latest), self.meta, latest)
+            check_optimizer_shape(ckpt.read_meta(latest), self.meta, latest)
             self._restore_best(latest)
             self.start = ckpt.load_checkpoint(latest, self.wrapped, self.optimizer,
                                               verified=True)["step"]  # fmt: skip
@@ -357,7 +378,7 @@ class Trainer:
         """Optimizer step `step` (0-based), logged on the device."""
         self.breakdown.begin(step)
         lr = self.schedule(step)
-        set_lr(self.optimizer, lr)
+        set_lr(self.optimizer, lr, heads_only=step < self.head_steps)
         wait = DataWait(self.cuda)
         if self.graphed is not None:
             with wait.span():

@@ -77,27 +77,34 @@ def build_adamw(
     capturable: bool = False,
     layer_decay: float = 1.0,
     n_layers: int = 0,
+    heads_apart: bool = False,
 ) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms, biases or embeddings).
 
     `layer_decay` < 1 (fine-tuning) scales the rate of a parameter at `layer_depth` d by
     layer_decay ** (n_layers + 1 - d): the heads learn at the full rate, the blocks below
     more and more slowly, the embeddings slowest, so pretrained features are kept.
+    `heads_apart` puts the heads (and final norm) in groups of their own and marks every
+    other group `encoder`, so that `set_lr(..., heads_only=True)` can hold the encoder still.
     `capturable` (CUDA graphs) keeps the step count on the device; pair it with
     `device_lr` so that the learning rate is read from device memory too.
     """
     groups: dict[tuple[bool, int], list[nn.Parameter]] = {}
+    head = n_layers + 1
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         decays = p.ndim >= 2 and "emb" not in name
-        depth = layer_depth(name, n_layers) if layer_decay != 1.0 else 0
+        depth = layer_depth(name, n_layers) if layer_decay != 1.0 or heads_apart else 0
+        if layer_decay == 1.0 and depth != head:
+            depth = 0
         groups.setdefault((decays, depth), []).append(p)
     param_groups = [
         {
             "params": params,
             "weight_decay": weight_decay if decays else 0.0,
-            "lr_scale": layer_decay ** (n_layers + 1 - depth) if layer_decay != 1.0 else 1.0,
+            "lr_scale": layer_decay ** (head - depth) if layer_decay != 1.0 else 1.0,
+            "encoder": heads_apart and depth != head,
         }
         for (decays, depth), params in sorted(groups.items())
     ]
@@ -107,16 +114,17 @@ def build_adamw(
 
 
 def device_lr(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Give all parameter groups one shared fp32 learning-rate tensor on `device`.
+    """Give the parameter groups fp32 learning-rate tensors on `device`, one per rate scale
+    (and per `encoder` mark).
 
     A captured optimizer step then reads the rate that `set_lr` writes before each replay.
     """
-    rates: dict[float, torch.Tensor] = {}
+    rates: dict[tuple[float, bool], torch.Tensor] = {}
     for group in optimizer.param_groups:
-        scale = group.get("lr_scale", 1.0)
-        if scale not in rates:
-            rates[scale] = torch.tensor(float(group["lr"]) * scale, device=device)
-        group["lr"] = rates[scale]
+        key = (group.get("lr_scale", 1.0), group.get("encoder", False))
+        if key not in rates:
+            rates[key] = torch.tensor(float(group["lr"]) * key[0], device=device)
+        group["lr"] = rates[key]
 
 
 def host_lr(optimizer: torch.optim.Optimizer) -> None:
@@ -142,12 +150,13 @@ def float_lr(optimizer: torch.optim.Optimizer) -> Iterator[None]:
             group["lr"] = lr
 
 
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set every group's rate (times its `lr_scale`); a device tensor rate (`device_lr`) is
-    filled in place."""
+def set_lr(optimizer: torch.optim.Optimizer, lr: float, heads_only: bool = False) -> None:
+    """Set every group's rate (times its `lr_scale`; 0 for the `encoder` groups when
+    `heads_only`); a device tensor rate (`device_lr`) is filled in place."""
     done: set[int] = set()
     for group in optimizer.param_groups:
-        current, rate = group["lr"], lr * group.get("lr_scale", 1.0)
+        held = heads_only and group.get("encoder", False)
+        current, rate = group["lr"], 0.0 if held else lr * group.get("lr_scale", 1.0)
         if isinstance(current, torch.Tensor):
             if id(current) not in done:
                 current.fill_(rate)
