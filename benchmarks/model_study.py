@@ -132,26 +132,27 @@ NEXT_RECIPE = [*REL, *W32, "--epochs", "60", *ALL]
 """Rounds 16-17's fold winner from the `next` encoder (DS2 at 100 %: S F1 0.76-0.78)."""
 LAYER_DECAY = ["--layer-decay", "0.8"]
 STRONG_LAYER_DECAY = ["--layer-decay", "0.5"]
+HEAD_FIRST = ["--head-first", "0.25"]
 CLASS_POWER = ["--class-weight-power", "0.75"]
 # Round 18: three fine-tunings of the `next` encoder for scarce labels and rare classes.
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_next_relative_window32_epochs60_all": NEXT_RECIPE,
-    "pretrained_next_relative_window32_epochs60_all_ld08": [*NEXT_RECIPE, *LAYER_DECAY],
     "pretrained_next_relative_window32_epochs60_all_ld05": [*NEXT_RECIPE, *STRONG_LAYER_DECAY],
+    "pretrained_next_relative_window32_epochs60_all_hf025": [*NEXT_RECIPE, *HEAD_FIRST],
     "pretrained_next_relative_window32_epochs60_all_cw075": [*NEXT_RECIPE, *CLASS_POWER],
     "scratch_relative": ["--from-scratch", *REL],
 }
-"""Round 18 (prepared from rounds 16-17):
-- `_ld08`: layer-wise learning-rate decay 0.8 (the lowest of the `small` preset's four
-  blocks learns at 0.41 of the rate, the embeddings at 0.33). With 10 % and 1 % of the
-  labels, full fine-tuning may overwrite what pretraining learnt: round 17's pretrained
-  model led scratch at 100 % and not on S at 1 %. Round 5 found layer decay hurt, with a
-  masked-code encoder that itself did not beat scratch.
-- `_ld05`: decay 0.5, close to a linear probe first (the lowest block at 0.06 of the rate,
-  the embeddings at 0.03). A literature check (a helper, 2026-11-27) found no published
-  self-supervised gain at 1-10 % of DS1's labels on DS2, and that full fine-tuning from a
-  random head distorts pretrained features under distribution shift (Kumar et al. 2022,
-  LP-FT); ULMFiT divides the rate by 2.6 per layer.
+"""Round 18 (prepared from rounds 16-17). With 10 % and 1 % of the labels, full fine-tuning
+may overwrite what pretraining learnt: round 17's pretrained model led scratch at 100 % and
+not on S at 1 %. A literature check (a helper, 2026-11-27) found no published
+self-supervised gain at 1-10 % of DS1's labels on DS2, and that full fine-tuning from a
+random head distorts pretrained features under distribution shift (Kumar et al. 2022).
+- `_ld05`: layer-wise learning-rate decay 0.5 (the lowest of the `small` preset's four
+  blocks learns at 0.06 of the rate, the embeddings at 0.03; ULMFiT divides by 2.6 per
+  layer). Round 5 found decay 0.9 hurt, with a masked-code encoder that itself did not beat
+  scratch.
+- `_hf025`: LP-FT, the heads alone for the first quarter of the steps (`--head-first
+  0.25`), then every layer.
 - `_cw075`: class weights (n / (K n_c))^0.75 instead of the square root. Disclosed: this one
   comes from DS2's errors in rounds 16-17 (missed V beats at the floor's precision, V Se
   0.948 against +P 0.976, and 250-277 of 388 F beats called N); it is chosen or not on the
@@ -231,7 +232,7 @@ the `features` and `next` runs (which export their best validation too). Round 1
 round 16's two winners on the folds (scratch with rhythm inputs, rhythm from `best`) and adds
 rhythm from `nextscale`; the recipes that lost in round 16 are dropped to keep three calls.
 Round 18 drops `nextscale` (lost on the DS2 run too) and adds rhythm from `best` with layer
-decay 0.8 (CONFIGS' `_ld08`), for the same reason as for beats."""
+decay 0.8, for the reason given under CONFIGS."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
