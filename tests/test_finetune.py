@@ -305,6 +305,13 @@ def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
     assert not (tmp_path / "ft").exists()
 
 
+def test_head_first_from_scratch_is_refused(tmp_path, capsys):
+    args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]
+    assert _cli(*args, "--from-scratch", "--head-first", "0.25") == 2
+    assert "with --from-scratch it would hold random weights" in capsys.readouterr().err
+    assert not (tmp_path / "ft").exists()
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A pretrained tiny run on 6 one-minute synthetic records (half with AFIB episodes)."""

@@ -691,24 +691,33 @@ def test_head_first_holds_the_encoder_still_then_lets_every_layer_learn():
         TrainConfig(steps=1, head_first=1.0).validate()
 
 
-@pytest.mark.parametrize("share", [0.99, 0.5])
+@pytest.mark.parametrize("stop_at", [2, 4])
 def test_training_with_head_first_moves_only_the_heads_in_its_first_steps(
-    tmp_path: Path, share: float
+    tmp_path: Path, stop_at: int
 ):
+    """--head-first 0.5 of 4 steps: steps 0 and 1 train the heads, steps 2 and 3 all."""
     data = make_data([120, 90])
     model = tiny(data, 16)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     cfg = TrainConfig(steps=4, batch=8, lr=1e-2, warmup_steps=0, schedule="constant",
-                      val_every=0, ckpt_every=0, head_first=share)  # fmt: skip
+                      val_every=0, ckpt_every=0, head_first=0.5, stop_at=stop_at)  # fmt: skip
     sampler = WindowSampler(data, 16, 4, seed=0)
     train(cfg, model, MaskedBeats(data.vocab_size), sampler, None, tmp_path, DistEnv())
     moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
-    assert "beat_head.weight" in moved or "lm_head.weight" in moved
+    assert "lm_head.weight" in moved
     encoder = {n for n in before if n.startswith(("blocks.", "morph_emb", "pos_emb"))}
-    if share == 0.99:  # round(0.99 * 4) = 4: every step trains the heads only
+    if stop_at == 2:
         assert not moved & encoder
-    else:  # steps 2 and 3 train every layer
+    else:
         assert encoder <= moved
+
+
+def test_head_first_is_refused_in_pretraining(tmp_path: Path, capsys):
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50]))
+    args = ["pretrain", str(tokens), "--out", str(tmp_path / "run"), "--preset", "tiny"]
+    assert main([*args, "--window", "16", "--steps", "2", "--head-first", "0.5"]) == 2
+    assert "--head-first is for fine-tuning" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_resume_refuses_another_optimizer_grouping(tmp_path: Path):

@@ -86,6 +86,8 @@ class PretrainConfig:
             raise ValueError(f"--val-fraction must be in [0, 1), not {self.val_fraction}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
+        if self.train.head_first > 0:
+            raise ValueError("--head-first is for fine-tuning a pretrained encoder")
         if self.feature_weight < 0:
             raise ValueError(f"--feature-weight must be >= 0, not {self.feature_weight}")
         if self.code_weight < 0:

@@ -94,6 +94,9 @@ class FinetuneConfig:
             raise ValueError(f"--afib-beat-loss must be >= 0, not {self.afib_beat_loss}")
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")
+        if self.train.head_first > 0 and self.from_scratch:
+            raise ValueError("--head-first holds the encoder still; with --from-scratch it "
+                             "would hold random weights")  # fmt: skip
         if not self.max_class_weight >= 1.0:  # also NaN
             raise ValueError("--max-class-weight must be >= 1")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:

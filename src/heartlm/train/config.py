@@ -113,9 +113,9 @@ class TrainConfig:
     """layer-wise learning-rate decay: block i of L learns at D^(L-i) of --lr, the
     embeddings at D^(L+1), the heads at --lr (1: off)"""
     head_first: float = setting(0.0, metavar="F", group=OPT)
-    """fine-tuning: this share of the steps, from the first, trains the heads only (the
-    encoder's rate is 0), then every layer learns (linear probing, then fine-tuning:
-    LP-FT; 0: off)"""
+    """fine-tuning: this share of the steps (rounded down), from the first, trains the heads
+    only (the encoder's rate is 0), then every layer learns (linear probing, then
+    fine-tuning: LP-FT; 0: off)"""
     betas: tuple[float, float] = setting((0.9, 0.95), cli=False)
     """AdamW betas"""
     grad_clip: float = setting(1.0, group=OPT)

@@ -232,7 +232,7 @@ class Trainer:
             capturable=cfg.cudagraph, layer_decay=cfg.layer_decay, n_layers=model.cfg.n_layers,
             heads_apart=cfg.head_first > 0,
         )  # fmt: skip
-        self.head_steps = round(cfg.head_first * self.total)
+        self.head_steps = int(cfg.head_first * self.total)  # below the total: F < 1
         if cfg.backend == "deepspeed" and env.distributed:
             # The engine takes over this AdamW; its step stands behind self.optimizer.
             zero.check_supported(self.accum, cfg.resume)
