@@ -177,6 +177,7 @@ def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:
         "window": cfg.window,
         "objective": cfg.objective,
         "objective_settings": objective_settings(cfg),
+        "optimizer": cfg.train.optimizer_shape(),
         "codebook_hash": data.meta.get("codebook_hash"),
     }
 

@@ -197,6 +197,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def _as_flags(settings: dict[str, float]) -> str:
+    return " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in settings.items())
+
+
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
     """Refuse a checkpoint from another preset, vocabulary or model shape."""
     saved, want = meta.get("model", {}), expected.get("model", {})
@@ -243,6 +247,10 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         flag = {k: "--" + k.replace("_", "-") for k in keys}
         changed = ", ".join(f"{flag[k]} {saved[k]} -> {want[k]}" for k in keys)
         raise HeartlmError(f"checkpoint was trained with another objective ({changed})", path)
+    before, now = meta.get("optimizer"), expected.get("optimizer")  # older ones: not compared
+    if before is not None and now is not None and before != now:
+        raise HeartlmError(f"the checkpoint was trained with {_as_flags(before)}; resume "
+                           f"with the same, not {_as_flags(now)}", path)  # fmt: skip
     saved_book, book = meta.get("codebook_hash"), expected.get("codebook_hash")
     if saved_book != book:
         raise HeartlmError(

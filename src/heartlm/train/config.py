@@ -205,6 +205,11 @@ class TrainConfig:
         self.parallel.validate()
         self._validate_numbers()
 
+    def optimizer_shape(self) -> dict[str, float]:
+        """The settings that shape AdamW's parameter groups: a resume must keep them (a
+        checkpoint's optimizer state does not fit other groups)."""
+        return {"layer_decay": self.layer_decay, "head_first": self.head_first}
+
     def _validate_numbers(self) -> None:
         """Numeric flags a run would only trip over later (NaN compares false: `not >`)."""
         positive = {"--lr": self.lr, "--step-gamma": self.step_gamma, "--exp-gamma": self.exp_gamma}

@@ -141,23 +141,6 @@ def train(*args: Any, **kwargs: Any) -> TrainResult:
     return Trainer(*args, **kwargs).fit()
 
 
-def optimizer_shape(cfg: TrainConfig) -> dict[str, float]:
-    """The settings that shape the optimizer's parameter groups: a resume must keep them."""
-    return {"layer_decay": cfg.layer_decay, "head_first": cfg.head_first}
-
-
-def check_optimizer_shape(saved: dict[str, Any], expected: dict[str, Any], path: Path) -> None:
-    """Refuse a checkpoint whose optimizer was grouped otherwise (older ones: trusted)."""
-    before, now = saved.get("optimizer"), expected["optimizer"]
-    if before is not None and before != now:
-        raise HeartlmError(f"the checkpoint was trained with {_as_flags(before)}; resume "
-                           f"with the same, not {_as_flags(now)}", path)  # fmt: skip
-
-
-def _as_flags(settings: dict[str, float]) -> str:
-    return " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in settings.items())
-
-
 class Trainer:
     """One training run; `fit()` runs it. Construction sets up everything, resume included."""
 
@@ -189,7 +172,7 @@ class Trainer:
         self.total = cfg.total_steps(train_sampler.steps_per_epoch(cfg.batch))
         self.stop = min(self.total, cfg.stop_at) if cfg.stop_at else self.total
         self.meta = {"model": model.cfg.to_dict(), "window": train_sampler.window,
-                     "objective": objective.name, "optimizer": optimizer_shape(cfg),
+                     "objective": objective.name, "optimizer": cfg.optimizer_shape(),
                      **(meta or {})}  # fmt: skip
         self.best: dict[str, float] | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -257,7 +240,6 @@ class Trainer:
         latest = ckpt.resume_point(self.checkpoints, self.env) if self.cfg.resume else None
         if latest is not None:
             ckpt.check_compatible(ckpt.read_meta(latest), self.meta, latest)
-            check_optimizer_shape(ckpt.read_meta(latest), self.meta, latest)
             self._restore_best(latest)
             self.start = ckpt.load_checkpoint(latest, self.wrapped, self.optimizer,
                                               verified=True)["step"]  # fmt: skip

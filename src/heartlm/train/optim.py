@@ -95,9 +95,9 @@ def build_adamw(
         if not p.requires_grad:
             continue
         decays = p.ndim >= 2 and "emb" not in name
-        depth = layer_depth(name, n_layers) if layer_decay != 1.0 or heads_apart else 0
-        if layer_decay == 1.0 and depth != head:
-            depth = 0
+        depth = layer_depth(name, n_layers)
+        if layer_decay == 1.0:  # one rate: only heads held apart get groups of their own
+            depth = head if heads_apart and depth == head else 0
         groups.setdefault((decays, depth), []).append(p)
     param_groups = [
         {
