@@ -400,6 +400,21 @@ def test_deepspeed_zero_on_two_gpus_matches_ddp(tmp_path: Path, stage: int) -> N
         assert loss == pytest.approx(runs["ddp"][step], rel=BF16_RTOL), (stage, step)
 
 
+def _graph_and_eager_losses(tmp_path: Path, steps: int, *flags: str) -> dict[str, dict]:
+    """Losses of `heartlm pretrain` on tokens with beat features, eager and `--cudagraph`."""
+    tokens = _write_tokens(tmp_path / "tokens")
+    gpu = ["--device", "cuda", "--precision", "bf16", "--ckpt-every", "0", *flags]
+    args = [a for a in TRAIN_ARGS if a not in ("cpu", "fp32", "--device", "--precision")]
+    args[args.index("--steps") + 1] = str(steps)
+    runs = {}
+    for name, graph in (("eager", []), ("graph", ["--cudagraph"])):
+        run = tmp_path / name
+        _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *graph)
+        runs[name] = _losses(run)
+    assert sorted(runs["graph"]) == list(range(1, steps + 1))
+    return runs
+
+
 @pytest.mark.gpu
 def test_cudagraph_pretraining_with_feature_reconstruction_matches_the_eager_step(
     tmp_path: Path,
@@ -412,16 +427,23 @@ def test_cudagraph_pretraining_with_feature_reconstruction_matches_the_eager_ste
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    tokens = _write_tokens(tmp_path / "tokens")
-    gpu = ["--device", "cuda", "--precision", "bf16", "--ckpt-every", "0"]
-    args = [a for a in TRAIN_ARGS if a not in ("cpu", "fp32", "--device", "--precision")]
-    args[args.index("--steps") + 1] = "12"  # 3 eager, one captured, 8 replayed
-    runs = {}
-    for name, flags in (("eager", []), ("graph", ["--cudagraph"])):
-        run = tmp_path / name
-        _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *flags)
-        runs[name] = _losses(run)
-    assert sorted(runs["graph"]) == list(range(1, 13))
+    runs = _graph_and_eager_losses(tmp_path, 12)  # 3 eager, one captured, 8 replayed
+    for step, loss in runs["graph"].items():
+        assert loss == pytest.approx(runs["eager"][step], rel=2e-3), step
+
+
+@pytest.mark.gpu
+def test_ddp_step_as_one_cuda_graph_on_two_gpus_trains_like_the_eager_ddp_step(
+    tmp_path: Path,
+) -> None:
+    """--cudagraph under DDP: 11 eager steps, then the step with its all-reduces captured
+    and replayed. Same kernels and collectives in the same order as the eager DDP step; only
+    the learning rate is read as an fp32 device tensor (the 1-process test's tolerance)."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    runs = _graph_and_eager_losses(tmp_path, 20, "--nproc", "2")  # 11 eager, 1 captured
     for step, loss in runs["graph"].items():
         assert loss == pytest.approx(runs["eager"][step], rel=2e-3), step
 

@@ -542,6 +542,18 @@ def test_cudagraph_is_refused_off_cuda_and_with_a_dataloader(tmp_path: Path):
     cfg = TrainConfig(steps=1, cudagraph=True, workers=2)
     with pytest.raises(HeartlmError, match="--cudagraph needs the device data path"):
         check_cudagraph(cfg, DistEnv(device=torch.device("cuda")))
+    # Several processes: DDP's fp32 all-reduces are captured with the step; FSDP2's and
+    # DeepSpeed's collectives and the bf16 comm hook are not.
+    two = DistEnv(0, 2, 0, torch.device("cuda"), "nccl")
+    check_cudagraph(TrainConfig(steps=1, cudagraph=True), two)
+    for backend in ("fsdp", "deepspeed"):
+        with pytest.raises(HeartlmError, match=f"not --backend {backend}'s collectives"):
+            check_cudagraph(TrainConfig(steps=1, cudagraph=True, backend=backend), two)
+    bf16 = TrainConfig(steps=1, cudagraph=True)
+    bf16.parallel.grad_reduce = "bf16"
+    with pytest.raises(HeartlmError, match="fp32 gradients only"):
+        check_cudagraph(bf16, two)
+    check_cudagraph(bf16, DistEnv(device=torch.device("cuda")))  # one process: no all-reduce
 
 
 def test_device_lr_is_one_shared_tensor_that_set_lr_fills_and_host_lr_undoes():

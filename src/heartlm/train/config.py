@@ -159,7 +159,8 @@ class TrainConfig:
     sdpa: str = setting("auto", choices=SDPA_BACKENDS, group=SPEED)
     """attention kernel (auto: PyTorch's choice)"""
     cudagraph: bool = setting(False, group=SPEED)
-    """replay each optimizer step as one CUDA graph (CUDA, one process, --workers 0)"""
+    """replay each optimizer step as one CUDA graph (CUDA, one process or DDP with fp32
+    gradient reduction, --workers 0)"""
     ac: str = setting("none", choices=AC_MODES, group=SPEED)
     """activation checkpointing of each block: none; full (recompute the block in backward);
     selective (keep matmul and attention outputs, recompute norms and activations)"""

@@ -11,7 +11,11 @@ from heartlm.errors import HeartlmError
 from heartlm.train.data import BATCH_FIELDS, Batch
 
 GRAPH_WARMUP = 3
-"""eager steps (on a side stream) before the CUDA graph is captured"""
+"""eager steps (on the capture stream) before the CUDA graph is captured, one process"""
+DDP_GRAPH_WARMUP = 11
+"""the same under DDP: its reducer rebuilds its buckets and times its first iterations
+(host syncs) in the early steps, so the captured step must come after them; PyTorch's CUDA
+graphs notes ask for at least 11 DDP-enabled eager iterations before capture"""
 
 
 def _fields(batch: Batch) -> tuple[torch.Tensor | None, ...]:
@@ -25,16 +29,23 @@ def _clone_batch(batch: Batch) -> Batch:
 class GraphedStep:
     """`step_fn(batches) -> (loss, grad_norm)` replayed as one CUDA graph.
 
-    The first GRAPH_WARMUP calls run eagerly on a side stream (they compile and size the
-    workspaces); the next call captures the step with `.grad` unset, so backward allocates
-    the gradients in the graph's pool, and every later call copies its batches into the
-    static inputs and replays. Nothing in the step may sync with the host or change shape.
+    The first `warmup` calls run eagerly on `stream` (they compile and size the workspaces);
+    the next call captures the step on that same stream with `.grad` unset, so backward
+    allocates the gradients in the graph's pool (under DDP: fills its buckets, which were
+    made before), and every later call copies its batches into the static inputs and
+    replays. Under DDP the all-reduces are captured with the step, and the DDP module must
+    have been built on `stream` too. Nothing in the step may sync with the host or change
+    shape.
     """
 
     def __init__(
-        self, step_fn: Callable[[list[Batch]], tuple[torch.Tensor, torch.Tensor]], zero: Any
+        self,
+        step_fn: Callable[[list[Batch]], tuple[torch.Tensor, torch.Tensor]],
+        zero: Any,
+        stream: torch.cuda.Stream,
+        warmup: int = GRAPH_WARMUP,
     ) -> None:
-        self.step_fn, self.zero = step_fn, zero
+        self.step_fn, self.zero, self.stream, self.warmup = step_fn, zero, stream, warmup
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[Batch] = []
@@ -42,20 +53,19 @@ class GraphedStep:
 
     def __call__(self, batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         self.calls += 1
-        if self.graph is None and self.calls <= GRAPH_WARMUP:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+        if self.graph is None and self.calls <= self.warmup:
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
                 out = self.step_fn(batches)
                 self.zero()
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self.stream)
             return out
         if self.graph is None:
             self.static = [_clone_batch(b) for b in batches]
             self.zero()
             torch.cuda.synchronize()
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, stream=self.stream):
                 self.out = self.step_fn(self.static)
         else:
             for dst, src in zip(self.static, batches, strict=True):
@@ -67,3 +77,11 @@ class GraphedStep:
         self.graph.replay()
         assert self.out is not None
         return self.out[0].clone(), self.out[1].clone()
+
+    def release(self) -> None:
+        """Free the captured graph once the GPU has finished it. Under DDP this must come
+        before the process group is torn down: the graph holds the NCCL work it captured."""
+        if self.graph is not None:
+            torch.cuda.synchronize()
+            self.graph.reset()
+        self.graph, self.static, self.out = None, [], None

@@ -151,6 +151,7 @@ def wrap_model(
     static_graph: bool = False,
     ac: str = "none",
     parallel: ParallelConfig | None = None,
+    init_stream: torch.cuda.Stream | None = None,
 ) -> nn.Module:
     """Activation checkpointing, compile, then wrap for data parallelism. Returns the
     module to call and train.
@@ -158,7 +159,8 @@ def wrap_model(
     `static_graph` (DDP, with `ddp_static_graph` auto): True only when every step runs the
     same graph without `no_sync` accumulation. With `deepspeed` the plain module (compiled
     where `heartlm.train.zero.traceable`) comes back: `heartlm.train.zero.initialize` wraps
-    it with its optimizer.
+    it with its optimizer. `init_stream`: DDP is built on it (the stream that will capture
+    the whole step as a CUDA graph, `heartlm.train.cudagraph`).
     """
     apply_ac(model, ac)
     if backend not in BACKENDS:
@@ -173,7 +175,13 @@ def wrap_model(
     if compile:
         model.compile(mode=compile_mode)
     if backend == "ddp" and env.distributed:
-        return _ddp(model, env, static_graph, p)
+        if init_stream is None:
+            return _ddp(model, env, static_graph, p)
+        init_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(init_stream):
+            ddp = _ddp(model, env, static_graph, p)
+        torch.cuda.current_stream().wait_stream(init_stream)
+        return ddp
     if backend == "fsdp":
         logger.debug("--backend fsdp with one process: training the plain module")
     return model

@@ -33,7 +33,7 @@ from heartlm.train import checkpoint as ckpt
 from heartlm.train import stopsignal, zero
 from heartlm.train.callbacks import Callback
 from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
-from heartlm.train.cudagraph import GraphedStep
+from heartlm.train.cudagraph import DDP_GRAPH_WARMUP, GRAPH_WARMUP, GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.flops import flops_per_token, peak_flops
@@ -71,8 +71,10 @@ def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
     why = None
     if env.device.type != "cuda":
         why = f"needs a CUDA device, not {env.device.type}"
-    elif env.distributed:
-        why = "runs one process only (no DDP / FSDP collectives in the graph)"
+    elif env.distributed and cfg.backend != "ddp":
+        why = f"captures DDP's all-reduces, not --backend {cfg.backend}'s collectives"
+    elif env.distributed and cfg.parallel.grad_reduce != "fp32":
+        why = "under DDP reduces fp32 gradients only (no --grad-reduce bf16 comm hook)"
     elif cfg.workers > 0:
         why = "needs the device data path (--workers 0), not a DataLoader"
     if why:
@@ -204,10 +206,12 @@ class Trainer:
                     f"--zero-stage {stage} trains the module eagerly ({why}): compile is off"
                 )
             self.compile_on = False
+        # With cudagraph, DDP is built on the stream that will capture the step.
+        self.capture_stream = torch.cuda.Stream() if cfg.cudagraph else None
         self.wrapped = wrap_model(
             model, env, cfg.backend, self.compile_on, cfg.compile_mode, self.bf16,
             static_graph=self.accum == 1 and not self.compile_on, ac=cfg.ac,
-            parallel=cfg.parallel,
+            parallel=cfg.parallel, init_stream=self.capture_stream,
         )  # fmt: skip
         lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
         self.optimizer = build_adamw(
@@ -309,7 +313,10 @@ class Trainer:
                 env.world_size, cfg.workers, cfg.prefetch, env.device,
             )  # fmt: skip
         zero = functools.partial(self.optimizer.zero_grad, set_to_none=True)
-        self.graphed = GraphedStep(self._step_body, zero) if cfg.cudagraph else None
+        self.graphed = None
+        if self.capture_stream is not None:
+            warmup = DDP_GRAPH_WARMUP if self.ddp_sync else GRAPH_WARMUP
+            self.graphed = GraphedStep(self._step_body, zero, self.capture_stream, warmup)
 
     @property
     def checkpoints(self) -> Path:
@@ -333,7 +340,7 @@ class Trainer:
     def _step_body(self, batches: Iterable[Batch]) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and backward of every micro-batch (DDP and FSDP2 sync on the last), clip, AdamW:
         (mean loss, gradient norm), both on the device. The eager step and the CUDA graph
-        run this same body (in the graph, one process: no DDP)."""
+        run this same body (in the graph: one process, or DDP with its all-reduces)."""
         loss_sum = torch.zeros((), device=self.env.device)
         for m, batch in enumerate(batches):
             last = m == self.accum - 1
@@ -464,6 +471,8 @@ class Trainer:
     def _finish(self, done: int) -> TrainResult:
         """Export the weights (the best validation's with keep_best) when the run ended,
         close the logs, write result.json."""
+        if self.graphed is not None:
+            self.graphed.release()
         exported = (done == self.total or self.early) and self.cfg.final_save
         if exported:
             state = self.best_state if self.best_state is not None else _full_state(self.wrapped)
