@@ -400,8 +400,12 @@ def test_deepspeed_zero_on_two_gpus_matches_ddp(tmp_path: Path, stage: int) -> N
         assert loss == pytest.approx(runs["ddp"][step], rel=BF16_RTOL), (stage, step)
 
 
-def _graph_and_eager_losses(tmp_path: Path, steps: int, *flags: str) -> dict[str, dict]:
-    """Losses of `heartlm pretrain` on tokens with beat features, eager and `--cudagraph`."""
+def _graph_and_eager_losses(
+    tmp_path: Path, steps: int, replayed: int, *flags: str
+) -> dict[str, dict]:
+    """Losses of `heartlm pretrain` on tokens with beat features, eager and `--cudagraph`;
+    the graph run must say that `replayed` of its steps replayed the captured step (were
+    none captured, both runs would be eager and agree)."""
     tokens = _write_tokens(tmp_path / "tokens")
     gpu = ["--device", "cuda", "--precision", "bf16", "--ckpt-every", "0", *flags]
     args = [a for a in TRAIN_ARGS if a not in ("cpu", "fp32", "--device", "--precision")]
@@ -409,9 +413,10 @@ def _graph_and_eager_losses(tmp_path: Path, steps: int, *flags: str) -> dict[str
     runs = {}
     for name, graph in (("eager", []), ("graph", ["--cudagraph"])):
         run = tmp_path / name
-        _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *graph)
+        done = _heartlm("pretrain", str(tokens), "--out", str(run), *args, *gpu, *graph)
         runs[name] = _losses(run)
     assert sorted(runs["graph"]) == list(range(1, steps + 1))
+    assert f"--cudagraph: {replayed} of {steps} steps replayed" in done.stderr, done.stderr
     return runs
 
 
@@ -427,7 +432,7 @@ def test_cudagraph_pretraining_with_feature_reconstruction_matches_the_eager_ste
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    runs = _graph_and_eager_losses(tmp_path, 12)  # 3 eager, one captured, 8 replayed
+    runs = _graph_and_eager_losses(tmp_path, 12, 9)  # 3 eager, then captured and replayed
     for step, loss in runs["graph"].items():
         assert loss == pytest.approx(runs["eager"][step], rel=2e-3), step
 
@@ -443,7 +448,7 @@ def test_ddp_step_as_one_cuda_graph_on_two_gpus_trains_like_the_eager_ddp_step(
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    runs = _graph_and_eager_losses(tmp_path, 20, "--nproc", "2")  # 11 eager, 1 captured
+    runs = _graph_and_eager_losses(tmp_path, 20, 9, "--nproc", "2")  # 11 eager, then 9
     for step, loss in runs["graph"].items():
         assert loss == pytest.approx(runs["eager"][step], rel=2e-3), step
 

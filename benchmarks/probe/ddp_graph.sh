@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on 2 GPUs: does `heartlm pretrain --nproc 2 --cudagraph` finish, and if not,
-# where does each process wait? Stacks come from SIGUSR1 (sitecustomize.py) after STALL_S.
+# where does each process wait? Stacks come from SIGUSR2 (sitecustomize.py) after STALL_S.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D=${OUT:-/tmp/probe-out}; mkdir -p "$D"

@@ -46,7 +46,7 @@ class GraphedStep:
         warmup: int = GRAPH_WARMUP,
     ) -> None:
         self.step_fn, self.zero, self.stream, self.warmup = step_fn, zero, stream, warmup
-        self.calls = 0
+        self.calls = self.replays = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[Batch] = []
         self.out: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -75,13 +75,17 @@ class GraphedStep:
                     if d is not None:
                         d.copy_(t, non_blocking=True)
         self.graph.replay()
+        self.replays += 1
         assert self.out is not None
         return self.out[0].clone(), self.out[1].clone()
 
-    def release(self) -> None:
-        """Free the captured graph once the GPU has finished it. Under DDP this must come
-        before the process group is torn down: the graph holds the NCCL work it captured."""
+    def release(self, sync: bool = True) -> None:
+        """Free the captured graph, after the GPU has finished it (`sync`; not after a
+        failure, where a replayed all-reduce may wait for a peer that is gone). Under DDP
+        this must come before the process group is torn down: a DDP run that kept the graph
+        hung in that teardown (the graph holds the NCCL work it captured)."""
         if self.graph is not None:
-            torch.cuda.synchronize()
+            if sync:
+                torch.cuda.synchronize()
             self.graph.reset()
         self.graph, self.static, self.out = None, [], None

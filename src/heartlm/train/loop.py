@@ -459,19 +459,26 @@ class Trainer:
     def fit(self) -> TrainResult:
         done = self.start
         steps = range(self.start, self.stop)
-        with StepCollector(self.cfg.gc_every) as collector:
-            for step in progress(steps, total=len(steps), desc="train", unit="step"):
-                self.step(step)
-                done = step + 1
-                collector.after_step(done)
-                if self._after_step(done):
-                    break
+        try:
+            with StepCollector(self.cfg.gc_every) as collector:
+                for step in progress(steps, total=len(steps), desc="train", unit="step"):
+                    self.step(step)
+                    done = step + 1
+                    collector.after_step(done)
+                    if self._after_step(done):
+                        break
+        except BaseException:
+            if self.graphed is not None:
+                self.graphed.release(sync=False)
+            raise
         return self._finish(done)
 
     def _finish(self, done: int) -> TrainResult:
         """Export the weights (the best validation's with keep_best) when the run ended,
         close the logs, write result.json."""
         if self.graphed is not None:
+            logger.info("--cudagraph: %d of %d steps replayed the captured step",
+                        self.graphed.replays, done - self.start)  # fmt: skip
             self.graphed.release()
         exported = (done == self.total or self.early) and self.cfg.final_save
         if exported:
