@@ -381,6 +381,35 @@ def test_inputs_hide_the_same_columns_in_the_saved_model(corpus, tmp_path, capsy
     assert _evaluate_json(capsys, tmp_path / "ft", corpus / "tok")["n_beats"] > 0
 
 
+def test_pretraining_reads_what_its_inputs_keep_and_fine_tuning_sets_its_own(corpus, tmp_path,
+                                                                            capsys):  # fmt: skip
+    """`pretrain --inputs relative`: the encoder never sees a code or an absolute column;
+    fine-tuning it reads what its own --inputs says, --inputs all included."""
+    from heartlm.inputs import hidden_columns
+
+    names = json.loads((corpus / "tok" / "tokens.json").read_text())["features"]
+    pre = tmp_path / "pre_rel"
+    args = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+            "--objective", "next", "--inputs", "relative"]  # fmt: skip
+    assert _cli(*args) == 0
+    saved = json.loads((pre / "config.json").read_text())
+    saved = saved.get("model", saved)
+    assert saved["relative_only"] is True
+    assert saved["absolute_columns"] == hidden_columns(names, "relative") != []
+    for inputs, codes_hidden in (("all", False), ("rhythm", True)):
+        out = tmp_path / f"ft_{inputs}"
+        args = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
+                "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                "--inputs", inputs]  # fmt: skip
+        assert _cli(*args) == 0
+        tuned = json.loads((out / "config.json").read_text())
+        tuned = tuned.get("model", tuned)
+        assert tuned["relative_only"] is codes_hidden
+        assert tuned["absolute_columns"] == hidden_columns(names, inputs)
+        assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+
+
 def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corpus, tmp_path,
                                                                             capsys):  # fmt: skip
     from safetensors.torch import load_file
@@ -667,6 +696,12 @@ def test_inputs_without_their_feature_columns_are_refused(corpus, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(tok / "tokens.json") in err and inputs in err
     assert not (tmp_path / "ft").exists()
+    pre = ["pretrain", tok, "--out", tmp_path / "pre", "--preset", "tiny", "--window", "16",
+           "--steps", "2", "--device", "cpu", "--inputs", inputs]  # fmt: skip
+    assert _cli(*pre) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(tok / "tokens.json") in err and inputs in err
+    assert not (tmp_path / "pre").exists()
 
 
 def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys, monkeypatch):

@@ -166,6 +166,17 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
     periodic = {**meta["model"], "feature_embedding": "periodic"}
     with pytest.raises(HeartlmError, match="feature_embedding=linear, this run periodic"):
         ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": periodic}, path)
+    # What the encoder reads (--inputs): a tuple here, a list once saved as JSON.
+    relative = model_config("tiny", vocab_size=45, rhythm_vocab_size=9, max_len=16,
+                            relative_only=True, absolute_columns=(0, 2))  # fmt: skip
+    with pytest.raises(HeartlmError, match=r"relative_only=False, this run True \(--inputs\)"):
+        ckpt.check_compatible(ckpt.read_meta(path), {**meta, "model": relative.to_dict()}, path)
+    rel_meta = {**meta, "model": relative.to_dict()}
+    rel_path = ckpt.save_checkpoint(tmp_path / "rel", 1, model, opt, rel_meta, DistEnv(), keep=1)
+    ckpt.check_compatible(ckpt.read_meta(rel_path), rel_meta, rel_path)
+    fewer = {**relative.to_dict(), "absolute_columns": (0,)}
+    with pytest.raises(HeartlmError, match="absolute_columns"):
+        ckpt.check_compatible(ckpt.read_meta(rel_path), {**meta, "model": fewer}, rel_path)
     # Keeping one checkpoint removes the older one.
     ckpt.save_checkpoint(tmp_path, 9, model, opt, meta, DistEnv(), keep=1)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]

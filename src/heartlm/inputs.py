@@ -6,6 +6,8 @@ to build its flags.
 
 from __future__ import annotations
 
+from typing import Any
+
 INPUTS: tuple[str, ...] = ("all", "no-heart-rate", "relative", "rhythm")
 """all: codes and every feature column; no-heart-rate: everything but the absolute heart
 rate; relative: only patient-relative inputs (no codes, no absolute shape, no heart rate);
@@ -44,3 +46,17 @@ def hidden_columns(names: list[str] | tuple[str, ...], inputs: str) -> list[int]
         shape = [i for i, name in enumerate(names) if not name.startswith(RHYTHM_PREFIXES)]
         return sorted({*relative_hidden, *shape})
     return sorted(relative_hidden)
+
+
+def model_inputs(inputs: str, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The ModelConfig settings (`relative_only`, `absolute_columns`) with which a model reads
+    only what `--inputs` keeps, in pretraining and in fine-tuning alike. ValueError where
+    `inputs` hides the codes and every feature column: the model would read its rhythm
+    tokens only."""
+    hidden = hidden_columns(names, inputs)
+    if inputs in CODES_HIDDEN and len(hidden) == len(names):
+        raise ValueError(
+            f"holds no feature column that --inputs {inputs} keeps: the model would see its "
+            "rhythm tokens only"
+        )
+    return {"relative_only": inputs in CODES_HIDDEN, "absolute_columns": tuple(hidden)}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from heartlm.errors import HeartlmError
+from heartlm.inputs import INPUTS
 from heartlm.log import logger
 from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS
 from heartlm.settings import setting
@@ -62,6 +63,9 @@ class PretrainConfig:
     feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
+    inputs: str = setting("all", choices=INPUTS, group=MODEL)
+    """the beat inputs the model reads, as `heartlm finetune --inputs`: pretraining on the view
+    that fine-tuning will have (relative and rhythm read every code as MASK)"""
     skip_short: bool = setting(False, group=MODEL)
     """skip records shorter than --window instead of padding them"""
     val_fraction: float = setting(0.1, group=MODEL)
@@ -113,6 +117,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     """Validate every setting and load the tokens: (data, objective, ModelConfig)."""
     import torch
 
+    from heartlm.inputs import model_inputs
     from heartlm.model import model_config
     from heartlm.train.config import resolve_batch
     from heartlm.train.data import load_tokens
@@ -132,6 +137,10 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
 
         check_supported(accum, cfg.train.resume)
     data = load_tokens(cfg.tokens)
+    try:
+        seen = model_inputs(cfg.inputs, data.meta.get("features", []))
+    except ValueError as exc:
+        raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
@@ -157,6 +166,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             feature_embedding=cfg.feature_embedding,
             max_len=cfg.window,
             causal=cfg.objective == "next",
+            **seen,
         )
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None

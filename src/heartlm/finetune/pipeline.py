@@ -75,18 +75,12 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
-    if cfg.inputs != "all":
-        from heartlm.inputs import CODES_HIDDEN, hidden_columns
+    from heartlm.inputs import model_inputs
 
-        overrides["relative_only"] = cfg.inputs in CODES_HIDDEN
-        names = data.meta.get("features", [])
-        overrides["absolute_columns"] = tuple(hidden_columns(names, cfg.inputs))
-        if cfg.inputs in CODES_HIDDEN and len(overrides["absolute_columns"]) == len(names):
-            raise HeartlmError(
-                f"holds no feature column that --inputs {cfg.inputs} keeps: the model would "
-                "see its rhythm tokens only",
-                cfg.data / "tokens.json",
-            )
+    try:  # --inputs all too: an encoder pretrained on fewer inputs then reads them all
+        overrides.update(model_inputs(cfg.inputs, data.meta.get("features", [])))
+    except ValueError as exc:
+        raise HeartlmError(str(exc), cfg.data / "tokens.json") from None
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
     # byte for byte and still be the same vocabulary.

@@ -201,6 +201,11 @@ def _as_flags(settings: dict[str, float]) -> str:
     return " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in settings.items())
 
 
+def _listed(value: Any) -> Any:
+    """A tuple as the list JSON gives back, so that a saved setting compares equal."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
     """Refuse a checkpoint from another preset, vocabulary or model shape."""
     saved, want = meta.get("model", {}), expected.get("model", {})
@@ -228,10 +233,14 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "norm",
         "bias",
         "feature_embedding",
+        "relative_only",
+        "absolute_columns",
     ):
-        if key in saved and saved.get(key) != want.get(key):
+        if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
+            flag = " (--inputs)" if key in ("relative_only", "absolute_columns") else ""
             raise HeartlmError(
-                f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}", path
+                f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
+                path,
             )
     for key in ("objective", "window"):
         if key in meta and meta.get(key) != expected.get(key):
