@@ -551,3 +551,23 @@ def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_win
     np.testing.assert_allclose(x[:, : plain_x.shape[1]], plain_x, rtol=1e-6)
     # The context half is the statistics of 128 beats: not the window's own.
     assert not np.allclose(x[:, plain_x.shape[1] :], plain_x)
+
+
+def test_afib_column_sets_hide_what_their_names_say():
+    """benchmarks/afib_floor_columns.py: each set is --inputs rhythm's hidden columns with
+    the named columns taken out or added; none shows an absolute shape column."""
+    import afib_floor_columns
+
+    from heartlm.inputs import absolute_columns, hidden_columns
+    from heartlm.tokens.features import FEATURES
+
+    names = list(FEATURES)
+    sets = afib_floor_columns.column_sets(names)
+    rhythm = set(hidden_columns(names, "rhythm"))
+    assert set(sets["rhythm (--inputs rhythm)"]) == rhythm
+    no_p = set(sets["rhythm without the P columns"])
+    assert no_p > rhythm and all(names[i].startswith("p_") for i in no_p - rhythm)
+    ectopy = set(sets["rhythm + ectopy columns"])
+    assert {names[i] for i in rhythm - ectopy} == set(afib_floor_columns.ECTOPY)
+    for hidden in sets.values():
+        assert set(absolute_columns(names)) <= set(hidden)
