@@ -68,6 +68,28 @@ def test_weak_and_strong_cells_do_the_same_work():
         assert work.log_every(weak) == 5  # metrics windows end where warm-up ends
 
 
+@pytest.mark.parametrize("warmup", [0, 2, 5, 16])
+def test_the_engines_profiled_steps_are_never_timed(warmup):
+    """The engine profiles steps PROFILE_AFTER+1 .. PROFILE_AFTER+profile (1-based) whatever
+    the cell's warm-up; a warm-up of 2 once put them among the timed steps, and the
+    2-process cells of a CPU smoke run had no timed window left."""
+    from heartlm.train.profile import PROFILE_AFTER
+
+    work = Workload(batch=4, steps=8, warmup=warmup, profile=2)
+    for n in (1, 2):
+        cell = Cell("pretrain", 16, n, 1, "weak", "ddp", "gpu")
+        profiled = range(PROFILE_AFTER + 1, PROFILE_AFTER + 1 + work.profile)
+        assert max(profiled) <= work.untimed and work.untimed >= warmup
+        every = work.log_every(cell)
+        assert work.untimed % every == 0 and work.timed_steps(cell) % every == 0
+        records = _records([0.1] * work.total_steps(cell), every)
+        _, measured = metrics.workload_time(records, work.untimed, work.timed_steps(cell),
+                                            profiled)  # fmt: skip
+        assert measured == work.timed_steps(cell)
+    assert Workload(batch=4, steps=64, warmup=16, profile=8).untimed == 24  # studies so far
+    assert Workload(batch=4, steps=8, warmup=2).untimed == 2  # not profiled: no extra steps
+
+
 def test_config_validation_names_the_flag():
     with pytest.raises(ValueError, match="--steps"):
         ScaleConfig(gpus=[1, 2, 4], steps=6)

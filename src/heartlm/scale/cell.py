@@ -17,7 +17,7 @@ from typing import Any
 from heartlm import lifeline
 from heartlm.scale import metrics
 from heartlm.scale.energy import EnergySampler
-from heartlm.train.profile import PARTS
+from heartlm.train.profile import PARTS, PROFILE_AFTER
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,21 @@ class Workload:
 
     @property
     def untimed(self) -> int:
-        """Steps before the timed ones: warm-up and profiling, wherever the engine profiles
-        (on a GPU its profiler window lies inside the warm-up)."""
-        return self.warmup + self.profile
+        """Steps before the timed ones: the warm-up, then as many as are profiled. The
+        engine opens its profiler window after PROFILE_AFTER steps, so the window lies
+        inside these whatever the warm-up (a warm-up shorter than PROFILE_AFTER counts as
+        PROFILE_AFTER where a cell is profiled)."""
+        if not self.profile:
+            return self.warmup
+        return max(self.warmup, PROFILE_AFTER) + self.profile
 
     def total_steps(self, cell: Cell) -> int:
         return self.untimed + self.timed_steps(cell)
 
     def log_every(self, cell: Cell) -> int:
         """Metrics windows that end where warm-up and profiling end, so none is mixed."""
-        return math.gcd(self.warmup, self.profile, self.timed_steps(cell)) or 1
+        warm = max(self.warmup, PROFILE_AFTER) if self.profile else self.warmup
+        return math.gcd(warm, self.profile, self.timed_steps(cell)) or 1
 
     def tokens(self, cell: Cell) -> int:
         return self.global_batch(cell) * self.timed_steps(cell) * cell.window

@@ -41,7 +41,7 @@ from heartlm.train.gcsteps import StepCollector
 from heartlm.train.metrics import MetricsLogger, last_values
 from heartlm.train.objectives import Objective, objective_to
 from heartlm.train.optim import Schedule, build_adamw, device_lr, float_lr, scaled_lr, set_lr
-from heartlm.train.profile import Breakdown
+from heartlm.train.profile import PROFILE_AFTER, Breakdown
 from heartlm.train.steplog import DataWait, StepLog
 
 __all__ = ["SDPA_BACKENDS", "TrainConfig", "TrainResult", "Trainer", "resolve_batch", "train"]
@@ -276,7 +276,7 @@ class Trainer:
         )  # fmt: skip
         window = self.train_sampler.window
         fpt = flops_per_token(self.model.cfg, window, self.objective.predicted_per_window(window))
-        warm = min(5, max(0, self.stop - self.start - cfg.profile_steps))
+        warm = min(PROFILE_AFTER, max(0, self.stop - self.start - cfg.profile_steps))
         self.breakdown = Breakdown(cfg.profile_steps, self.start + warm, self.cuda,
                                    self.run_dir if env.is_main else None)  # fmt: skip
         self.steplog = StepLog(self.metrics, env, cfg.batch * window, fpt,

@@ -42,6 +42,9 @@ DATA_SPAN = "heartlm::data"
 TRACE_NAME = "rank0.pt.trace.json"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 PARTS = ("compute_s", "comm_exposed_s", "data_wait_s", "other_s")
+PROFILE_AFTER = 5
+"""steps a run takes before its profiler window opens (compile and allocator warm-up), or
+fewer when the run is too short for them and the window"""
 
 Interval = tuple[float, float]
 
