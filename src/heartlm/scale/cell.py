@@ -66,22 +66,22 @@ class Workload:
         return self.steps // cell.gpus if cell.scaling == "weak" else self.steps
 
     @property
+    def warm(self) -> int:
+        """Warm-up steps before the profiled ones: the engine opens its profiler window after
+        PROFILE_AFTER steps, so a profiled cell warms up at least that long."""
+        return max(self.warmup, PROFILE_AFTER) if self.profile else self.warmup
+
+    @property
     def untimed(self) -> int:
-        """Steps before the timed ones: the warm-up, then as many as are profiled. The
-        engine opens its profiler window after PROFILE_AFTER steps, so the window lies
-        inside these whatever the warm-up (a warm-up shorter than PROFILE_AFTER counts as
-        PROFILE_AFTER where a cell is profiled)."""
-        if not self.profile:
-            return self.warmup
-        return max(self.warmup, PROFILE_AFTER) + self.profile
+        """Steps before the timed ones: the warm-up, then the profiled ones."""
+        return self.warm + self.profile
 
     def total_steps(self, cell: Cell) -> int:
         return self.untimed + self.timed_steps(cell)
 
     def log_every(self, cell: Cell) -> int:
         """Metrics windows that end where warm-up and profiling end, so none is mixed."""
-        warm = max(self.warmup, PROFILE_AFTER) if self.profile else self.warmup
-        return math.gcd(warm, self.profile, self.timed_steps(cell)) or 1
+        return math.gcd(self.warm, self.profile, self.timed_steps(cell)) or 1
 
     def tokens(self, cell: Cell) -> int:
         return self.global_batch(cell) * self.timed_steps(cell) * cell.window
