@@ -79,10 +79,12 @@ def save_checkpoint(
     keep: int = 2,
     files: Sequence[Path] = (),
     protect: Sequence[int] = (),
+    average: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Save on every rank (collective); returns the final folder. `files` (rank 0's) are
     copied in, so the checkpoint carries the run's log up to its step. Of the older
-    checkpoints, the last `keep` (0: all) and those of the steps in `protect` stay."""
+    checkpoints, the last `keep` (0: all) and those of the steps in `protect` stay.
+    `average`: the weight average of `--ema` (heartlm.train.ema), saved beside the model."""
     root = Path(root)
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.tmp"
@@ -93,6 +95,8 @@ def save_checkpoint(
     barrier(env)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "rng": _rng_state()}
+    if average is not None:
+        state["average"] = average
     try:
         with _quiet():
             dcp.save(state, checkpoint_id=str(tmp))
@@ -275,10 +279,12 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     restore_rng: bool = True,
     verified: bool = False,
+    average: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """Load into an (already wrapped) model and its optimizer; returns meta.json. The
-    manifest is checked first (unless `verified`: `resume_point` just did); nothing in
-    the folder is unpickled freely."""
+    """Load into an (already wrapped) model and its optimizer; returns meta.json, with
+    "average_loaded": whether `average` (a weight average's tensors, loaded in place) was
+    in the checkpoint. The manifest is checked first (unless `verified`: `resume_point`
+    just did); nothing in the folder is unpickled freely."""
     path = Path(path)
     why = None if verified else manifest.damage(path)
     if why is not None:
@@ -290,6 +296,9 @@ def load_checkpoint(
     missing = [k for k in model_sd if f"model.{k}" not in saved]
     if missing:
         raise HeartlmError(f"checkpoint lacks model weights {missing[:3]}", path)
+    has_average = average is not None and all(f"average.{k}" in saved for k in average)
+    if has_average:
+        state["average"] = average
     try:
         # Partial: optimizer entries of parameters that never had a gradient, and the CUDA
         # RNG state of a CPU checkpoint, may be absent; every model weight was checked above.
@@ -312,4 +321,4 @@ def load_checkpoint(
         torch.set_rng_state(state["rng"]["cpu"])
         if "cuda" in state["rng"]:
             torch.cuda.set_rng_state(state["rng"]["cuda"])
-    return meta
+    return {**meta, "average_loaded": has_average}

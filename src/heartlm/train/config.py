@@ -116,6 +116,9 @@ class TrainConfig:
     """fine-tuning: this share of the steps (rounded down), from the first, trains the heads
     only (the encoder's rate is 0), then every layer learns (linear probing, then
     fine-tuning: LP-FT; 0: off)"""
+    ema: float = setting(0.0, metavar="D", group=OPT)
+    """validate and export an exponential moving average of the weights, decay D per step
+    (min(D, (1 + n) / (10 + n)) at step n, so a short run forgets its start; 0: off)"""
     betas: tuple[float, float] = setting((0.9, 0.95), cli=False)
     """AdamW betas"""
     grad_clip: float = setting(1.0, group=OPT)
@@ -203,6 +206,8 @@ class TrainConfig:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
         if not 0.0 <= self.head_first < 1.0:
             raise ValueError(f"--head-first must be in [0, 1), not {self.head_first}")
+        if not 0.0 <= self.ema < 1.0:  # also NaN
+            raise ValueError(f"--ema must be in [0, 1), not {self.ema}")
         self.parallel.validate()
         self._validate_numbers()
 

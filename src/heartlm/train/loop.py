@@ -36,6 +36,7 @@ from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
 from heartlm.train.cudagraph import DDP_GRAPH_WARMUP, GRAPH_WARMUP, GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
+from heartlm.train.ema import WeightAverage
 from heartlm.train.flops import flops_per_token, peak_flops
 from heartlm.train.gcsteps import StepCollector
 from heartlm.train.metrics import MetricsLogger, last_values
@@ -79,6 +80,13 @@ def check_cudagraph(cfg: TrainConfig, env: DistEnv) -> None:
         why = "needs the device data path (--workers 0), not a DataLoader"
     if why:
         raise HeartlmError(f"--cudagraph {why}")
+
+
+def check_ema(cfg: TrainConfig, env: DistEnv) -> None:
+    """Refuse `ema` where each rank does not hold whole weights to average."""
+    if cfg.ema > 0 and env.distributed and cfg.backend != "ddp":
+        raise HeartlmError(f"--ema averages whole weights on every rank: --backend ddp, not "
+                           f"{cfg.backend} (whose ranks hold shards)")  # fmt: skip
 
 
 def _sdpa_context(name: str, cuda: bool) -> Callable[[], contextlib.AbstractContextManager]:
@@ -170,6 +178,7 @@ class Trainer:
         self.cuda = env.device.type == "cuda"
         if cfg.cudagraph:
             check_cudagraph(cfg, env)
+        check_ema(cfg, env)
         self.micro, self.accum = resolve_batch(cfg.batch, cfg.micro_batch, env.world_size)
         self.total = cfg.total_steps(train_sampler.steps_per_epoch(cfg.batch))
         self.stop = min(self.total, cfg.stop_at) if cfg.stop_at else self.total
@@ -198,6 +207,7 @@ class Trainer:
         model.use_heads(self.objective.heads)
         self.bf16 = self.cuda and cfg.precision == "bf16"
         self.compile_on = self.cuda if cfg.compile is None else cfg.compile
+        self.average = WeightAverage(model, cfg.ema) if cfg.ema > 0 else None
         stage = cfg.parallel.zero_stage
         if cfg.backend == "deepspeed" and not zero.traceable(stage, env.distributed, self.bf16):
             if self.compile_on:
@@ -245,8 +255,10 @@ class Trainer:
         if latest is not None:
             ckpt.check_compatible(ckpt.read_meta(latest), self.meta, latest)
             self._restore_best(latest)
-            self.start = ckpt.load_checkpoint(latest, self.wrapped, self.optimizer,
-                                              verified=True)["step"]  # fmt: skip
+            meta = ckpt.load_checkpoint(latest, self.wrapped, self.optimizer, verified=True,
+                                        average=self._average_state())  # fmt: skip
+            self.start = meta["step"]
+            self._resume_average(meta["average_loaded"], latest)
             logger.info("resumed from %s (step %d)", latest, self.start)
         elif self.cfg.resume:
             logger.warning("%s: no checkpoint to resume from; starting at step 0", self.run_dir)
@@ -265,8 +277,33 @@ class Trainer:
             logger.warning("%s: the best validation's checkpoint is gone; the best is "
                            "tracked from the resume on", path)  # fmt: skip
             return
-        ckpt.load_checkpoint(path, self.wrapped, self.optimizer, restore_rng=False)
-        self.best, self.best_state = best, _full_state(self.wrapped)
+        meta = ckpt.load_checkpoint(path, self.wrapped, self.optimizer, restore_rng=False,
+                                    average=self._average_state())  # fmt: skip
+        if self.average is not None and not meta["average_loaded"]:
+            logger.warning("%s: holds no --ema average; the best is tracked from the resume "
+                           "on", path)  # fmt: skip
+            return
+        self.best, self.best_state = best, self._weights()
+
+    def _average_state(self) -> dict[str, torch.Tensor] | None:
+        return None if self.average is None else self.average.state_dict()
+
+    def _resume_average(self, loaded: bool, latest: Path) -> None:
+        """The weight average continues from the checkpoint's, or starts at its weights."""
+        if self.average is None:
+            return
+        if loaded:
+            self.average.updates = self.start
+        else:
+            logger.warning("%s: holds no --ema average; it starts from these weights", latest)
+            self.average.restart(self.start)
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        """What validation reads and the run exports: the average with `ema`, else the
+        weights (CPU copies; a collective under FSDP)."""
+        if self.average is not None:
+            return self.average.cpu_state()
+        return _full_state(self.wrapped)
 
     def _logging(self, latest: Path | None) -> None:
         cfg, env = self.cfg, self.env
@@ -376,21 +413,27 @@ class Trainer:
         else:
             loss, grad_norm = self._step_body(self._fetch(step, wait))
             self.optimizer.zero_grad(set_to_none=True)
+        if self.average is not None:
+            self.average.update()
         self.breakdown.end(step, wait)
         self.steplog.add(step + 1, lr, loss, grad_norm, wait)
 
     # --- validation, best, checkpoints ---------------------------------------------------
 
     def validate(self) -> dict[str, float]:
-        """The objective's loss on the validation windows, plus the callbacks' metrics."""
-        out = evaluate(self.wrapped, self.objective, self.val_sampler, self.micro, self.env,
+        """The objective's loss on the validation windows, plus the callbacks' metrics (of
+        the weight average with `ema`)."""
+        wrapped, model = self.wrapped, self.model
+        if self.average is not None:
+            wrapped = model = self.average.module
+        out = evaluate(wrapped, self.objective, self.val_sampler, self.micro, self.env,
                        self.cfg.val_batches, self.autocast)  # fmt: skip
-        was_training = self.model.training
+        was_training = model.training
         try:
             for callback in self.callbacks:
-                out.update(callback.on_validation(self.model))
+                out.update(callback.on_validation(model))
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return out
 
     def _track_best(self, done: int, val: dict[str, float]) -> None:
@@ -405,7 +448,7 @@ class Trainer:
         held = None if self.best is None else self.best[cfg.best_metric]
         better = held is None or (score < held if cfg.lower_is_better() else score > held)
         if better or score == held:
-            self.best, self.best_state = {"step": done, **val}, _full_state(self.wrapped)
+            self.best, self.best_state = {"step": done, **val}, self._weights()
         self.worse = 0 if better else self.worse + 1
         self.early = cfg.patience > 0 and self.worse >= cfg.patience
 
@@ -420,6 +463,7 @@ class Trainer:
             ckpt.save_checkpoint(
                 self.checkpoints, done, self.wrapped, self.optimizer, meta, self.env,
                 self.cfg.keep_ckpts, files=[self.run_dir / "metrics.jsonl"], protect=protect,
+                average=self._average_state(),
             )  # fmt: skip
         self.steplog.restart_clock()  # checkpoint time is not step time
 
@@ -482,7 +526,7 @@ class Trainer:
             self.graphed.release()
         exported = (done == self.total or self.early) and self.cfg.final_save
         if exported:
-            state = self.best_state if self.best_state is not None else _full_state(self.wrapped)
+            state = self.best_state if self.best_state is not None else self._weights()
             info = {k: v for k, v in self.meta.items() if k != "model"}
             if self.best is not None:
                 info["best_step"] = self.best["step"]
