@@ -17,7 +17,15 @@ from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import model_study
+import pool_rounds
 import tree_floor
+
+
+@pytest.fixture(autouse=True)
+def _no_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study's stages here score fake runs: the committed DS2 ledger does not apply."""
+    monkeypatch.setattr(model_study, "DS2_LEDGER", None)
+
 
 BEATS = 50
 SICK = ("s0000", "s0001")
@@ -64,6 +72,7 @@ class _Runner:
     """model_study's Runner with no transformer runs: only the floor's rows come back."""
 
     work = Path("unused")
+    replicate = False
 
     def parallel(self, jobs: list) -> list:
         return []
@@ -571,3 +580,49 @@ def test_afib_column_sets_hide_what_their_names_say():
     assert {names[i] for i in rhythm - ectopy} == set(afib_floor_columns.ECTOPY)
     for hidden in sets.values():
         assert set(absolute_columns(names)) <= set(hidden)
+
+
+def test_pooled_rounds_join_one_recipe_and_keep_views_and_floors_apart(tmp_path: Path):
+    """Two rounds of the same recipe pool their seeds; one view and four views do not."""
+
+    def entry(init: str, views: int | None, seed: int, s_f1: float) -> dict:
+        classes = {c: {"f1": 0.5} for c in "NVF"} | {"S": {"f1": s_f1}}
+        return {"init": init, "views": views, "seed": seed, "label_fraction": 1.0,
+                "accuracy": 0.9, "per_class": classes}  # fmt: skip
+
+    flags = ["--inputs", "relative"]
+    for r, views, values in ((18, 1, (0.6, 0.8)), (19, 1, (0.7, 0.9)), (20, 4, (0.1, 0.1))):
+        name = "rec_views4" if views == 4 else "rec"
+        viewed = ["(evaluate --views", "4)"] if views == 4 else []
+        config = {f"pretrained: {name}": [*flags, *viewed]}
+        beats = [entry("pretrained", views, s, v) for s, v in enumerate(values)]
+        beats.append(entry("tree floor (relative)", None, 0, 0.2))
+        (tmp_path / f"final_round{r}.json").write_text(
+            json.dumps({"config": config, "beats": beats, "afib": []})
+        )
+    task, groups = pool_rounds.pool(sorted(tmp_path.glob("final_round*.json")))
+    assert task == "beats"
+    one = groups[("pretrained", "rec [--inputs relative]", 1, 1.0)]["S"]
+    assert sorted(v for _, v in one) == [0.6, 0.7, 0.8, 0.9]
+    four = groups[("pretrained", "rec [--inputs relative]", 4, 1.0)]["S"]
+    assert [v for _, v in four] == [0.1, 0.1]
+    table = pool_rounds.markdown(task, groups)
+    assert "| 18, 19 | 4 | 0.900 ± 0.000 | 0.750 ± 0.112 |" in table
+    assert "| 0.700, 0.800 |" in table  # each round's own mean beside the pooled one
+    assert table.count("tree floor") == 1
+
+
+def test_a_final_stage_stops_before_rescoring_a_recipe_the_ledger_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    flags = ["--inputs", "relative", "(evaluate --views", "4)"]
+    result = {"stage": "final", "config": {"pretrained: rec_views4": flags}, "beats": []}
+    (tmp_path / "final_round20.json").write_text(json.dumps(result))
+    ledger = tmp_path / "ds2_scored.json"
+    ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
+    monkeypatch.setattr(model_study, "DS2_LEDGER", ledger)
+    with pytest.raises(SystemExit, match="rec_views4 was scored on DS2 in round 20"):
+        model_study.check_unscored("final", {"pretrained: rec_views4": flags}, replicate=False)
+    model_study.check_unscored("final", {"pretrained: rec_views4": flags}, replicate=True)
+    model_study.check_unscored("final", {"pretrained: rec": flags[:2]}, replicate=False)
+    model_study.check_unscored("final_afib", {"pretrained: rec_views4": flags}, replicate=False)
