@@ -24,23 +24,15 @@ from heartlm.inputs import hidden_columns
 from heartlm.labelled.metrics import best_threshold
 from heartlm.train.data import load_tokens
 
-ECTOPY = ("qrs_corr", "beat_corr", "log_qrs_ratio", "width_shift_ms", "residual", "cluster_share")
-"""Patient-relative shape columns that say whether a beat is like the record's dominant one
-(an ectopic beat is not): what makes a run of ventricular beats differ from AF."""
-
 
 def column_sets(names: list[str]) -> dict[str, list[int]]:
     """Hidden columns of each set, by name."""
     rhythm = hidden_columns(names, "rhythm")
-
-    def shown(extra: tuple[str, ...]) -> list[int]:
-        return [i for i in rhythm if names[i] not in extra]
-
     p_columns = {i for i, name in enumerate(names) if name.startswith("p_")}
     return {
         "rhythm (--inputs rhythm)": rhythm,
         "rhythm without the P columns": sorted(set(rhythm) | p_columns),
-        "rhythm + ectopy columns": shown(ECTOPY),
+        "rhythm + ectopy columns (--inputs rhythm-ectopy)": hidden_columns(names, "rhythm-ectopy"),
         "relative (--inputs relative)": hidden_columns(names, "relative"),
     }
 

@@ -567,7 +567,7 @@ def test_afib_column_sets_hide_what_their_names_say():
     the named columns taken out or added; none shows an absolute shape column."""
     import afib_floor_columns
 
-    from heartlm.inputs import absolute_columns, hidden_columns
+    from heartlm.inputs import ECTOPY_FEATURES, absolute_columns, hidden_columns
     from heartlm.tokens.features import FEATURES
 
     names = list(FEATURES)
@@ -576,8 +576,8 @@ def test_afib_column_sets_hide_what_their_names_say():
     assert set(sets["rhythm (--inputs rhythm)"]) == rhythm
     no_p = set(sets["rhythm without the P columns"])
     assert no_p > rhythm and all(names[i].startswith("p_") for i in no_p - rhythm)
-    ectopy = set(sets["rhythm + ectopy columns"])
-    assert {names[i] for i in rhythm - ectopy} == set(afib_floor_columns.ECTOPY)
+    ectopy = set(sets["rhythm + ectopy columns (--inputs rhythm-ectopy)"])
+    assert {names[i] for i in rhythm - ectopy} == set(ECTOPY_FEATURES)
     for hidden in sets.values():
         assert set(absolute_columns(names)) <= set(hidden)
 
@@ -612,7 +612,7 @@ def test_pooled_rounds_join_one_recipe_and_keep_views_and_floors_apart(tmp_path:
     assert table.count("tree floor") == 1
 
 
-def test_a_final_stage_stops_before_rescoring_a_recipe_the_ledger_lists(
+def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     flags = ["--inputs", "relative", "(evaluate --views", "4)"]
@@ -621,8 +621,12 @@ def test_a_final_stage_stops_before_rescoring_a_recipe_the_ledger_lists(
     ledger = tmp_path / "ds2_scored.json"
     ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
     monkeypatch.setattr(model_study, "DS2_LEDGER", ledger)
-    with pytest.raises(SystemExit, match="rec_views4 was scored on DS2 in round 20"):
-        model_study.check_unscored("final", {"pretrained: rec_views4": flags}, replicate=False)
-    model_study.check_unscored("final", {"pretrained: rec_views4": flags}, replicate=True)
-    model_study.check_unscored("final", {"pretrained: rec": flags[:2]}, replicate=False)
-    model_study.check_unscored("final_afib", {"pretrained: rec_views4": flags}, replicate=False)
+    chosen = {"pretrained": "rec_views4", "scratch": "new"}
+    both = {"pretrained": flags, "scratch": ["--from-scratch"]}
+    assert model_study.unscored("final", chosen, both, replicate=False) == {"scratch": "new"}
+    assert model_study.unscored("final", chosen, both, replicate=True) == chosen
+    other = {"pretrained": flags[:2], "scratch": ["--from-scratch"]}  # other flags: new
+    assert model_study.unscored("final", chosen, other, replicate=False) == chosen
+    assert model_study.unscored("final_afib", chosen, both, replicate=False) == chosen
+    with pytest.raises(SystemExit, match="every recipe the folds chose was scored on DS2"):
+        model_study.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)

@@ -12,7 +12,7 @@ import torch
 
 from heartlm import shards
 from heartlm.errors import HeartlmError
-from heartlm.inputs import RATE_FEATURES, absolute_columns, hidden_columns
+from heartlm.inputs import ECTOPY_FEATURES, RATE_FEATURES, absolute_columns, hidden_columns
 from heartlm.tokens import Codebook, TokenizeConfig, TokenSet, patient, tokenize
 from heartlm.tokens.features import FEATURES, FeatureSpace, morphology_columns
 from heartlm.tokens.rhythm import RR_FEATURES, rr_features
@@ -111,6 +111,9 @@ def test_input_sets_hide_nested_groups_and_unknown_sets_are_refused():
     assert rhythm > relative
     p_wave = {"p_corr", "p_prev_corr", "p_ratio", "p_sinus_corr"}
     assert kept == ({*RR_FEATURES} | p_wave) - {*RATE_FEATURES}
+    ectopy = set(hidden_columns(FEATURES, "rhythm-ectopy"))
+    assert relative < ectopy < rhythm
+    assert {FEATURES[i] for i in rhythm - ectopy} == set(ECTOPY_FEATURES)
     with pytest.raises(ValueError, match="inputs must be one of"):
         hidden_columns(FEATURES, "patient")
 

@@ -366,7 +366,7 @@ def test_finetune_beats_writes_a_self_contained_run(beats_run, corpus):
     assert not list(corpus.glob(".ft_beats*"))  # no staging folder left behind
 
 
-@pytest.mark.parametrize("inputs", ["no-heart-rate", "relative", "rhythm"])
+@pytest.mark.parametrize("inputs", ["no-heart-rate", "relative", "rhythm", "rhythm-ectopy"])
 def test_inputs_hide_the_same_columns_in_the_saved_model(corpus, tmp_path, capsys, inputs):
     from heartlm.inputs import RATE_FEATURES, hidden_columns
 
