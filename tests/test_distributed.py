@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from heartlm.errors import HeartlmError
 from heartlm.shards import NUM_SPECIAL
@@ -266,6 +267,28 @@ def test_two_processes_log_the_losses_of_one_and_resume_with_one(
     assert sorted(final) == list(range(1, STEPS + 1))
     for step in (5, 6):
         assert final[step] == pytest.approx(golden[step], rel=RTOL), step
+
+
+@pytest.mark.distributed
+def test_two_processes_average_the_weights_as_one_does_across_a_resume(
+    tokens: Path, golden: dict[int, float]
+) -> None:
+    """--ema under DDP: each rank keeps the average; the checkpoint holds it once; a 2-process
+    run cut at step 4 and resumed exports the average of an uninterrupted 1-process run."""
+    from safetensors.torch import load_file
+
+    one, two = tokens.parent / "ema_one", tokens.parent / "ema_two"
+    _heartlm("pretrain", str(tokens), "--out", str(one), *TRAIN_ARGS, "--ema", "0.9")
+    args = ["pretrain", str(tokens), "--out", str(two), *TRAIN_ARGS, "--ema", "0.9", "--nproc", "2"]
+    _heartlm(*args, "--stop-at", "4")
+    assert not (two / "model.safetensors").exists()
+    _heartlm(*args, "--resume")
+    plain = load_file(tokens.parent / "golden" / "model.safetensors")
+    averaged, resumed = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
+    assert averaged.keys() == resumed.keys() == plain.keys()
+    for name, weights in averaged.items():
+        assert torch.allclose(resumed[name], weights, rtol=1e-4, atol=1e-5), name
+    assert any(not torch.allclose(plain[k], averaged[k], atol=1e-4) for k in plain)
 
 
 @pytest.mark.distributed
