@@ -275,7 +275,8 @@ round's files are committed). `final` and `final_afib` stop before training when
 chose a recipe listed there (the other initialisation's is still scored; both listed: the
 stage stops): rounds 16-20 re-scored one recipe five times, each time from new pretraining
 runs, and DS2 is a test set. `--replicate` scores it again on purpose (pool the rounds with
-pool_rounds.py)."""
+pool_rounds.py). A recipe is its name and fine-tuning flags: a pretraining variant changed
+under the same name would need `--replicate` (a stop, never a silent re-read of DS2)."""
 
 
 def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],

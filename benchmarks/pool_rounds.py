@@ -9,7 +9,9 @@ mean and standard deviation over every seed of every round, beside each round's 
     python benchmarks/pool_rounds.py benchmarks/results/h100/model_study/final_afib_round1{6,9}.json
 
 Evaluation views (`evaluate --views`) are part of the recipe here: one view and four views
-are pooled apart. The tree floor is listed per round file, as it does not change.
+are pooled apart. The tree floor is pooled likewise: it is nearly the same in every round
+(seeded LightGBM; its inputs' columns changed little between rounds), so its "seeds" count
+repeats rather than new draws.
 
 `--ledger FILE` writes instead the list of recipes the files scored on DS2 (round, stage,
 config, flags): model_study.py's `final` stages refuse to score one of them again unless
@@ -72,7 +74,10 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for path in paths:
         result = json.loads(path.read_text())
-        task = "afib" if result.get("afib") else "beats"
+        kind = "afib" if result.get("afib") else "beats"
+        if task and kind != task:
+            raise ValueError(f"{path.name} holds {kind} scores, the files before it {task}")
+        task = kind
         recipes = _recipes(result)
         label = _round(path)
         for entry in result[task]:

@@ -630,3 +630,11 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
     assert model_study.unscored("final_afib", chosen, both, replicate=False) == chosen
     with pytest.raises(SystemExit, match="every recipe the folds chose was scored on DS2"):
         model_study.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)
+
+
+def test_pooling_refuses_beat_and_afib_rounds_together(tmp_path: Path):
+    (tmp_path / "final_round1.json").write_text(json.dumps({"config": {}, "beats": []}))
+    (tmp_path / "final_afib_round1.json").write_text(json.dumps({"config": {}, "afib": [{}]}))
+    files = [tmp_path / "final_round1.json", tmp_path / "final_afib_round1.json"]
+    with pytest.raises(ValueError, match="holds afib scores, the files before it beats"):
+        pool_rounds.pool(files)

@@ -69,7 +69,8 @@ def _run(tmp: Path, data, ema: float, **kw) -> tuple[object, Trajectory, dict]:
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     trajectory = Trajectory(model)
     cfg = TrainConfig(steps=kw.pop("steps", 6), batch=8, lr=1e-2, warmup_steps=0,
-                      val_every=0, ckpt_every=kw.pop("ckpt_every", 0), ema=ema, **kw)  # fmt: skip
+                      val_every=kw.pop("val_every", 0), ckpt_every=kw.pop("ckpt_every", 0),
+                      ema=ema, **kw)  # fmt: skip
     sampler = WindowSampler(data, 16, 4, seed=0)
     val = WindowSampler(make_data([50], seed=3), 16, 16)
     result = train(cfg, model, MaskedBeats(data.vocab_size), sampler, val, tmp, DistEnv(),
@@ -111,3 +112,25 @@ def test_ema_is_refused_where_ranks_hold_shards():
     check_ema(TrainConfig(steps=1, ema=0.0, backend="fsdp"), two)
     with pytest.raises(HeartlmError, match="--ema averages whole weights"):
         check_ema(TrainConfig(steps=1, ema=0.99, backend="fsdp"), two)
+
+
+def test_the_best_validation_of_the_average_survives_a_resume(tmp_path: Path):
+    """keep_best with --ema: every validation scores the average; a run cut and resumed
+    exports the same best average as an uninterrupted one."""
+    data = make_data([120, 90])
+    best = {"keep_best": True, "val_every": 1}
+    whole, _, _ = _run(tmp_path / "whole", data, 0.9, **best)
+    _run(tmp_path / "cut", data, 0.9, stop_at=3, **best)
+    cut, _, _ = _run(tmp_path / "cut", data, 0.9, resume=True, **best)
+    assert (cut.best_step, cut.best_val_loss) == (whole.best_step, whole.best_val_loss)
+    a, _ = load_pretrained(tmp_path / "whole")
+    b, _ = load_pretrained(tmp_path / "cut")
+    for (name, x), y in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert torch.allclose(x, y, atol=1e-6), name
+
+
+def test_a_resume_with_another_average_is_refused(tmp_path: Path):
+    data = make_data([120, 90])
+    _run(tmp_path, data, 0.9, ckpt_every=2, stop_at=2)
+    with pytest.raises(HeartlmError, match=r"--ema 0\.9; resume with the same, not --ema 0\b"):
+        _run(tmp_path, data, 0.0, ckpt_every=2, resume=True)

@@ -260,10 +260,13 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         flag = {k: "--" + k.replace("_", "-") for k in keys}
         changed = ", ".join(f"{flag[k]} {saved[k]} -> {want[k]}" for k in keys)
         raise HeartlmError(f"checkpoint was trained with another objective ({changed})", path)
-    before, now = meta.get("optimizer"), expected.get("optimizer")  # older ones: not compared
-    if before is not None and now is not None and before != now:
-        raise HeartlmError(f"the checkpoint was trained with {_as_flags(before)}; resume "
-                           f"with the same, not {_as_flags(now)}", path)  # fmt: skip
+    # Older checkpoints record fewer of these settings (none at first): only shared ones count.
+    before, now = meta.get("optimizer") or {}, expected.get("optimizer") or {}
+    changed = sorted(k for k in before.keys() & now.keys() if before[k] != now[k])
+    if changed:
+        was, asked = {k: before[k] for k in changed}, {k: now[k] for k in changed}
+        raise HeartlmError(f"the checkpoint was trained with {_as_flags(was)}; resume "
+                           f"with the same, not {_as_flags(asked)}", path)  # fmt: skip
     saved_book, book = meta.get("codebook_hash"), expected.get("codebook_hash")
     if saved_book != book:
         raise HeartlmError(

@@ -212,9 +212,10 @@ class TrainConfig:
         self._validate_numbers()
 
     def optimizer_shape(self) -> dict[str, float]:
-        """The settings that shape AdamW's parameter groups: a resume must keep them (a
-        checkpoint's optimizer state does not fit other groups)."""
-        return {"layer_decay": self.layer_decay, "head_first": self.head_first}
+        """The settings a resume must keep: those that shape AdamW's parameter groups (a
+        checkpoint's optimizer state does not fit other groups) and the weight average
+        (the checkpoint's average, and the best validation scored on it, were made with it)."""
+        return {"layer_decay": self.layer_decay, "head_first": self.head_first, "ema": self.ema}
 
     def _validate_numbers(self) -> None:
         """Numeric flags a run would only trip over later (NaN compares false: `not >`)."""

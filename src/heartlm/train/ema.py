@@ -38,20 +38,20 @@ class WeightAverage:
             if theirs.requires_grad
         ]
         self._mine = [m for m, _ in pairs]
-        self._theirs = [t for _, t in pairs]
+        self._theirs = [t.detach() for _, t in pairs]  # views: the optimizer's updates show
 
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the model's weights after one optimizer step."""
         self.updates += 1
         weight = 1.0 - ema_decay(self.decay, self.updates)
-        torch._foreach_lerp_(self._mine, [t.detach() for t in self._theirs], weight)
+        torch._foreach_lerp_(self._mine, self._theirs, weight)
 
     @torch.no_grad()
     def restart(self, updates: int) -> None:
         """Start the average at the model's current weights, as after `updates` updates (a
         resume from a checkpoint that holds no average)."""
-        torch._foreach_copy_(self._mine, [t.detach() for t in self._theirs])
+        torch._foreach_copy_(self._mine, self._theirs)
         self.updates = updates
 
     def state_dict(self) -> dict[str, torch.Tensor]:

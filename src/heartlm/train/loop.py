@@ -223,6 +223,8 @@ class Trainer:
             static_graph=self.accum == 1 and not self.compile_on, ac=cfg.ac,
             parallel=cfg.parallel, init_stream=self.capture_stream,
         )  # fmt: skip
+        if self.average is not None:  # DDP has broadcast rank 0's weights: every rank's start
+            self.average.restart(0)
         lr = scaled_lr(cfg.lr, cfg.batch, cfg.lr_scale_batch)
         self.optimizer = build_adamw(
             self.wrapped, lr, cfg.weight_decay, cfg.betas, fused=self.cuda,
