@@ -57,7 +57,3 @@ class WeightAverage:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The averaged weights (sharing storage with `module`: a load into it is in place)."""
         return self.module.state_dict()
-
-    def cpu_state(self) -> dict[str, torch.Tensor]:
-        """CPU copies of the averaged weights, for export."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()}

@@ -303,9 +303,7 @@ class Trainer:
     def _weights(self) -> dict[str, torch.Tensor]:
         """What validation reads and the run exports: the average with `ema`, else the
         weights (CPU copies; a collective under FSDP)."""
-        if self.average is not None:
-            return self.average.cpu_state()
-        return _full_state(self.wrapped)
+        return _full_state(self.wrapped if self.average is None else self.average.module)
 
     def _logging(self, latest: Path | None) -> None:
         cfg, env = self.cfg, self.env
