@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from heartlm.outdir import atomic_write_text
+
 BEAT_COLUMNS = ("accuracy", "S", "V", "F")
 VIEWS_SUFFIX = re.compile(r"_views\d+$")
 
@@ -105,7 +107,7 @@ def markdown(task: str, groups: dict) -> str:
             ", ".join(f"{np.mean([v for r, v in by[c] if r == rr]):.3f}" for rr in rounds)
             for c in columns[:2]
         ]
-        name = init if init.startswith("tree") else f"{init} (recipe {recipes.index(recipe) + 1})"
+        name = f"{init} (recipe {recipes.index(recipe) + 1})" if recipe in recipes else init
         row = [f"{fraction:.0%}", name, str(views or "–"), ", ".join(rounds),
                str(len(by[columns[0]])), *pooled, *per_round]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
@@ -122,10 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     try:
         if args.ledger:
-            text = json.dumps(ledger(args.files), indent=1) + "\n"
-            staged = args.ledger.with_name(f".{args.ledger.name}.tmp")
-            staged.write_text(text)
-            staged.replace(args.ledger)
+            atomic_write_text(args.ledger, json.dumps(ledger(args.files), indent=1) + "\n")
             return 0
         task, groups = pool(args.files)
     except (OSError, ValueError, KeyError) as exc:
