@@ -13,12 +13,13 @@
 #   finetune  finetune cells like core (10 launches)
 #   cpus      the core and finetune cells at 1, 2 and 4 CPUs per GPU, repeat 0 (60 launches)
 #   levers    pretrain weak, one small study per lever (LEVERS, NAME:BACKEND:FLAGS), in this
-#             order: ddp with the default 25-MiB buckets (the same machine's baseline), with
-#             one 400-MiB bucket (the all-reduce after backward, not overlapping it), with
-#             100-MiB buckets, with the whole step as one CUDA graph, with bf16 gradients,
+#             order: ddp with the default 100-MiB buckets (the same machine's baseline), with
+#             DDP's own 25-MiB buckets, with one 400-MiB bucket (the all-reduce after
+#             backward, not overlapping it), with 200-MiB buckets, with the whole step as one
+#             CUDA graph, with bf16 gradients,
 #             with Python GC every 50 steps; fsdp with GC every 50 steps and with one FSDP2
 #             unit per block (the layout before units of 100 M parameters became the
-#             default) (32 launches)
+#             default) (36 launches)
 #   peer      Hugging Face BertForMaskedLM + Trainer at 1, 2 and 4 GPUs (torchrun)
 #   socket    2 torchrun agents x 1, then x 2 GPUs over a socket, window 128 (twonode)
 #   accum     the socket run with ACCUM (8) micro-batches per all-reduce, its own 1/2-GPU
@@ -121,7 +122,7 @@ phase_cpus() {
   local t; t=$(budget) && scale "$t" --cpus 1,2,4,16 --task pretrain,finetune \
     --window "$WINDOWS" --scaling weak,strong --backend ddp --repeats 1
 }
-LEVERS=${LEVERS:-bucket25:ddp:--ddp-bucket-mb=25 nooverlap:ddp:--ddp-bucket-mb=400 bucket100:ddp:--ddp-bucket-mb=100 ddpgraph:ddp:--cudagraph bf16grad:ddp:--grad-reduce=bf16 gc50:ddp:--gc-every=50 fsdpgc50:fsdp:--gc-every=50 fsdpunit1:fsdp:--fsdp-group-blocks=1}
+LEVERS=${LEVERS:-bucket100:ddp:--ddp-bucket-mb=100 bucket25:ddp:--ddp-bucket-mb=25 nooverlap:ddp:--ddp-bucket-mb=400 bucket200:ddp:--ddp-bucket-mb=200 ddpgraph:ddp:--cudagraph bf16grad:ddp:--grad-reduce=bf16 gc50:ddp:--gc-every=50 fsdpgc50:fsdp:--gc-every=50 fsdpunit1:fsdp:--fsdp-group-blocks=1}
 phase_levers() {  # separate studies: engine flags are part of a grid's workload
   local spec name backend flags t
   for spec in $LEVERS; do  # NAME:BACKEND:FLAGS

@@ -9,6 +9,7 @@ import pytest
 
 from heartlm.cli import main
 from heartlm.report import commmodel
+from heartlm.report.study import BUCKET_BYTES
 from heartlm.scale.cell import Cell, Workload
 from heartlm.scale.results import add_scaling, cell_row, read_results, write_results
 
@@ -181,7 +182,7 @@ def test_report_sets_the_socket_run_beside_the_models_prediction(tmp_path):
     comm.mkdir()
     for label, world, busbw in (("nvlink", 2, 300e9), ("nvlink", 4, 330e9),
                                 ("socket", 2, 2.5e9)):  # fmt: skip
-        results = [{"bytes": 25 * 2**20, "time_s": 1.0, "algbw": 1.0, "busbw": busbw},
+        results = [{"bytes": BUCKET_BYTES, "time_s": 1.0, "algbw": 1.0, "busbw": busbw},
                    {"bytes": 350 * 2**20, "time_s": 1.0, "algbw": 1.0, "busbw": 9e99}]  # fmt: skip
         info = {"label": label, "world_size": world, "results": results}
         (comm / f"{label}_n{world}.json").write_text(json.dumps(info))

@@ -9,6 +9,7 @@ from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.scale.results import COLUMNS, read_results
+from heartlm.train.config import DDP_BUCKET_MB
 
 CONFIG_KEYS = ("task", "window", "scaling", "backend", "data_path")
 
@@ -18,9 +19,9 @@ def num(row: dict[str, str], key: str) -> float | None:
     return float(value) if value not in ("", None) else None
 
 
-# DDP all-reduces gradients in buckets of this size (its default): the bandwidth that
-# matters is the one measured at about this size.
-BUCKET_BYTES = 25 * 2**20
+# DDP all-reduces gradients in buckets of this size (the engine's default): the bandwidth
+# that matters is the one measured at about this size.
+BUCKET_BYTES = int(DDP_BUCKET_MB * 2**20)
 
 
 @dataclass

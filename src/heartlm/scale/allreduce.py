@@ -24,10 +24,11 @@ import torch.distributed as dist
 
 from heartlm.errors import HeartlmError
 from heartlm.outdir import atomic_write_text
+from heartlm.train.config import DDP_BUCKET_MB
 from heartlm.train.distributed import DistEnv, init_distributed, shutdown
 
-# DDP's default gradient bucket, and about the fp32 gradients of the base preset.
-DEFAULT_SIZES_MB = (25.0, 350.0)
+# DDP's own default bucket, the engine's, and about the fp32 gradients of the base preset.
+DEFAULT_SIZES_MB = (25.0, DDP_BUCKET_MB, 350.0)
 
 
 def measure(env: DistEnv, nbytes: int, iters: int, warmup: int) -> dict[str, float]:
@@ -78,8 +79,8 @@ def run(out: Path, sizes_mb: list[float], iters: int, warmup: int, label: str) -
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m heartlm.scale.allreduce", description=__doc__)
     p.add_argument("--out", type=Path, required=True, help="JSON file rank 0 writes")
-    p.add_argument("--sizes-mb", default=",".join(f"{v:g}" for v in DEFAULT_SIZES_MB),
-                   help="tensor sizes in MiB (25,350)")  # fmt: skip
+    sizes = ",".join(f"{v:g}" for v in DEFAULT_SIZES_MB)
+    p.add_argument("--sizes-mb", default=sizes, help=f"tensor sizes in MiB ({sizes})")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--label", default="", help="what path this is, e.g. nvlink or socket")

@@ -22,6 +22,10 @@ RESHARD = ("auto", "always", "never")
 # Below this many parameters the gathered bf16 weights of every block fit beside the
 # activations, and FSDP2 resharding would only add an all-gather per block to backward.
 RESHARD_FROM_PARAMS = 1_000_000_000
+DDP_BUCKET_MB = 100.0
+"""`--ddp-bucket-mb`'s default, not DDP's 25: under torch.compile DDP splits the graph at every
+bucket, and on 2 x H100 (`base`, weak, compiled) 25-MiB buckets gave 0.917 / 0.926 weak
+efficiency at windows 128 / 1024, 100-MiB buckets 0.955 / 0.957 (benchmarks/README.md)."""
 FSDP_UNIT_PARAMS = 100_000_000
 """`--fsdp-group-blocks 0` (auto): FSDP2 units of up to this many block parameters. Each unit
 costs host time per step (hooks, collectives to issue); on 2 x H100, `base` (85 M in its 12
@@ -40,7 +44,7 @@ LAUNCH = "launch"
 class ParallelConfig:
     """Levers of data parallelism, to measure rather than assume (docs/distributed.md)."""
 
-    ddp_bucket_mb: float = setting(25.0, group=SPEED)
+    ddp_bucket_mb: float = setting(DDP_BUCKET_MB, group=SPEED)
     """DDP gradient bucket size, MiB (bucket_cap_mb); compiled graphs split there too"""
     ddp_bucket_view: bool = setting(True, group=SPEED)
     """DDP gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy)"""
