@@ -244,11 +244,10 @@ Round 19 kept scratch and rhythm from `best` and added rhythm from `nextrhythm` 
 on exactly the rhythm view) and from `nextrel` (on the relative view); neither won on the
 folds (0.869 and 0.845 against 0.874). Round 20 prepared scratch and rhythm from `best`, each
 with and without `--ema 0.999`; its AFIB half was not run (the average lost on the beat
-folds). Round 21 (prepared) compares each with `--inputs rhythm-ectopy`: the rhythm view plus
-the patient-relative columns that say whether a beat is like the record's dominant one. The
-LightGBM floor on the same folds rose from 0.758 to 0.818 with them, and the false AFIB
-windows of rounds 18-19 are runs of ventricular ectopy (DS2's 200) and 222's flutter and
-nodal stretches. An initialisation whose rhythm recipe wins again is not scored on DS2 again
+folds). Round 21 compared each with `--inputs rhythm-ectopy`: the rhythm view plus
+the patient-relative columns that say whether a beat is like the record's dominant one. They
+won at the default threshold and lost 2.4-2.8 points at the fold-chosen one, for both
+initialisations, so both kept the `rhythm` recipe DS2 had scored, and `final_afib` stopped
 (DS2_LEDGER)."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
