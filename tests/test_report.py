@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,25 @@ def test_report_numbers_equal_results_csv_and_every_figure_is_drawn(tmp_path, ca
         float(base["time_s"]) / float(row["time_s"]), rel=1e-5
     )
     assert float(row["time_min_s"]) < float(row["time_s"]) < float(row["time_max_s"])
+
+
+def test_a_grid_with_no_finished_cell_draws_its_figures_without_an_empty_legend(tmp_path):
+    """`gpu_scaling_study.sh report` runs over a grid whose cells may all be pending; a
+    figure then says so instead of asking matplotlib for a legend with nothing in it."""
+    study = tmp_path / "study"
+    study.mkdir()
+    work = Workload(batch=8, steps=40, warmup=5, profile=5)
+    rows = [cell_row(Cell("pretrain", 128, g, 16, "weak", "ddp", "gpu"), work, "base", [])
+            for g in (1, 2)]  # fmt: skip
+    add_scaling(rows)
+    write_results(study / "results.csv", rows)
+    assert {r["status"] for r in read_results(study / "results.csv")} == {"pending"}
+    (study / "grid.json").write_text(json.dumps({"workload": {"steps": 40}, "config": {}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["report", str(study)]) == 0
+    for name in ("efficiency_vs_gpus", "overhead_vs_gpus"):
+        assert (study / "figures" / f"{name}.png").stat().st_size > 1000
 
 
 def test_report_refuses_a_folder_without_results_or_with_bad_numbers(tmp_path, capsys):

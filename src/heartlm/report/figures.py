@@ -87,16 +87,22 @@ def time_speedup_vs_gpus(study: Study, out: Path) -> list[Path]:
 def _metric_vs_gpus(study: Study, out: Path, key: str, ylabel: str, name: str) -> list[Path]:
     cpus = study.reference_cpus()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for config in study.configs():
-        pts = [(int(r["gpus"]), num(r, key)) for r in study.ok(config, cpus) if r[key]]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o", label=study.label(config))
-    if key == "efficiency":
+    curves = [
+        (config, [(int(r["gpus"]), num(r, key)) for r in study.ok(config, cpus) if r[key]])
+        for config in study.configs()
+    ]
+    curves = [(config, pts) for config, pts in curves if pts]
+    for config, pts in curves:
+        ax.plot(*zip(*pts, strict=True), marker="o", label=study.label(config))
+    if not curves:
+        _empty(ax)
+    elif key == "efficiency":
         ax.axhline(1.0, ls="--", color="gray", label="ideal")
     ax.set_xlabel("GPUs")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel} vs GPUs ({cpus} CPU cores per GPU)")
-    ax.legend(fontsize=7)
+    if curves:
+        ax.legend(fontsize=7)
     return _save(fig, out, name)
 
 
