@@ -14,11 +14,13 @@ import yaml
 from heartlm import settings
 from heartlm.cli import build_parser, main
 from heartlm.errors import HeartlmError
+from heartlm.scale import grid as grid_module
 from heartlm.scale import metrics, twonode
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch
 from heartlm.scale.energy import EnergySampler
 from heartlm.scale.grid import Grid, ScaleConfig, engine_command, grid_state
 from heartlm.scale.results import add_scaling, cell_row, read_results
+from heartlm.train.config import ParallelConfig
 
 
 def test_metrics_match_hand_computed_values():
@@ -285,6 +287,18 @@ def test_max_time_leaves_cells_pending_for_a_resume(tmp_path):
     assert runner.calls == [] and len(grid.pending()) == 5
     grid.run()
     assert len(runner.calls) == 5 and grid.pending() == []
+
+
+def test_a_grid_begun_under_another_engine_default_is_not_resumed(tmp_path, monkeypatch):
+    """Its cells ran with the old default (e.g. 25-MiB DDP buckets); resuming it would put
+    cells of the new one beside them under one workload."""
+    grid_state(tmp_path / "study", ScaleConfig(steps=20), overwrite=False)
+    grid_state(tmp_path / "study", ScaleConfig(steps=20), overwrite=False)  # same: resumes
+    older = ParallelConfig(ddp_bucket_mb=25.0)
+    assert older != ParallelConfig()
+    monkeypatch.setattr(grid_module, "ParallelConfig", lambda: older)
+    with pytest.raises(HeartlmError, match="another workload"):
+        grid_state(tmp_path / "study", ScaleConfig(steps=20), overwrite=False)
 
 
 def test_a_folder_with_another_grid_is_refused(tmp_path):

@@ -20,6 +20,7 @@ from heartlm.log import logger, progress
 from heartlm.outdir import atomic_write_text, partial_dir
 from heartlm.scale.cell import Cell, Launch, Workload, core_groups, run_launch, torchrun_argv
 from heartlm.settings import comma_list, setting
+from heartlm.train.config import FSDP_UNIT_PARAMS, ParallelConfig
 
 TASKS = ("pretrain", "finetune")
 SCALING = ("weak", "strong")
@@ -146,10 +147,14 @@ class ScaleConfig:
         )
 
     def workload_key(self) -> dict[str, Any]:
-        """What must not change between an interrupted grid and its resume."""
+        """What must not change between an interrupted grid and its resume: cells ran with
+        the engine's parallelism defaults too (the DDP bucket size, the FSDP2 units), so a
+        grid begun before one of them changed is not resumed with the new one."""
         keep = ("preset", "steps", "warmup", "batch", "tokens_per_step", "seed", "profile_steps")
         info = {k: getattr(self, k) for k in keep}
-        return {**info, "engine_args": list(self.engine_args), "finetune_task": self.finetune_task}
+        defaults = {**dataclasses.asdict(ParallelConfig()), "fsdp_unit_params": FSDP_UNIT_PARAMS}
+        return {**info, "engine_args": list(self.engine_args), "finetune_task": self.finetune_task,
+                "engine_defaults": defaults}  # fmt: skip
 
     def cells(self) -> list[Cell]:
         """Every cell, the most CPUs per GPU first: a grid cut short by --max-time has the

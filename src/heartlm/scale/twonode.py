@@ -32,6 +32,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text
 from heartlm.scale import metrics
+from heartlm.scale.allreduce import DEFAULT_SIZES_MB
 from heartlm.scale.cell import Cell, Workload, read_breakdown, read_step_records, stop_group
 from heartlm.scale.grid import INDUCTOR_CACHE, ScaleConfig, engine_command, visible_gpus
 from heartlm.train.launch import LAUNCH_ENV, free_port
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", default="1,2", help="processes per agent (1,2)")
     p.add_argument("--window", type=int, default=128)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per launch")
-    p.add_argument("--sizes-mb", default="25,350", help="all-reduce sizes, MiB (25,350)")
+    sizes = ",".join(f"{v:g}" for v in DEFAULT_SIZES_MB)
+    p.add_argument("--sizes-mb", default=sizes, help=f"all-reduce sizes, MiB ({sizes})")
     args = p.parse_args(argv)
     study = args.study.resolve()
     cfg, data = load_study(study)
