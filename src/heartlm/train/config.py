@@ -25,7 +25,8 @@ RESHARD_FROM_PARAMS = 1_000_000_000
 DDP_BUCKET_MB = 100.0
 """`--ddp-bucket-mb`'s default, not DDP's 25: under torch.compile DDP splits the graph at every
 bucket, and on 2 x H100 (`base`, weak, compiled) 25-MiB buckets gave 0.917 / 0.926 weak
-efficiency at windows 128 / 1024, 100-MiB buckets 0.955 / 0.957 (benchmarks/README.md)."""
+efficiency at windows 128 / 1024, 100-MiB buckets 0.955 / 0.957, one repeat each
+(benchmarks/README.md)."""
 FSDP_UNIT_PARAMS = 100_000_000
 """`--fsdp-group-blocks 0` (auto): FSDP2 units of up to this many block parameters. Each unit
 costs host time per step (hooks, collectives to issue); on 2 x H100, `base` (85 M in its 12
