@@ -3,6 +3,7 @@ means, code share, the feature space saved with the codebook, and the v2 shard f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -272,6 +273,47 @@ def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the
     assert torch.equal(seen[-1], batch.rhythm)
 
 
+def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only():
+    """--objective forecast: position t predicts beat t+1's features (and code) through a
+    causal model; its loss is the code's cross-entropy plus that squared error, and what
+    position t predicts does not change when beat t+1 does."""
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+    from heartlm.train.objectives import make_objective
+
+    torch.manual_seed(0)
+    feats = torch.randn(4, 32, 3)
+    batch = Batch(torch.randint(5, 30, (4, 32)), torch.randint(5, 9, (4, 32)),
+                  torch.zeros(4, 32, dtype=torch.long), torch.zeros(4, 32, dtype=torch.long),
+                  None, torch.arange(4), feats)  # fmt: skip
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=32, causal=True)).eval()  # fmt: skip
+    every = torch.ones(3, dtype=torch.bool)
+
+    def objective(name: str, **kw: object):
+        return make_objective(name, 30, feature_columns=every, **kw)  # type: ignore[arg-type]
+
+    forecast = objective("forecast", feature_weight=1.0, code_weight=0.0)
+    assert forecast.heads == ("mlm", "masked") and forecast.name == "forecast"
+    with torch.no_grad():
+        only_features, sums = forecast(model, batch)
+        _, recon = model(batch.morph, batch.rhythm, head="masked", features_BTF=feats)
+        expected = ((recon[:, :-1] - feats[:, 1:]) ** 2).mean()
+        assert only_features.item() == pytest.approx(expected.item(), rel=1e-5)
+        assert int(sums["count"]) == 4 * 31 and "correct" not in sums
+        both, _ = objective("forecast", feature_weight=1.0)(model, batch)
+        code, _ = objective("next", feature_weight=1.0)(model, batch)  # next: the code only
+        assert both.item() == pytest.approx(code.item() + only_features.item(), rel=1e-5)
+        later = feats.clone()
+        later[:, 20:] += 5.0
+        _, moved = model(batch.morph, batch.rhythm, head="masked", features_BTF=later)
+        assert torch.allclose(moved[:, :20], recon[:, :20], atol=1e-5)
+        assert not torch.allclose(moved[:, 20:], recon[:, 20:])
+        changed, _ = forecast(model, dataclasses.replace(batch, features=later))
+        assert changed.item() != pytest.approx(only_features.item(), rel=1e-3)
+    assert objective("next", feature_weight=1.0).heads == ("next",)
+
+
 def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp_path):
     from heartlm.pretrain import PretrainConfig, _resolve
 
@@ -286,14 +328,30 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     _, every = objective(feature_target="all", code_weight=0.0, mask_span=4)
     assert every.feature_columns.all() and every.hide_rhythm and every.code_weight == 0
     assert every.span == 4 and shape.span == 1
+    _, ahead = objective(objective="forecast", feature_target="all", code_weight=0.0)
+    assert ahead.name == "forecast" and ahead.feature_columns.all() and ahead.code_weight == 0
     for kw, said in (
         ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
         ({"code_weight": -1.0}, "--code-weight must be >= 0"),
-        ({"objective": "next", "feature_target": "all"}, "for --objective masked"),
+        ({"objective": "next", "feature_target": "all"}, "for --objective masked or forecast"),
+        ({"objective": "forecast", "feature_weight": 0.0}, "--feature-weight must be > 0"),
+        ({"objective": "forecast", "mask_span": 2}, "--mask-span is for --objective masked"),
         ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),
     ):
         with pytest.raises(HeartlmError, match=said):
             objective(**kw)
+
+
+def test_forecast_is_refused_on_tokens_without_beat_features(tokens, tmp_path, monkeypatch):
+    from heartlm.pretrain import PretrainConfig, _resolve
+    from heartlm.train.data import TokenData
+
+    monkeypatch.setattr(TokenData, "shape_columns", lambda self, absolute_only=False: None)
+    cfg = PretrainConfig(tokens=tokens / "tok", out=tmp_path / "run", window=16,
+                         objective="forecast")  # fmt: skip
+    with pytest.raises(HeartlmError, match="these tokens have none") as err:
+        _resolve(cfg)
+    assert "tokens.json" in str(err.value)
 
 
 def test_unusable_beats_carry_no_shape_features(tmp_path: Path):

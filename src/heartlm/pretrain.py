@@ -17,6 +17,8 @@ from heartlm.train.config import LaunchConfig, TrainConfig
 MODEL = "model and objective"
 EXPORTS = ("last", "best")
 FEATURE_TARGETS = ("shape", "all")
+OBJECTIVES = ("masked", "next", "forecast")
+CAUSAL_OBJECTIVES = ("next", "forecast")
 VAL_RISE = 0.10
 """A validation loss this far (relative) above its lowest at the end of a run exported with
 `--export last` is reported: the encoder is fitting its training records (the model
@@ -33,8 +35,9 @@ class PretrainConfig:
     """replace a run already in --out"""
     preset: str = setting("small", choices=PRESETS, group=MODEL)
     """model size"""
-    objective: str = setting("masked", choices=("masked", "next"), group=MODEL)
-    """masked: masked-beat modelling (bidirectional); next: next-beat prediction (causal)"""
+    objective: str = setting("masked", choices=OBJECTIVES, group=MODEL)
+    """masked: masked-beat modelling (bidirectional); next: next-beat prediction (causal);
+    forecast: next-beat prediction of the code and of the next beat's features (causal)"""
     window: int = setting(128, group=MODEL)
     """beats per window"""
     stride: int | None = setting(None, group=MODEL)
@@ -49,17 +52,16 @@ class PretrainConfig:
     label_smoothing: float = setting(0.0, group=MODEL)
     """label smoothing of the code's cross-entropy"""
     feature_weight: float = setting(1.0, group=MODEL)
-    """masked objective: weight of reconstructing the masked beats' features (those of
-    --feature-target; mean squared error, standardised units) beside the code's
-    cross-entropy; 0 = off"""
+    """masked and forecast objectives: weight of predicting the masked (forecast: the next)
+    beats' features (those of --feature-target; mean squared error, standardised units)
+    beside the code's cross-entropy; 0 = off"""
     feature_target: str = setting("shape", choices=FEATURE_TARGETS, group=MODEL)
-    """masked objective: the feature columns a replaced beat hides and the model
-    reconstructs: shape (its morphology columns) or all (every column, RR and P wave
-    included; its rhythm token becomes MASK too)"""
+    """masked and forecast objectives: the feature columns predicted: shape (the morphology
+    columns) or all (every column, RR and P wave included; masked: a replaced beat hides
+    them and its rhythm token becomes MASK too)"""
     code_weight: float = setting(1.0, group=MODEL)
-    """masked objective: weight of the code's cross-entropy beside the feature
-    reconstruction; 0 = only the features are predicted (the codes are partly
-    patient-specific)"""
+    """masked and forecast objectives: weight of the code's cross-entropy beside the
+    features; 0 = only the features are predicted (the codes are partly patient-specific)"""
     feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
@@ -102,8 +104,13 @@ class PretrainConfig:
             self.code_weight != 1 or self.feature_target != "shape" or self.mask_span != 1
         ):
             raise ValueError(
-                "--code-weight, --feature-target and --mask-span are for --objective masked"
+                "--code-weight, --feature-target and --mask-span are for --objective masked "
+                "or forecast (--mask-span: masked only)"
             )
+        if self.objective == "forecast" and self.mask_span != 1:
+            raise ValueError("--mask-span is for --objective masked")
+        if self.objective == "forecast" and self.feature_weight == 0:
+            raise ValueError("--objective forecast predicts features: --feature-weight must be > 0")
         if not 1 <= self.mask_span <= self.window:
             raise ValueError(f"--mask-span must be in [1, --window], not {self.mask_span}")
         if self.export == "best" and self.val_fraction == 0:
@@ -142,6 +149,12 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
+    if columns is None and cfg.objective == "forecast":
+        raise HeartlmError(
+            "--objective forecast predicts the next beat's features; these tokens have none "
+            "(tokenize with beat features)",
+            cfg.tokens / "tokens.json",
+        )
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -165,7 +178,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             n_features=data.n_features,
             feature_embedding=cfg.feature_embedding,
             max_len=cfg.window,
-            causal=cfg.objective == "next",
+            causal=cfg.objective in CAUSAL_OBJECTIVES,
             **seen,
         )
     except ValueError as exc:

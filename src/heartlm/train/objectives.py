@@ -196,23 +196,51 @@ class MaskedBeats:
 
 @dataclass
 class NextBeat:
-    """Next-beat prediction with a causal model: beat t+1 from beats <= t."""
+    """Next-beat prediction with a causal model: beat t+1 from beats <= t.
+
+    `next` predicts the next beat's code. `forecast` (`feature_weight` > 0) also regresses
+    the next beat's `feature_columns` (mean squared error, standardised units): its RR
+    intervals and P wave with `--feature-target all`, so the model learns what rhythm to
+    expect, which a premature or irregular beat then departs from. `code_weight` 0 predicts
+    only the features (the codes are partly patient-specific).
+    """
 
     vocab_size: int
     label_smoothing: float = 0.0
+    feature_columns: Tensor | None = None
+    feature_weight: float = 0.0
+    code_weight: float = 1.0
     name: str = "next"
     heads: tuple[str, ...] = ("next",)
+
+    def __post_init__(self) -> None:
+        if self.feature_weight > 0 and self.feature_columns is not None:
+            self.heads = ("mlm", "masked")
 
     def predicted_per_window(self, window: int) -> int:
         return window
 
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        logits = model(batch.morph, batch.rhythm, batch.valid, head="next",
-                       features_BTF=batch.features)  # fmt: skip
+        forecast = self.feature_weight > 0 and batch.features is not None
+        out = model(batch.morph, batch.rhythm, batch.valid, head="masked" if forecast else "next",
+                    features_BTF=batch.features)  # fmt: skip
+        logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
         labels = torch.where(real, batch.morph.long(), IGNORE)
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
-        return vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        if recon_BTF is None:
+            return loss, sums
+        loss, sums["loss_sum"] = self.code_weight * loss, self.code_weight * sums["loss_sum"]
+        if self.code_weight == 0:
+            del sums["correct"]
+        cols = self.feature_columns.to(recon_BTF.device)
+        target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))
+        err_BT = ((recon_BTF.float() - target_BTF) ** 2 * cols).sum(-1) / cols.sum().clamp_min(1)
+        mse_sum = torch.where(labels != IGNORE, err_BT, torch.zeros_like(err_BT)).sum()
+        loss_sum = sums["loss_sum"] + self.feature_weight * mse_sum.detach()
+        loss = loss + self.feature_weight * mse_sum / sums["count"].clamp_min(1)
+        return loss, {**sums, "loss_sum": loss_sum}
 
 
 def objective_to(objective: object, device: torch.device) -> None:
@@ -227,8 +255,10 @@ def objective_to(objective: object, device: torch.device) -> None:
 def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
-    if name == "next":  # the masked objective's settings do not apply
-        accepted = {f.name for f in fields(NextBeat)}
+    if name in ("next", "forecast"):  # the masked objective's settings do not apply
+        accepted = {f.name for f in fields(NextBeat)} - {"name", "heads"}
         kwargs = {key: value for key, value in kwargs.items() if key in accepted}
-        return NextBeat(vocab_size, **kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"--objective must be masked or next, not {name!r}")
+        if name == "next":  # the code alone, as before `forecast` existed
+            kwargs = {**kwargs, "feature_weight": 0.0, "code_weight": 1.0}
+        return NextBeat(vocab_size, name=name, **kwargs)  # type: ignore[arg-type]
+    raise ValueError(f"--objective must be masked, next or forecast, not {name!r}")
