@@ -75,6 +75,34 @@ def hide_features(
     return features_BTF.masked_fill(hide_BTF, 0.0)
 
 
+def weigh_code_loss(
+    loss: Tensor, sums: dict[str, Tensor], weight: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The code's cross-entropy times `weight`; no accuracy where the code head is unused."""
+    sums = {**sums, "loss_sum": weight * sums["loss_sum"]}
+    if weight == 0:
+        del sums["correct"]
+    return weight * loss, sums
+
+
+def add_feature_loss(
+    loss: Tensor,
+    sums: dict[str, Tensor],
+    predicted_BKF: Tensor,
+    target_BKF: Tensor,
+    columns: Tensor,
+    labels_BK: Tensor,
+    weight: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`weight` x the squared error of the predicted `columns` (standardised units, averaged
+    over the columns) at the positions with a label, added to the loss and its sums."""
+    cols = columns.to(predicted_BKF.device)
+    err_BK = ((predicted_BKF.float() - target_BKF) ** 2 * cols).sum(-1) / cols.sum().clamp_min(1)
+    mse_sum = torch.where(labels_BK != IGNORE, err_BK, torch.zeros_like(err_BK)).sum()
+    loss = loss + weight * mse_sum / sums["count"].clamp_min(1)
+    return loss, {**sums, "loss_sum": sums["loss_sum"] + weight * mse_sum.detach()}
+
+
 def _real_beats(batch: Batch) -> Tensor:
     real = batch.morph >= NUM_SPECIAL
     return real if batch.valid is None else real & batch.valid
@@ -179,19 +207,13 @@ class MaskedBeats:
             logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
             recon_BKF = None
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
-        loss, sums["loss_sum"] = self.code_weight * loss, self.code_weight * sums["loss_sum"]
-        if self.code_weight == 0:  # no val_acc from a code head that is not trained
-            del sums["correct"]
+        loss, sums = weigh_code_loss(loss, sums, self.code_weight)
         if recon_BKF is None:
             return loss, sums
-        cols = self.feature_columns.to(recon_BKF.device)
         idx = positions[..., None].expand(-1, -1, batch.features.shape[-1])
         target_BKF = torch.gather(batch.features, 1, idx).float()
-        err_BK = ((recon_BKF.float() - target_BKF) ** 2 * cols).sum(-1) / cols.sum().clamp_min(1)
-        mse_sum = torch.where(labels != IGNORE, err_BK, torch.zeros_like(err_BK)).sum()
-        loss_sum = sums["loss_sum"] + self.feature_weight * mse_sum.detach()
-        loss = loss + self.feature_weight * mse_sum / sums["count"].clamp_min(1)
-        return loss, {**sums, "loss_sum": loss_sum}
+        return add_feature_loss(loss, sums, recon_BKF, target_BKF, self.feature_columns, labels,
+                                self.feature_weight)  # fmt: skip
 
 
 @dataclass
@@ -221,7 +243,8 @@ class NextBeat:
         return window
 
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        forecast = self.feature_weight > 0 and batch.features is not None
+        forecast = self.feature_weight > 0 and self.feature_columns is not None
+        forecast = forecast and batch.features is not None
         out = model(batch.morph, batch.rhythm, batch.valid, head="masked" if forecast else "next",
                     features_BTF=batch.features)  # fmt: skip
         logits, recon_BTF = out if forecast else (out, None)
@@ -231,16 +254,10 @@ class NextBeat:
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
         if recon_BTF is None:
             return loss, sums
-        loss, sums["loss_sum"] = self.code_weight * loss, self.code_weight * sums["loss_sum"]
-        if self.code_weight == 0:
-            del sums["correct"]
-        cols = self.feature_columns.to(recon_BTF.device)
+        loss, sums = weigh_code_loss(loss, sums, self.code_weight)
         target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))
-        err_BT = ((recon_BTF.float() - target_BTF) ** 2 * cols).sum(-1) / cols.sum().clamp_min(1)
-        mse_sum = torch.where(labels != IGNORE, err_BT, torch.zeros_like(err_BT)).sum()
-        loss_sum = sums["loss_sum"] + self.feature_weight * mse_sum.detach()
-        loss = loss + self.feature_weight * mse_sum / sums["count"].clamp_min(1)
-        return loss, {**sums, "loss_sum": loss_sum}
+        return add_feature_loss(loss, sums, recon_BTF, target_BTF, self.feature_columns, labels,
+                                self.feature_weight)  # fmt: skip
 
 
 def objective_to(objective: object, device: torch.device) -> None:
