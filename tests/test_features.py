@@ -275,8 +275,9 @@ def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the
 
 def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only():
     """--objective forecast: position t predicts beat t+1's features (and code) through a
-    causal model; its loss is the code's cross-entropy plus that squared error, and what
-    position t predicts does not change when beat t+1 does."""
+    causal model; its loss is the code's cross-entropy plus that squared error. What
+    position t predicts does not change when beat t+1 does, and the forecast reads neither
+    the columns that look ahead (the RR after a beat) nor the rhythm tokens (which bin it)."""
     from heartlm.model import HeartLM, model_config
     from heartlm.train.data import Batch
     from heartlm.train.objectives import make_objective
@@ -289,28 +290,45 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
     model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
                                  max_len=32, causal=True)).eval()  # fmt: skip
     every = torch.ones(3, dtype=torch.bool)
+    ahead = torch.tensor([False, True, False])  # column 1: the RR after each beat
 
     def objective(name: str, **kw: object):
         return make_objective(name, 30, feature_columns=every, **kw)  # type: ignore[arg-type]
 
-    forecast = objective("forecast", feature_weight=1.0, code_weight=0.0)
+    forecast = objective("forecast", feature_weight=1.0, code_weight=0.0, lookahead_columns=ahead)
     assert forecast.heads == ("mlm", "masked") and forecast.name == "forecast"
+    seen = feats.clone()
+    seen[..., 1] = 0.0
+    masked_rhythm = torch.full_like(batch.rhythm, shards.MASK)
     with torch.no_grad():
         only_features, sums = forecast(model, batch)
-        _, recon = model(batch.morph, batch.rhythm, head="masked", features_BTF=feats)
+        _, recon = model(batch.morph, masked_rhythm, head="masked", features_BTF=seen)
         expected = ((recon[:, :-1] - feats[:, 1:]) ** 2).mean()
         assert only_features.item() == pytest.approx(expected.item(), rel=1e-5)
         assert int(sums["count"]) == 4 * 31 and "correct" not in sums
-        both, _ = objective("forecast", feature_weight=1.0)(model, batch)
+        other_rhythm = dataclasses.replace(batch, rhythm=torch.randint(5, 9, (4, 32)))
+        assert forecast(model, other_rhythm)[0].item() == pytest.approx(only_features.item())
+        unread = feats.clone()
+        unread[..., 1] += 5.0
+        not_target = make_objective("forecast", 30, feature_columns=~ahead, feature_weight=1.0,
+                                    code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
+        assert not_target(model, dataclasses.replace(batch, features=unread))[0].item() == (
+            pytest.approx(not_target(model, batch)[0].item())
+        )  # neither read nor forecast: the loss does not move
+        both, _ = objective("forecast", feature_weight=1.0, lookahead_columns=ahead)(model, batch)
         code, _ = objective("next", feature_weight=1.0)(model, batch)  # next: the code only
-        assert both.item() == pytest.approx(code.item() + only_features.item(), rel=1e-5)
-        later = feats.clone()
+        code_hidden, _ = make_objective("next", 30)(
+            lambda m, r, v, head, features_BTF: model(m, masked_rhythm, v, head=head,
+                                                       features_BTF=seen), batch)  # fmt: skip
+        assert both.item() == pytest.approx(code_hidden.item() + only_features.item(), rel=1e-5)
+        assert code.item() != pytest.approx(code_hidden.item(), rel=1e-4)  # next reads them all
+        later = seen.clone()
         later[:, 20:] += 5.0
-        _, moved = model(batch.morph, batch.rhythm, head="masked", features_BTF=later)
+        _, moved = model(batch.morph, masked_rhythm, head="masked", features_BTF=later)
         assert torch.allclose(moved[:, :20], recon[:, :20], atol=1e-5)
         assert not torch.allclose(moved[:, 20:], recon[:, 20:])
-        changed, _ = forecast(model, dataclasses.replace(batch, features=later))
-        assert changed.item() != pytest.approx(only_features.item(), rel=1e-3)
+        changed, _ = forecast(model, dataclasses.replace(batch, features=unread))
+        assert changed.item() != pytest.approx(only_features.item(), rel=1e-3)  # a target
     assert objective("next", feature_weight=1.0).heads == ("next",)
 
 
@@ -330,6 +348,10 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     assert every.span == 4 and shape.span == 1
     _, ahead = objective(objective="forecast", feature_target="all", code_weight=0.0)
     assert ahead.name == "forecast" and ahead.feature_columns.all() and ahead.code_weight == 0
+    names = data.meta["features"]
+    hidden = [names[i] for i, h in enumerate(ahead.lookahead_columns.tolist()) if h]
+    assert "rr_next_local" in hidden and "rr_irregularity" in hidden
+    assert "log_rr_prev" not in hidden and all(n.startswith("rr_") for n in hidden)
     for kw, said in (
         ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
         ({"code_weight": -1.0}, "--code-weight must be >= 0"),

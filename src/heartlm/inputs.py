@@ -40,6 +40,18 @@ when the same rhythms are played 1.5x slower (benchmarks/README.md): the class f
 patient's rate."""
 
 
+LOOKAHEAD_PREFIX = "rr_"
+"""Rhythm columns named so see beats after their own: the RR after the beat (`rr_next_*`), or
+a mean centred on it (`rr_prev_local`, `rr_prev_record`, `rr_irregularity`). Only
+`log_rr_prev`, the interval before the beat, looks back alone."""
+
+
+def lookahead_columns(names: list[str] | tuple[str, ...]) -> list[int]:
+    """Feature columns that a causal model must not read when it forecasts the next beat:
+    they hold (part of) its timing (`pretrain --objective forecast`)."""
+    return [i for i, name in enumerate(names) if name.startswith(LOOKAHEAD_PREFIX)]
+
+
 def absolute_columns(names: list[str] | tuple[str, ...]) -> list[int]:
     """Columns of the beat's shape on their own (principal components), as opposed to the
     patient-relative ones: what a model must not lean on to generalise across patients."""

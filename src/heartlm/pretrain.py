@@ -124,7 +124,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     """Validate every setting and load the tokens: (data, objective, ModelConfig)."""
     import torch
 
-    from heartlm.inputs import model_inputs
+    from heartlm.inputs import lookahead_columns, model_inputs
     from heartlm.model import model_config
     from heartlm.train.config import resolve_batch
     from heartlm.train.data import load_tokens
@@ -155,6 +155,10 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             "(tokenize with beat features)",
             cfg.tokens / "tokens.json",
         )
+    lookahead = None
+    if columns is not None:
+        lookahead = torch.zeros_like(columns)
+        lookahead[lookahead_columns(data.meta.get("features", []))] = True
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -170,6 +174,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             code_weight=cfg.code_weight,
             hide_rhythm=cfg.feature_target == "all",
             span=cfg.mask_span,
+            **({"lookahead_columns": lookahead} if cfg.objective == "forecast" else {}),
         )
         mcfg = model_config(
             cfg.preset,

@@ -224,7 +224,9 @@ class NextBeat:
     the next beat's `feature_columns` (mean squared error, standardised units): its RR
     intervals and P wave with `--feature-target all`, so the model learns what rhythm to
     expect, which a premature or irregular beat then departs from. `code_weight` 0 predicts
-    only the features (the codes are partly patient-specific).
+    only the features (the codes are partly patient-specific). A forecast reads no
+    `lookahead_columns` and no rhythm token (each token bins the RR after its beat too):
+    they would hand it the next beat's timing.
     """
 
     vocab_size: int
@@ -232,6 +234,7 @@ class NextBeat:
     feature_columns: Tensor | None = None
     feature_weight: float = 0.0
     code_weight: float = 1.0
+    lookahead_columns: Tensor | None = None
     name: str = "next"
     heads: tuple[str, ...] = ("next",)
 
@@ -245,8 +248,13 @@ class NextBeat:
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         forecast = self.feature_weight > 0 and self.feature_columns is not None
         forecast = forecast and batch.features is not None
-        out = model(batch.morph, batch.rhythm, batch.valid, head="masked" if forecast else "next",
-                    features_BTF=batch.features)  # fmt: skip
+        rhythm, features = batch.rhythm, batch.features
+        if forecast:
+            everywhere = torch.ones_like(batch.morph, dtype=torch.bool)
+            features = hide_features(features, everywhere, self.lookahead_columns)
+            rhythm = torch.where(rhythm >= NUM_SPECIAL, MASK, rhythm)
+        out = model(batch.morph, rhythm, batch.valid, head="masked" if forecast else "next",
+                    features_BTF=features)  # fmt: skip
         logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
         labels = torch.where(real, batch.morph.long(), IGNORE)
