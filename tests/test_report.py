@@ -84,6 +84,7 @@ def test_report_numbers_equal_results_csv_and_every_figure_is_drawn(tmp_path, ca
                 checked += 1
     assert checked > 3 * 25 * 10
     assert "timed out" in text and "MODEL" in text and "Test GPU" in text
+    assert "Every profiled step is within 10 % of its cell's timed step" in text
     assert "| pretrain | 128 | weak | 2 | 4.284 | 4.2 | 2.00 % | yes |" in text  # 1.02 / 1
     for name in FIGURES:
         for ext in ("png", "svg"):
@@ -115,6 +116,22 @@ def test_a_grid_with_no_finished_cell_draws_its_figures_without_an_empty_legend(
         assert main(["report", str(study)]) == 0
     for name in ("efficiency_vs_gpus", "overhead_vs_gpus"):
         assert (study / "figures" / f"{name}.png").stat().st_size > 1000
+
+
+def test_report_names_the_cells_whose_profiled_step_is_not_their_timed_step(tmp_path):
+    study = tmp_path / "study"
+    fabricate_study(study)
+    rows = read_results(study / "results.csv")
+    slow = next(r for r in rows if (r["gpus"], r["scaling"], r["status"]) == ("2", "weak", "ok"))
+    timed = float(slow["time_s"]) / float(slow["steps"])
+    slow["step_s"] = str(1.5 * timed)
+    write_results(study / "results.csv", rows)
+    assert main(["report", str(study)]) == 0
+    text = (study / "report.md").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("The profiled window"))
+    cell = f"{slow['task']} w{slow['window']} weak ddp 2 GPUs {slow['cpus']} CPUs"
+    assert line.count(" GPUs ") == 1 and cell in line
+    assert f"{1e3 * 1.5 * timed:.1f} ms profiled, {1e3 * timed:.1f} ms timed" in line
 
 
 def test_report_refuses_a_folder_without_results_or_with_bad_numbers(tmp_path, capsys):

@@ -70,6 +70,31 @@ def _workload(study: Study) -> str:
     )
 
 
+PROFILED_TOLERANCE = 0.10
+"""A cell's profiled step (`step_s`) further than this from its timed step (`time_s` /
+`steps`) is named under the breakdown: the profiler slowed that window (2 x H100, 2 GPUs,
+window 128: 73 ms profiled against 48 ms timed in one cell, benchmarks/README.md)."""
+
+
+def _profiled_vs_timed(rows: list[dict[str, str]]) -> str:
+    """Which cells' breakdown describes a window slower or faster than their timed steps."""
+    apart = []
+    for r in rows:
+        if not (r.get("step_s") and r.get("time_s") and r.get("steps")):
+            continue
+        timed = float(r["time_s"]) / float(r["steps"])
+        if abs(float(r["step_s"]) / timed - 1) > PROFILED_TOLERANCE:
+            apart.append(f"{r['task']} w{r['window']} {r['scaling']} {r['backend']} "
+                         f"{r['gpus']} GPUs {r['cpus']} CPUs ({1e3 * float(r['step_s']):.1f} "
+                         f"ms profiled, {1e3 * timed:.1f} ms timed)")  # fmt: skip
+    if not apart:
+        return (f"Every profiled step is within {100 * PROFILED_TOLERANCE:.0f} % of its cell's "
+                "timed step (`time_s` / `steps`).")  # fmt: skip
+    return (f"The profiled window is more than {100 * PROFILED_TOLERANCE:.0f} % away from the "
+            f"timed step (`time_s` / `steps`) in: {'; '.join(apart)}. There the breakdown "
+            "describes the profiler's steps; compare those cells on `time_s`.")  # fmt: skip
+
+
 def _goals(study: Study) -> str:
     """The study's two goals: 1 CPU per GPU within 3 % of the most CPUs; data wait <= 1 %."""
     ref = study.reference_cpus()
@@ -180,6 +205,8 @@ def write_report(
         "## Step time breakdown",
         "",
         table(rows, BREAKDOWN),
+        "",
+        _profiled_vs_timed(rows),
         "",
         "## Repeats, wall time, energy and CPU binding",
         "",
