@@ -129,7 +129,10 @@ run (from scratch: takes its architecture).
   wave as well as its shape. `next` learnt which code comes next, never when it comes; S
   beats and AF differ from their neighbours in timing and P wave, and the objectives that
   paid at 1-10 % of labels in the literature are predictive ones (CPC, benchmarks/README.md).
-  The inputs stay `next`'s (all), the view that won on the folds."""
+  The forecast reads only what looks back (`heartlm.inputs.FORECAST_INPUTS`: the RR before
+  each beat, its P segment and QRS region), so its encoder has not seen the `rr_` columns
+  that fine-tuning with `--inputs relative` or `rhythm` reads; the folds decide whether what
+  it learnt transfers."""
 SCALE = {
     "folder": "synth_scale",
     "records": 1000,
@@ -247,8 +250,8 @@ folds). Round 21 compared each with `--inputs rhythm-ectopy`: the rhythm view pl
 the patient-relative columns that say whether a beat is like the record's dominant one. They
 won at the default threshold and lost 2.4-2.8 points at the fold-chosen one, for both
 initialisations, so both kept the `rhythm` recipe DS2 had scored, and `final_afib` stopped
-(DS2_LEDGER). Round 22 drops them and adds rhythm from the `forecast` encoder, which has
-learnt to expect the next RR interval and P wave (PRETRAIN_VARIANTS)."""
+(DS2_LEDGER). Round 22 drops them and adds rhythm from the `forecast` encoder, pretrained to
+expect the next RR interval and P wave from what came before (PRETRAIN_VARIANTS)."""
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds

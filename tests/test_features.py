@@ -277,7 +277,8 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
     """--objective forecast: position t predicts beat t+1's features (and code) through a
     causal model; its loss is the code's cross-entropy plus that squared error. What
     position t predicts does not change when beat t+1 does, and the forecast reads neither
-    the columns that look ahead (the RR after a beat) nor the rhythm tokens (which bin it)."""
+    the columns that look ahead (the RR after a beat), nor the rhythm tokens (which bin it,
+    UNK included), nor the codes (made from a window that can hold the next beat)."""
     from heartlm.model import HeartLM, model_config
     from heartlm.train.data import Batch
     from heartlm.train.objectives import make_objective
@@ -300,14 +301,17 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
     seen = feats.clone()
     seen[..., 1] = 0.0
     masked_rhythm = torch.full_like(batch.rhythm, shards.MASK)
+    masked_codes = torch.full_like(batch.morph, shards.MASK)
     with torch.no_grad():
         only_features, sums = forecast(model, batch)
-        _, recon = model(batch.morph, masked_rhythm, head="masked", features_BTF=seen)
+        _, recon = model(masked_codes, masked_rhythm, head="masked", features_BTF=seen)
         expected = ((recon[:, :-1] - feats[:, 1:]) ** 2).mean()
         assert only_features.item() == pytest.approx(expected.item(), rel=1e-5)
         assert int(sums["count"]) == 4 * 31 and "correct" not in sums
-        other_rhythm = dataclasses.replace(batch, rhythm=torch.randint(5, 9, (4, 32)))
+        other_rhythm = dataclasses.replace(batch, rhythm=torch.randint(shards.UNK, 9, (4, 32)))
         assert forecast(model, other_rhythm)[0].item() == pytest.approx(only_features.item())
+        other_codes = dataclasses.replace(batch, morph=torch.randint(5, 30, (4, 32)))
+        assert forecast(model, other_codes)[0].item() == pytest.approx(only_features.item())
         unread = feats.clone()
         unread[..., 1] += 5.0
         not_target = make_objective("forecast", 30, feature_columns=~ahead, feature_weight=1.0,
@@ -318,13 +322,13 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
         both, _ = objective("forecast", feature_weight=1.0, lookahead_columns=ahead)(model, batch)
         code, _ = objective("next", feature_weight=1.0)(model, batch)  # next: the code only
         code_hidden, _ = make_objective("next", 30)(
-            lambda m, r, v, head, features_BTF: model(m, masked_rhythm, v, head=head,
+            lambda m, r, v, head, features_BTF: model(masked_codes, masked_rhythm, v, head=head,
                                                        features_BTF=seen), batch)  # fmt: skip
         assert both.item() == pytest.approx(code_hidden.item() + only_features.item(), rel=1e-5)
         assert code.item() != pytest.approx(code_hidden.item(), rel=1e-4)  # next reads them all
         later = seen.clone()
         later[:, 20:] += 5.0
-        _, moved = model(batch.morph, masked_rhythm, head="masked", features_BTF=later)
+        _, moved = model(masked_codes, masked_rhythm, head="masked", features_BTF=later)
         assert torch.allclose(moved[:, :20], recon[:, :20], atol=1e-5)
         assert not torch.allclose(moved[:, 20:], recon[:, 20:])
         changed, _ = forecast(model, dataclasses.replace(batch, features=unread))
@@ -349,15 +353,17 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     _, ahead = objective(objective="forecast", feature_target="all", code_weight=0.0)
     assert ahead.name == "forecast" and ahead.feature_columns.all() and ahead.code_weight == 0
     names = data.meta["features"]
-    hidden = [names[i] for i, h in enumerate(ahead.lookahead_columns.tolist()) if h]
-    assert "rr_next_local" in hidden and "rr_irregularity" in hidden
-    assert "log_rr_prev" not in hidden and all(n.startswith("rr_") for n in hidden)
+    read = [names[i] for i, h in enumerate(ahead.lookahead_columns.tolist()) if not h]
+    assert "log_rr_prev" in read and "qrs_corr" in read and any(n.startswith("p_") for n in read)
+    assert not {"rr_next_local", "rr_irregularity", "beat_pc0", "beat_corr", "residual",
+                "code_share"} & set(read)  # fmt: skip
     for kw, said in (
         ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
         ({"code_weight": -1.0}, "--code-weight must be >= 0"),
         ({"objective": "next", "feature_target": "all"}, "for --objective masked or forecast"),
         ({"objective": "forecast", "feature_weight": 0.0}, "--feature-weight must be > 0"),
         ({"objective": "forecast", "mask_span": 2}, "--mask-span is for --objective masked"),
+        ({"objective": "forecast", "inputs": "relative"}, "which --inputs relative hides"),
         ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),
     ):
         with pytest.raises(HeartlmError, match=said):

@@ -125,12 +125,14 @@ def test_report_names_the_cells_whose_profiled_step_is_not_their_timed_step(tmp_
     slow = next(r for r in rows if (r["gpus"], r["scaling"], r["status"]) == ("2", "weak", "ok"))
     timed = float(slow["time_s"]) / float(slow["steps"])
     slow["step_s"] = str(1.5 * timed)
+    fast = next(r for r in rows if (r["gpus"], r["scaling"], r["status"]) == ("4", "strong", "ok"))
+    fast["step_s"] = str(0.5 * float(fast["time_s"]) / float(fast["steps"]))
     write_results(study / "results.csv", rows)
     assert main(["report", str(study)]) == 0
     text = (study / "report.md").read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith("The profiled window"))
     cell = f"{slow['task']} w{slow['window']} weak ddp 2 GPUs {slow['cpus']} CPUs"
-    assert line.count(" GPUs ") == 1 and cell in line
+    assert line.count(" GPUs ") == 2 and cell in line and "strong ddp 4 GPUs" in line
     assert f"{1e3 * 1.5 * timed:.1f} ms profiled, {1e3 * timed:.1f} ms timed" in line
 
 

@@ -40,16 +40,26 @@ when the same rhythms are played 1.5x slower (benchmarks/README.md): the class f
 patient's rate."""
 
 
-LOOKAHEAD_PREFIX = "rr_"
-"""Rhythm columns named so see beats after their own: the RR after the beat (`rr_next_*`), or
-a mean centred on it (`rr_prev_local`, `rr_prev_record`, `rr_irregularity`). Only
-`log_rr_prev`, the interval before the beat, looks back alone."""
+FORECAST_INPUTS: tuple[str, ...] = (
+    "log_rr_prev",
+    "qrs_corr",
+    "log_qrs_ratio",
+    "width_shift_ms",
+    "cluster_share",
+)
+"""With every `p_` column, the feature columns that look back only, all that a causal forecast
+of the next beat reads (`pretrain --objective forecast`): the RR before the beat, its P
+segment (which ends before its R), the QRS-region columns (which end 0.12 s after R, sooner
+than any next beat) and `cluster_share` (a running count). The others see what follows the
+beat: the `rr_` columns hold the RR after it or means centred on it; the beat's whole window
+(`beat_pc*`, `beat_corr`, `residual`; its code too) runs 0.40 s past R and holds the next
+beat's P wave, or its QRS, when that beat comes early; `code_share` is a centred mean."""
 
 
 def lookahead_columns(names: list[str] | tuple[str, ...]) -> list[int]:
     """Feature columns that a causal model must not read when it forecasts the next beat:
-    they hold (part of) its timing (`pretrain --objective forecast`)."""
-    return [i for i, name in enumerate(names) if name.startswith(LOOKAHEAD_PREFIX)]
+    every one but FORECAST_INPUTS and the `p_` columns."""
+    return [i for i, n in enumerate(names) if not (n.startswith("p_") or n in FORECAST_INPUTS)]
 
 
 def absolute_columns(names: list[str] | tuple[str, ...]) -> list[int]:

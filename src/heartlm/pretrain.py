@@ -124,7 +124,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     """Validate every setting and load the tokens: (data, objective, ModelConfig)."""
     import torch
 
-    from heartlm.inputs import lookahead_columns, model_inputs
+    from heartlm.inputs import model_inputs
     from heartlm.model import model_config
     from heartlm.train.config import resolve_batch
     from heartlm.train.data import load_tokens
@@ -156,9 +156,8 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             cfg.tokens / "tokens.json",
         )
     lookahead = None
-    if columns is not None:
-        lookahead = torch.zeros_like(columns)
-        lookahead[lookahead_columns(data.meta.get("features", []))] = True
+    if cfg.objective == "forecast":
+        lookahead = _forecast_hidden(cfg, data.meta.get("features", []), seen)
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -196,6 +195,27 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             cfg.tokens,
         )
     return data, objective, mcfg
+
+
+def _forecast_hidden(cfg: PretrainConfig, names: list[str], seen: dict[str, Any]) -> Any:
+    """The bool mask of the feature columns `--objective forecast` hides from its input
+    (`heartlm.inputs.lookahead_columns`); HeartlmError where the columns it reads are not
+    there or `--inputs` hides the RR before each beat, its only timing input."""
+    import torch
+
+    from heartlm.inputs import lookahead_columns
+
+    where = cfg.tokens / "tokens.json"
+    if "log_rr_prev" not in names:
+        raise HeartlmError("--objective forecast reads log_rr_prev; these tokens lack it", where)
+    if names.index("log_rr_prev") in seen["absolute_columns"]:
+        raise HeartlmError(
+            f"--objective forecast reads the timing through log_rr_prev only, which --inputs "
+            f"{cfg.inputs} hides (use --inputs all)"
+        )
+    mask = torch.zeros(len(names), dtype=torch.bool)
+    mask[lookahead_columns(names)] = True
+    return mask
 
 
 def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from heartlm.shards import MASK, NUM_SPECIAL
+from heartlm.shards import MASK, NUM_SPECIAL, PAD
 from heartlm.train.data import Batch
 
 IGNORE = -100
@@ -225,8 +225,9 @@ class NextBeat:
     intervals and P wave with `--feature-target all`, so the model learns what rhythm to
     expect, which a premature or irregular beat then departs from. `code_weight` 0 predicts
     only the features (the codes are partly patient-specific). A forecast reads no
-    `lookahead_columns` and no rhythm token (each token bins the RR after its beat too):
-    they would hand it the next beat's timing.
+    `lookahead_columns` (`heartlm.inputs.FORECAST_INPUTS` says why), no rhythm token (each
+    bins the RR after its beat too) and no code (made from a window that can hold the next
+    beat's onset): they would hand it what it is asked to predict.
     """
 
     vocab_size: int
@@ -248,12 +249,13 @@ class NextBeat:
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         forecast = self.feature_weight > 0 and self.feature_columns is not None
         forecast = forecast and batch.features is not None
-        rhythm, features = batch.rhythm, batch.features
+        morph, rhythm, features = batch.morph, batch.rhythm, batch.features
         if forecast:
             everywhere = torch.ones_like(batch.morph, dtype=torch.bool)
             features = hide_features(features, everywhere, self.lookahead_columns)
-            rhythm = torch.where(rhythm >= NUM_SPECIAL, MASK, rhythm)
-        out = model(batch.morph, rhythm, batch.valid, head="masked" if forecast else "next",
+            rhythm = torch.where(rhythm != PAD, MASK, rhythm)  # UNK too: it marks a gap after
+            morph = torch.where(morph >= NUM_SPECIAL, MASK, morph)
+        out = model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
                     features_BTF=features)  # fmt: skip
         logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
