@@ -334,6 +334,8 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
         changed, _ = forecast(model, dataclasses.replace(batch, features=unread))
         assert changed.item() != pytest.approx(only_features.item(), rel=1e-3)  # a target
     assert objective("next", feature_weight=1.0).heads == ("next",)
+    with pytest.raises(ValueError, match="needs its lookahead_columns"):
+        objective("forecast", feature_weight=1.0)  # it would read the next beat's timing
 
 
 def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp_path):

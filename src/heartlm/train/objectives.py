@@ -287,5 +287,7 @@ def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
         kwargs = {key: value for key, value in kwargs.items() if key in accepted}
         if name == "next":  # the code alone, as before `forecast` existed
             kwargs = {**kwargs, "feature_weight": 0.0, "code_weight": 1.0}
+        elif kwargs.get("lookahead_columns") is None:
+            raise ValueError("a forecast needs its lookahead_columns (heartlm.inputs)")
         return NextBeat(vocab_size, name=name, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"--objective must be masked, next or forecast, not {name!r}")
