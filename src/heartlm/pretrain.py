@@ -149,15 +149,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
-    if columns is None and cfg.objective == "forecast":
-        raise HeartlmError(
-            "--objective forecast predicts the next beat's features; these tokens have none "
-            "(tokenize with beat features)",
-            cfg.tokens / "tokens.json",
-        )
-    lookahead = None
-    if cfg.objective == "forecast":
-        lookahead = _forecast_hidden(cfg, data.meta.get("features", []), seen)
+    lookahead = _forecast_hidden(cfg, data, seen) if cfg.objective == "forecast" else None
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -173,7 +165,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             code_weight=cfg.code_weight,
             hide_rhythm=cfg.feature_target == "all",
             span=cfg.mask_span,
-            **({"lookahead_columns": lookahead} if cfg.objective == "forecast" else {}),
+            **({"lookahead_columns": lookahead} if lookahead is not None else {}),
         )
         mcfg = model_config(
             cfg.preset,
@@ -197,15 +189,23 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     return data, objective, mcfg
 
 
-def _forecast_hidden(cfg: PretrainConfig, names: list[str], seen: dict[str, Any]) -> Any:
+def _forecast_hidden(cfg: PretrainConfig, data: Any, seen: dict[str, Any]) -> Any:
     """The bool mask of the feature columns `--objective forecast` hides from its input
-    (`heartlm.inputs.lookahead_columns`); HeartlmError where the columns it reads are not
-    there or `--inputs` hides the RR before each beat, its only timing input."""
+    (`heartlm.inputs.lookahead_columns`); HeartlmError where the tokens have no features,
+    lack the columns it reads, or `--inputs` hides the RR before each beat, its only timing
+    input."""
     import torch
 
     from heartlm.inputs import lookahead_columns
 
     where = cfg.tokens / "tokens.json"
+    if data.shape_columns() is None:
+        raise HeartlmError(
+            "--objective forecast predicts the next beat's features; these tokens have none "
+            "(tokenize with beat features)",
+            where,
+        )
+    names = data.meta.get("features", [])
     if "log_rr_prev" not in names:
         raise HeartlmError("--objective forecast reads log_rr_prev; these tokens lack it", where)
     if names.index("log_rr_prev") in seen["absolute_columns"]:

@@ -240,15 +240,19 @@ class NextBeat:
     heads: tuple[str, ...] = ("next",)
 
     def __post_init__(self) -> None:
-        if self.feature_weight > 0 and self.feature_columns is not None:
+        if self.forecasts:
             self.heads = ("mlm", "masked")
+
+    @property
+    def forecasts(self) -> bool:
+        """Whether the next beat's features are predicted too (`forecast`)."""
+        return self.feature_weight > 0 and self.feature_columns is not None
 
     def predicted_per_window(self, window: int) -> int:
         return window
 
     def __call__(self, model: nn.Module, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-        forecast = self.feature_weight > 0 and self.feature_columns is not None
-        forecast = forecast and batch.features is not None
+        forecast = self.forecasts and batch.features is not None
         morph, rhythm, features = batch.morph, batch.rhythm, batch.features
         if forecast:
             everywhere = torch.ones_like(batch.morph, dtype=torch.bool)
