@@ -410,6 +410,41 @@ def test_pretraining_reads_what_its_inputs_keep_and_fine_tuning_sets_its_own(cor
         assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
+def test_pretraining_dropout_is_the_model_s_and_fine_tuning_keeps_or_replaces_it(
+    corpus, tmp_path, capsys
+):
+    """`pretrain --dropout`: saved in the run's model, active in training only; fine-tuning
+    keeps it unless given its own --dropout; a value outside [0, 1) is refused."""
+    from heartlm.model import load_pretrained
+
+    args = ["pretrain", corpus / "tok", "--preset", "tiny", "--window", "16", "--batch", "8",
+            "--steps", "2", "--warmup", "1", "--device", "cpu", "--objective", "next"]  # fmt: skip
+    for bad in ("1", "nan"):
+        assert _cli(*args, "--out", tmp_path / "bad", "--dropout", bad) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("heartlm: error: --dropout must be in [0, 1)") and "\n" not in err
+        assert not (tmp_path / "bad").exists()
+    pre = tmp_path / "pre_drop"
+    assert _cli(*args, "--out", pre, "--dropout", "0.3") == 0
+    model, _ = load_pretrained(pre)
+    assert model.cfg.dropout == 0.3
+    morph = torch.randint(5, 30, (2, 16))
+    rhythm = torch.randint(5, 9, (2, 16))
+    features = torch.randn(2, 16, model.cfg.n_features) if model.cfg.n_features else None
+    kwargs = {"features_BTF": features} if features is not None else {}
+    model.train()
+    assert not torch.equal(model(morph, rhythm, **kwargs), model(morph, rhythm, **kwargs))
+    model.eval()
+    torch.testing.assert_close(model(morph, rhythm, **kwargs), model(morph, rhythm, **kwargs))
+    for extra, expected in (((), 0.3), (("--dropout", "0.1"), 0.1)):
+        out = tmp_path / f"ft{len(extra)}"
+        ft = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
+              "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu"]  # fmt: skip
+        assert _cli(*ft, *extra) == 0
+        tuned = json.loads((out / "config.json").read_text())
+        assert tuned.get("model", tuned)["dropout"] == expected
+
+
 def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corpus, tmp_path,
                                                                             capsys):  # fmt: skip
     from safetensors.torch import load_file

@@ -10,7 +10,7 @@ from typing import Any
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
-from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS
+from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS, check_dropout
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -65,6 +65,9 @@ class PretrainConfig:
     feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
+    dropout: float = setting(0.0, metavar="P", group=MODEL)
+    """the model's dropout (attention and residual branches) while pretraining: against
+    learning a small corpus by heart; fine-tuning keeps it unless given its own --dropout"""
     inputs: str = setting("all", choices=INPUTS, group=MODEL)
     """the beat inputs the model reads, as `heartlm finetune --inputs`: pretraining on the view
     that fine-tuning will have (relative and rhythm read every code as MASK)"""
@@ -90,6 +93,7 @@ class PretrainConfig:
             raise ValueError(f"--stride must be >= 1, not {self.stride}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val-fraction must be in [0, 1), not {self.val_fraction}")
+        check_dropout(self.dropout)
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if self.train.head_first > 0:
@@ -175,6 +179,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             feature_embedding=cfg.feature_embedding,
             max_len=cfg.window,
             causal=cfg.objective in CAUSAL_OBJECTIVES,
+            dropout=cfg.dropout,
             **seen,
         )
     except ValueError as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
+from heartlm.model.config import check_dropout
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -99,8 +100,8 @@ class FinetuneConfig:
                              "would hold random weights")  # fmt: skip
         if not self.max_class_weight >= 1.0:  # also NaN
             raise ValueError("--max-class-weight must be >= 1")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"--dropout must be in [0, 1), not {self.dropout}")
+        if self.dropout is not None:
+            check_dropout(self.dropout)
         for flag, value, allowed in (("--task", self.task, TASKS),
                                      ("--select", self.select, SELECT),
                                      ("--inputs", self.inputs, INPUTS)):  # fmt: skip

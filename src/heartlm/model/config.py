@@ -109,6 +109,12 @@ class ModelConfig:
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
+def check_dropout(p: float) -> None:
+    """ValueError unless `p` is a dropout probability in [0, 1) (NaN included)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1), not {p}")
+
+
 def model_config(preset: str, **overrides: Any) -> ModelConfig:
     """The named preset with `overrides` (vocab sizes, max_len, causal, ...)."""
     if preset not in PRESETS:
