@@ -415,6 +415,8 @@ def test_resume_keeps_the_objective_it_was_trained_with(tmp_path: Path, capsys):
     assert "trained with another objective (--code-weight 1.0 -> 0.5)" in said
     assert main([*more, "--mask-span", "2"]) == 2
     assert "(--mask-span 1 -> 2)" in capsys.readouterr().err
+    assert main([*more, "--dropout", "0.1"]) == 2
+    assert "checkpoint model has dropout=0.0, this run 0.1" in capsys.readouterr().err
     assert (run / "metrics.jsonl").read_bytes() == before
     assert main(more) == 0  # the same objective resumes
     assert max(r["step"] for r in read_metrics(run)) == 6

@@ -66,8 +66,8 @@ class PretrainConfig:
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
     dropout: float = setting(0.0, metavar="P", group=MODEL)
-    """the model's dropout (attention and residual branches) while pretraining: against
-    learning a small corpus by heart; fine-tuning keeps it unless given its own --dropout"""
+    """the model's dropout (embeddings, attention and residual branches) while pretraining:
+    against fitting a small corpus; fine-tuning keeps it unless given its own --dropout"""
     inputs: str = setting("all", choices=INPUTS, group=MODEL)
     """the beat inputs the model reads, as `heartlm finetune --inputs`: pretraining on the view
     that fine-tuning will have (relative and rhythm read every code as MASK)"""

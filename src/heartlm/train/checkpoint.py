@@ -236,6 +236,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "cls_token",
         "norm",
         "bias",
+        "dropout",
         "feature_embedding",
         "relative_only",
         "absolute_columns",
