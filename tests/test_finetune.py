@@ -646,8 +646,18 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert _cli("evaluate", ft, corpus / "tok", "--afib-window", "32") == 2
     assert "--afib-window 32 must be between 1 and the run's window of 16" in (
         capsys.readouterr().err)  # fmt: skip
-    assert _cli("evaluate", ft, corpus / "tok", "--views", "4") == 2
-    assert "above 1 only for beats runs" in capsys.readouterr().err
+    # Every beat's logits averaged over 4 windows of context: the same windows are scored.
+    for extra in ((), ("--afib-window", "8")):
+        base = _evaluate_json(capsys, ft, corpus / "tok", *extra)
+        four = _evaluate_json(capsys, ft, corpus / "tok", *extra, "--views", "4")
+        assert (base["views"], four["views"]) == (1, 4)
+        assert four["n_windows"] == base["n_windows"]
+        assert four["n_afib_windows"] == base["n_afib_windows"]
+        assert [r["n_windows"] for r in four["per_record"]] == [
+            r["n_windows"] for r in base["per_record"]
+        ]
+    assert _cli("evaluate", ft, corpus / "tok", "--views", "17") == 2
+    assert "--views 17: a count from 1 to the run's window (16)" in capsys.readouterr().err
     # Another decision threshold: its counts are the curve's row at that threshold.
     low = _evaluate_json(capsys, ft, corpus / "tok", "--afib-threshold", "0.2")
     row = next(r for r in rep["threshold_counts"] if r["threshold"] == 0.2)
@@ -673,6 +683,35 @@ def test_a_block_spanning_the_window_scores_as_the_window(corpus):
     w.scored = ~w.pad
     np.testing.assert_allclose(afib_scores(model, w, 8, torch.device("cpu"), scored_block=True),
                                plain, rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+class _BeatwiseAfib(torch.nn.Module):
+    """A model whose per-beat AFIB logits depend on each beat's own tokens only."""
+
+    def forward(self, morph, rhythm, valid_BT=None, head="window_beats", features_BTF=None):
+        assert head == "window_beats"
+        return torch.stack([torch.zeros_like(morph, dtype=torch.float32),
+                            (morph % 7).float() - 3.0 + 0.1 * rhythm.float()], dim=-1)  # fmt: skip
+
+
+@pytest.mark.parametrize("block", [16, 5])
+def test_afib_views_average_the_beats_logits_over_windows_then_pool_each_block(corpus, block):
+    """With logits that ignore context, averaging each beat's logits over overlapping windows
+    changes nothing: the averaged path must give the one-window path's block scores exactly
+    (every beat found, weights normalised, blocks pooled over their own beats)."""
+    from heartlm.labelled.predict import afib_scores, averaged_beat_outputs, block_afib_scores
+    from heartlm.train.data import load_tokens
+
+    model, cpu = _BeatwiseAfib(), torch.device("cpu")
+    streams = data.streams_of(load_tokens(corpus / "tok"))
+    records = list(range(len(streams.boundaries) - 1))
+    blocks = data.cut_context_windows(streams, records, context=16, block=block)
+    one = afib_scores(model, blocks, 8, cpu, scored_block=True)
+    overlapping = data.cut_windows(streams, records, window=16, stride=4, task="afib")
+    beat, logits = averaged_beat_outputs(model, overlapping, 8, cpu, head="window_beats",
+                                         probabilities=False)  # fmt: skip
+    assert np.array_equal(beat, np.unique(blocks.beat[~blocks.pad]))
+    np.testing.assert_allclose(block_afib_scores(blocks, beat, logits), one, rtol=1e-5, atol=1e-6)
 
 
 def _copy_tokens(corpus, dest, edit_meta=None):

@@ -33,9 +33,10 @@ class EvaluateConfig:
     records: list[str] | None = setting(None, metavar="NAME")
     """score only these records (NAME or DB/NAME)"""
     views: int = 1
-    """beats runs: each beat's class from the averaged probabilities of this many overlapping
-    windows (stride window / N), weighted toward the windows that centre it; 1: the one window
-    whose centre is nearest"""
+    """each beat's output averaged over this many overlapping windows (stride window / N),
+    weighted toward the windows that centre it. Beats runs: its class probabilities (1: the one
+    window whose centre is nearest); AFIB runs: its AFIB logits, then pooled over each scored
+    window (1: each scored window from the one context window centred on it)"""
     afib_window: int | None = setting(None, metavar="N")
     """AFIB runs: score windows of N beats, each inside the run's window of context centred on
     it (default: the run's window); e.g. 32 for a run trained on 128-beat windows"""
@@ -148,6 +149,9 @@ def format_report(report: dict[str, Any]) -> str:
         auroc = "n/a (one class)" if a["auroc"] is None else f"{a['auroc']:.4f}"
         context = report.get("context", report["window"])
         seen = f", each inside {context} beats of context" if context != report["window"] else ""
+        views = report.get("views", 1)
+        if views > 1:
+            seen += f", each beat averaged over {views} overlapping windows"
         lines.append(
             f"{report['n_windows']} windows of {report['window']} beats{seen}, "
             f"{report['n_afib_windows']} AFIB ({report['rule']})"

@@ -10,7 +10,13 @@ import numpy as np
 from heartlm.errors import HeartlmError
 from heartlm.labelled import metrics
 from heartlm.labelled.lineage import read_finetune_info, read_lineage
-from heartlm.labelled.predict import afib_scores, averaged_beat_predictions, beat_predictions
+from heartlm.labelled.predict import (
+    afib_scores,
+    averaged_beat_outputs,
+    averaged_beat_predictions,
+    beat_predictions,
+    block_afib_scores,
+)
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
 from heartlm.labelled.windows import (
@@ -95,14 +101,25 @@ def _afib_window(info: dict[str, Any], afib_window: int | None, model: Any, run:
     return afib_window
 
 
-def _views(task: str, window: int, views: int, run: Path) -> int:
-    """How many overlapping windows each beat's class is averaged over."""
-    if views < 1 or (views > 1 and task != "beats") or views > window:
-        raise HeartlmError(
-            f"--views {views}: a count from 1 to the run's window ({window}), above 1 only "
-            "for beats runs",
-            run,
-        )
+def _views(info: dict[str, Any], views: int, model: Any, run: Path) -> int:
+    """How many overlapping windows each beat's output is averaged over."""
+    window = int(info["window"])
+    if not 1 <= views <= window:
+        raise HeartlmError(f"--views {views}: a count from 1 to the run's window ({window})", run)
+    if views > 1 and info["task"] == "afib":
+        if getattr(model.cfg, "cls_token", False):
+            raise HeartlmError(
+                "--views on an AFIB run needs a model without a CLS token: it averages the "
+                "beats' scores",
+                run,
+            )
+        if not info.get("afib_beat_loss"):
+            logger.warning(
+                "%s: trained without --afib-beat-loss, its head learnt whole windows only; "
+                "per-beat scores averaged over %d windows may be off",
+                run,
+                views,
+            )
     return views
 
 
@@ -123,7 +140,9 @@ def evaluate(
     Beats: each beat's class from the one window whose centre is nearest (`views` 1), or from
     the averaged probabilities of `views` overlapping windows (stride window / views).
     AFIB is scored on non-overlapping windows of the run's window, or of `afib_window`
-    beats, each seen inside the run's window of context centred on it, and called AFIB where
+    beats, each seen inside the run's window of context centred on it (`views` above 1: each
+    beat's AFIB logits averaged over that many overlapping windows of context, then pooled over
+    the scored window, `block_afib_scores`), and called AFIB where
     its score reaches `afib_threshold` (None: 0.5; refused for a beats run); the report also
     counts windows at every threshold of `metrics.AFIB_THRESHOLDS` (`threshold_counts`), to
     choose one on other data."""
@@ -148,7 +167,7 @@ def evaluate(
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
     scored = _afib_window(info, afib_window, model, run)
-    views = _views(task, window, views, run)
+    views = _views(info, views, model, run)
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
@@ -175,7 +194,18 @@ def evaluate(
         report = {**common, "views": views, **metrics.beat_report(ref, pred)}
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
-    scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)
+    if views > 1:
+        # Each beat's AFIB logits averaged over `views` overlapping windows of context, then
+        # pooled over each scored block as one window's would be.
+        overlapping = cut_windows(streams, indices, window, max(1, window // views), task)
+        beat, logits = averaged_beat_outputs(
+            model, overlapping, batch, dev, head="window_beats", probabilities=False
+        )
+        if scored == window:
+            windows.scored = ~windows.pad
+        scores = block_afib_scores(windows, beat, logits)
+    else:
+        scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)
     labelled = windows.window_label != IGNORE
     if not labelled.any():
         raise HeartlmError(
@@ -191,6 +221,7 @@ def evaluate(
         "n_afib_windows": int(labels.sum()),
         "window": scored,
         "context": window,
+        "views": views,
         "rule": AFIB_RULE,
         "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
         "threshold": afib_threshold,

@@ -61,28 +61,60 @@ def centre_weights(window: int) -> np.ndarray:
 
 
 @torch.no_grad()
+def averaged_beat_outputs(
+    model: torch.nn.Module,
+    windows: Windows,
+    batch: int,
+    device: torch.device,
+    head: str = "beat",
+    probabilities: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(beat index, (beats, C) outputs) for every beat covered by `windows`: the `head`'s
+    class probabilities (`probabilities`) or logits from every window that holds the beat,
+    averaged with `centre_weights`."""
+    model.eval().to(device)
+    covered = windows.beat[~windows.pad]
+    if covered.size == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 0))
+    beat = np.unique(covered)
+    weight = centre_weights(windows.beat.shape[1])
+    total, weights = None, np.zeros(len(beat))
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
+        with _autocast(device):
+            logits = model(morph, rhythm, valid_BT=valid, head=head, features_BTF=features)
+        out = logits.float()
+        out = (torch.softmax(out, dim=-1) if probabilities else out).cpu().numpy()
+        if total is None:
+            total = np.zeros((len(beat), out.shape[-1]))
+        real = ~windows.pad[lo:hi]
+        rows = np.searchsorted(beat, windows.beat[lo:hi][real])
+        w = np.broadcast_to(weight, real.shape)[real]
+        np.add.at(total, rows, out[real] * w[:, None])
+        np.add.at(weights, rows, w)
+    return beat, total / weights[:, None]
+
+
 def averaged_beat_predictions(
     model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, predicted class) for every beat covered by `windows`, from the class
     probabilities of every window that holds it, weighted by `centre_weights`."""
-    model.eval().to(device)
-    covered = windows.beat[~windows.pad]
-    if covered.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    beat = np.unique(covered)
-    weight = centre_weights(windows.beat.shape[1])
-    total = None
-    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
-        with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
-        prob = torch.softmax(logits.float(), dim=-1).cpu().numpy()
-        if total is None:
-            total = np.zeros((len(beat), prob.shape[-1]))
-        real = ~windows.pad[lo:hi]
-        rows = np.searchsorted(beat, windows.beat[lo:hi][real])
-        np.add.at(total, rows, prob[real] * np.broadcast_to(weight, real.shape)[real][:, None])
-    return beat, total.argmax(axis=1)
+    beat, prob = averaged_beat_outputs(model, windows, batch, device)
+    return beat, prob.argmax(axis=1) if len(beat) else np.zeros(0, np.int64)
+
+
+def block_afib_scores(blocks: Windows, beat: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """Probability of AFIB for every scored block of `blocks` (`cut_context_windows`): the
+    softmax of the mean over the block's beats of their (averaged) per-beat `logits`, given
+    for the sorted global beat indices `beat`, as `afib_scores` scores one context window."""
+    if len(blocks) == 0:
+        return np.zeros(0)
+    members = blocks.scored & ~blocks.pad
+    row = np.broadcast_to(np.arange(len(blocks))[:, None], members.shape)[members]
+    summed = np.zeros((len(blocks), logits.shape[1]))
+    np.add.at(summed, row, logits[np.searchsorted(beat, blocks.beat[members])])
+    mean = summed / np.maximum(members.sum(1), 1)[:, None]
+    return torch.softmax(torch.from_numpy(mean), dim=-1)[:, 1].numpy()
 
 
 @torch.no_grad()
