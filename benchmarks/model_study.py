@@ -180,7 +180,9 @@ and scratch."""
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
-configuration's row with the suffix `_views4`, and `final` scores what won."""
+configuration's row with the suffix `_views4`, and `final` scores what won. From round 23
+`select_afib` does the same for AFIB (each beat's AFIB logits averaged over VIEWS windows of
+context, then pooled over the scored window), and `final_afib` scores what won."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in CONFIGS), "reserved suffix"
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
@@ -263,7 +265,11 @@ initialisations, so both kept the `rhythm` recipe DS2 had scored, and `final_afi
 (DS2_LEDGER). Round 22 drops them and adds rhythm from the `forecast` encoder, pretrained to
 expect the next RR interval and P wave from what came before (PRETRAIN_VARIANTS); it did not
 win (0.875 against scratch's 0.882). Round 23 replaces it with rhythm from `bestdrop`: `best`
-pretrained with dropout (PRETRAIN_VARIANTS)."""
+pretrained with dropout (PRETRAIN_VARIANTS), and scores every configuration with and without
+VIEWS (`evaluate --views` for AFIB runs, new): the beat recipes' four views scored 0.780 S F1
+on DS2 against 0.732 with one (rounds 16-20), and AFIB's 0.898 is 0.002 short of its goal;
+both motivated this from DS2, and the folds decide."""
+assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
 scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
@@ -685,30 +691,32 @@ def _parse_recipe(name: str) -> tuple[str, int]:
     return (found["config"], int(found["views"])) if found else (name, 1)
 
 
-def _split_recipe(recipe: str) -> tuple[str, int]:
-    """(configuration, views) of a beat recipe's name; SystemExit for an unknown one."""
+def _split_recipe(recipe: str, configs: dict[str, list] = CONFIGS) -> tuple[str, int]:
+    """(configuration, views) of a recipe's name (beats: of CONFIGS; AFIB: of AFIB_CONFIGS);
+    SystemExit for an unknown one."""
     config, views = _parse_recipe(recipe)
-    if config not in CONFIGS:
-        raise SystemExit(f"{recipe!r}: not a configuration of CONFIGS (with an optional _viewsN)")
+    if config not in configs:
+        which = "CONFIGS" if configs is CONFIGS else "AFIB_CONFIGS"
+        raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN)")
     return config, views
 
 
-def _is_recipe(name: str) -> bool:
-    """Whether a selection row is a beat recipe (a configuration, perhaps with _viewsN)."""
-    return _parse_recipe(name)[0] in CONFIGS
+def _is_recipe(name: str, configs: dict[str, list] = CONFIGS) -> bool:
+    """Whether a selection row is a recipe (a configuration, perhaps with _viewsN)."""
+    return _parse_recipe(name)[0] in configs
 
 
-def _config_of(recipe: str) -> str:
-    return _split_recipe(recipe)[0]
+def _config_of(recipe: str, configs: dict[str, list] = CONFIGS) -> str:
+    return _split_recipe(recipe, configs)[0]
 
 
-def _views_of(recipe: str) -> int:
-    return _split_recipe(recipe)[1]
+def _views_of(recipe: str, configs: dict[str, list] = CONFIGS) -> int:
+    return _split_recipe(recipe, configs)[1]
 
 
-def _views_flags(recipe: str) -> list[str]:
+def _views_flags(recipe: str, configs: dict[str, list] = CONFIGS) -> list[str]:
     """How a recipe is scored, shown beside its fine-tuning flags."""
-    views = _views_of(recipe)
+    views = _views_of(recipe, configs)
     return [] if views == 1 else ["(evaluate --views", f"{views})"]
 
 
@@ -726,15 +734,15 @@ def _afib_grid(
     `thresholds` (chosen on the folds at 100 %), below at 0.5."""
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        config = chosen[init]
+        config, views = _split_recipe(chosen[init], AFIB_CONFIGS)
         threshold = thresholds[init] if fraction == 1.0 else 0.5
-        called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
+        called = ["--afib-window", _afib_window(), "--afib-threshold", threshold, "--views", views]
         name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, AFIB_CONFIGS[config])}"
         r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
                    *AFIB_CONFIGS[config], pre=_pre(seed, _variant(config)))  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, *called)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
-                **_held_out_afib(r, name, threshold)}  # fmt: skip
+                **_held_out_afib(r, name, threshold, views)}  # fmt: skip
 
     grid = [(i, f, s) for i in chosen for f in FRACTIONS for s in SEEDS]
     return r.parallel([lambda g=g: afib(*g) for g in grid])
@@ -753,9 +761,11 @@ def _held_out_scores(sick: dict[str, int], flutter: dict[str, int]) -> dict[str,
             "flutter_false_alarms": _false_alarms(flutter)}  # fmt: skip
 
 
-def _held_out_afib(r: Runner, name: str, threshold: float = 0.5) -> dict[str, float]:
+def _held_out_afib(
+    r: Runner, name: str, threshold: float = 0.5, views: int = 1
+) -> dict[str, float]:
     """An AFIB model on the held-out synthetic sick-sinus and flutter/AF patients."""
-    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold]
+    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold, "--views", views]
     sick, flutter = (r.evaluate(name, folder, *called)["counts"]
                      for folder in HELD_OUT.values())  # fmt: skip
     return _held_out_scores(sick, flutter)
@@ -823,25 +833,30 @@ def select_afib(r: Runner) -> dict[str, Any]:
     folds = afib_folds(data)
     synth = [k for k in _afib_keys(data) if k.startswith(SYNTHETIC)]
 
-    def one(config: str, k: int) -> tuple[str, dict[str, Any], dict[str, float]]:
+    def one(config: str, k: int) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
         name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config],
                    pre=_pre(0, _variant(config)))  # fmt: skip
-        return (config, r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
-                                   _afib_window()), _held_out_afib(r, name))  # fmt: skip
+        return [(_viewed(config, views),
+                 r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
+                            _afib_window(), "--views", views),
+                 _held_out_afib(r, name, views=views)) for views in (1, VIEWS)]  # fmt: skip
 
     def mean_held_out(held_out: list[dict[str, float]]) -> dict[str, float]:
         return {key: float(np.mean([h[key] for h in held_out])) for key in held_out[0]}
 
-    found = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
-    rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in AFIB_CONFIGS}
-    for c in AFIB_CONFIGS:
+    runs = r.parallel([lambda c=c, k=k: one(c, k) for c in AFIB_CONFIGS for k in (0, 1)])
+    found = [scored for run in runs for scored in run]
+    recipes = [_viewed(c, views) for c in AFIB_CONFIGS for views in (1, VIEWS)]
+    rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in recipes}
+    for c in recipes:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
         rows[c].update(_fold_threshold([rep for cc, rep, _ in found if cc == c]))
         # each real record is scored in exactly one fold: its row comes from that fold
         rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
                                  for row in rep.get("per_record", [])]  # fmt: skip
-    configs = dict(AFIB_CONFIGS)
+    configs = {c: [*AFIB_CONFIGS[_config_of(c, AFIB_CONFIGS)], *_views_flags(c, AFIB_CONFIGS)]
+               for c in recipes}  # fmt: skip
     for inputs, context in _afib_floor_kinds(list(AFIB_CONFIGS.values())):
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
                                             window=_afib_window(), inputs=inputs,
@@ -864,8 +879,10 @@ def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
 def _best_afib(rows: dict[str, Any], init: str) -> str:
     """The `init` ("pretrained" or "scratch") AFIB configuration with the best window F1
     pooled over the folds, each at its own fold-chosen threshold."""
-    candidates = [c for c in rows if c in AFIB_CONFIGS
-                  and ("--from-scratch" in AFIB_CONFIGS[c]) == (init == "scratch")]  # fmt: skip
+    candidates = [
+        c for c in rows if _is_recipe(c, AFIB_CONFIGS)
+        and ("--from-scratch" in AFIB_CONFIGS[_config_of(c, AFIB_CONFIGS)]) == (init == "scratch")
+    ]  # fmt: skip
     if not candidates:
         raise SystemExit(f"select_afib.json: no {init} configuration of AFIB_CONFIGS")
     return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
@@ -885,14 +902,15 @@ def final_afib(r: Runner) -> dict[str, Any]:
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
     chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
-    flags = {init: AFIB_CONFIGS[c] for init, c in chosen.items()}
+    flags = {init: [*AFIB_CONFIGS[_config_of(c, AFIB_CONFIGS)], *_views_flags(c, AFIB_CONFIGS)]
+             for init, c in chosen.items()}  # fmt: skip
     chosen = unscored("final_afib", chosen, flags, r.replicate)
     configs = {f"{init}: {c}": flags[init] for init, c in chosen.items()}
     thresholds = {init: float(rows[c].get("threshold", 0.5)) for init, c in chosen.items()}
     afib_rows = _afib_grid(r, chosen, thresholds)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    kinds = sorted({(_inputs(AFIB_CONFIGS[c]), _afib_context(AFIB_CONFIGS[c]))
-                    for c in chosen.values()})  # fmt: skip
+    kinds = sorted({(_inputs(AFIB_CONFIGS[b]), _afib_context(AFIB_CONFIGS[b]))
+                    for b in (_config_of(c, AFIB_CONFIGS) for c in chosen.values())})  # fmt: skip
     for inputs, context in kinds:
         floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
         for fraction in FRACTIONS:
