@@ -691,30 +691,30 @@ def _parse_recipe(name: str) -> tuple[str, int]:
     return (found["config"], int(found["views"])) if found else (name, 1)
 
 
-def _split_recipe(recipe: str, configs: dict[str, list] = CONFIGS) -> tuple[str, int]:
-    """(configuration, views) of a recipe's name (beats: of CONFIGS; AFIB: of AFIB_CONFIGS);
-    SystemExit for an unknown one."""
+def _split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[str, int]:
+    """(configuration, views) of a recipe's name (beats: of CONFIGS, the default; AFIB: of
+    AFIB_CONFIGS); SystemExit for an unknown one."""
     config, views = _parse_recipe(recipe)
-    if config not in configs:
-        which = "CONFIGS" if configs is CONFIGS else "AFIB_CONFIGS"
+    if config not in (CONFIGS if configs is None else configs):
+        which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
         raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN)")
     return config, views
 
 
-def _is_recipe(name: str, configs: dict[str, list] = CONFIGS) -> bool:
+def _is_recipe(name: str, configs: dict[str, list] | None = None) -> bool:
     """Whether a selection row is a recipe (a configuration, perhaps with _viewsN)."""
-    return _parse_recipe(name)[0] in configs
+    return _parse_recipe(name)[0] in (CONFIGS if configs is None else configs)
 
 
-def _config_of(recipe: str, configs: dict[str, list] = CONFIGS) -> str:
+def _config_of(recipe: str, configs: dict[str, list] | None = None) -> str:
     return _split_recipe(recipe, configs)[0]
 
 
-def _views_of(recipe: str, configs: dict[str, list] = CONFIGS) -> int:
+def _views_of(recipe: str, configs: dict[str, list] | None = None) -> int:
     return _split_recipe(recipe, configs)[1]
 
 
-def _views_flags(recipe: str, configs: dict[str, list] = CONFIGS) -> list[str]:
+def _views_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
     """How a recipe is scored, shown beside its fine-tuning flags."""
     views = _views_of(recipe, configs)
     return [] if views == 1 else ["(evaluate --views", f"{views})"]

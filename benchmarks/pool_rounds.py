@@ -85,7 +85,9 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
         for entry in result[task]:
             init = entry["init"]
             recipe = recipes.get(init, "floor" if "floor" in init else "?")
-            key = (init, recipe, entry.get("views"), entry["label_fraction"])
+            # AFIB reports name their views from round 23 on; before, they had one.
+            views = entry.get("views") or (1 if task == "afib" else None)
+            key = (init, recipe, views, entry["label_fraction"])
             for column, value in _values(entry, task).items():
                 groups[key][column].append((label, value))
     return task, groups

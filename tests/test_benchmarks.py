@@ -403,7 +403,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
 
     class Counting(_Transformers):
         def __init__(self) -> None:
-            self.work, self.scored, self.thresholds = tmp_path, [], {}
+            self.work, self.scored, self.thresholds, self.views = tmp_path, [], {}, {}
             self.tuned: dict[str, tuple[tuple, str]] = {}
 
         def finetune(self, name, task, data, *extra, pre: str = "pre") -> None:
@@ -414,6 +414,8 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
             if "--afib-threshold" in args:
                 self.thresholds.setdefault(name, set()).add(
                     args[args.index("--afib-threshold") + 1])  # fmt: skip
+            if "--views" in args:
+                self.views.setdefault(name, set()).add(args[args.index("--views") + 1])
             row = {"record": f"{name}:{folder}", "n_windows": 100, "n_afib": 9, "tp": 9,
                    "fp": 1, "fn": 0}  # fmt: skip
             return {"counts": counts[folder], "afib": {}, "per_record": [row],
@@ -458,7 +460,13 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert len(fits) == len(floors)
     # Selection on the folds reports the same held-out columns, for models and floors alike.
     fits.clear()
-    chosen_rows = model_study.select_afib(Counting())["afib"]
+    selecting = Counting()
+    chosen_rows = model_study.select_afib(selecting)["afib"]
+    # Each fold's run is trained once and scored with one view and with VIEWS: two rows.
+    assert len(selecting.tuned) == 2 * len(model_study.AFIB_CONFIGS)
+    assert all(selecting.views[name] == {1, model_study.VIEWS} for name in selecting.tuned)
+    for name in model_study.AFIB_CONFIGS:
+        assert f"{name}_views{model_study.VIEWS}" in chosen_rows
     kinds = model_study._afib_floor_kinds(list(model_study.AFIB_CONFIGS.values()))
     assert len(fits) == 2 * len(kinds)  # one tree per fold and kind of floor
     # A configuration that sees 128 beats of context has a floor that sees them too.
@@ -485,7 +493,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     configs = model_study.AFIB_CONFIGS
     pre_win = next(c for c, f in configs.items() if "--from-scratch" not in f and "rhythm" in f)
     scr_win = next(c for c, f in configs.items() if "--from-scratch" in f and "relative" in f)
-    for name in configs:
+    for name in chosen_rows:
         chosen_rows[name]["threshold_f1"] = 0.5
     chosen_rows[pre_win].update(threshold=0.6, threshold_f1=0.9)
     chosen_rows[scr_win].update(threshold=0.2, threshold_f1=0.9)
@@ -506,6 +514,20 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert floors == {floor_name, "tree floor (rhythm, context 128)"}
     floor_rows = {r["label_fraction"]: r for r in rows if r["init"] == floor_name}
     assert floor_rows[1.0]["threshold"] == 0.4 and floor_rows[0.1]["threshold"] == 0.5
+    assert all(views == {1} for views in runner.views.values())
+    # Where a recipe's views row wins, DS2 is scored with its views, from the same fine-tuning
+    # run (named by the configuration), and the recipe carries them into the ledger's flags.
+    viewed = f"{scr_win}_views{model_study.VIEWS}"
+    chosen_rows[viewed].update(threshold=0.25, threshold_f1=0.95)
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
+    again = Counting()
+    result = model_study.final_afib(again)
+    assert result["config"][f"scratch: {viewed}"][-2:] == ["(evaluate --views", "4)"]
+    assert set(again.tuned) == set(runner.tuned)
+    for name, views in again.views.items():
+        assert views == ({model_study.VIEWS} if "_scratch_" in name else {1}), name
+    scratch_all = [t for n, t in again.thresholds.items() if "_scratch_1_" in n]
+    assert scratch_all and set().union(*scratch_all) == {0.25}
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():

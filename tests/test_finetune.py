@@ -658,6 +658,14 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
         ]
     assert _cli("evaluate", ft, corpus / "tok", "--views", "17") == 2
     assert "--views 17: a count from 1 to the run's window (16)" in capsys.readouterr().err
+    # A run whose head learnt whole windows only is scored, with a warning.
+    whole = tmp_path / "ft_afib_whole"
+    assert _finetune(corpus, whole, "--task", "afib", "--from-scratch") == 0
+    capsys.readouterr()
+    assert _cli("evaluate", whole, corpus / "tok", "--views", "4", "--json") == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out)["views"] == 4
+    assert "trained without --afib-beat-loss" in said.err
     # Another decision threshold: its counts are the curve's row at that threshold.
     low = _evaluate_json(capsys, ft, corpus / "tok", "--afib-threshold", "0.2")
     row = next(r for r in rep["threshold_counts"] if r["threshold"] == 0.2)
@@ -686,32 +694,46 @@ def test_a_block_spanning_the_window_scores_as_the_window(corpus):
 
 
 class _BeatwiseAfib(torch.nn.Module):
-    """A model whose per-beat AFIB logits depend on each beat's own tokens only."""
+    """A model whose per-beat AFIB logits depend on each beat's own tokens only; its window
+    head is their mean over the real beats, as HeartLM's linear head on a mean pool is."""
 
     def forward(self, morph, rhythm, valid_BT=None, head="window_beats", features_BTF=None):
-        assert head == "window_beats"
-        return torch.stack([torch.zeros_like(morph, dtype=torch.float32),
-                            (morph % 7).float() - 3.0 + 0.1 * rhythm.float()], dim=-1)  # fmt: skip
+        beats = torch.stack([torch.zeros_like(morph, dtype=torch.float32),
+                             (morph % 7).float() - 3.0 + 0.1 * rhythm.float()], dim=-1)  # fmt: skip
+        if head == "window_beats":
+            return beats
+        assert head == "window"
+        real = (torch.ones_like(morph) if valid_BT is None else valid_BT).float()[..., None]
+        return (beats * real).sum(1) / real.sum(1)
 
 
-@pytest.mark.parametrize("block", [16, 5])
+@pytest.mark.parametrize("block", [16, 5, None])
 def test_afib_views_average_the_beats_logits_over_windows_then_pool_each_block(corpus, block):
     """With logits that ignore context, averaging each beat's logits over overlapping windows
-    changes nothing: the averaged path must give the one-window path's block scores exactly
-    (every beat found, weights normalised, blocks pooled over their own beats)."""
+    changes nothing: the averaged path must give the one-window path's scores exactly (every
+    beat found, weights normalised, each window pooled over its own block; None: the run's
+    whole windows, scored over their real beats, as `evaluate` without --afib-window)."""
     from heartlm.labelled.predict import afib_scores, averaged_beat_outputs, block_afib_scores
     from heartlm.train.data import load_tokens
 
     model, cpu = _BeatwiseAfib(), torch.device("cpu")
     streams = data.streams_of(load_tokens(corpus / "tok"))
     records = list(range(len(streams.boundaries) - 1))
-    blocks = data.cut_context_windows(streams, records, context=16, block=block)
-    one = afib_scores(model, blocks, 8, cpu, scored_block=True)
+    if block is None:
+        windows = data.cut_windows(streams, records, window=16, stride=16, task="afib")
+        one, members = afib_scores(model, windows, 8, cpu), ~windows.pad
+    else:
+        windows = data.cut_context_windows(streams, records, context=16, block=block)
+        one = afib_scores(model, windows, 8, cpu, scored_block=True)
+        members = windows.scored & ~windows.pad
     overlapping = data.cut_windows(streams, records, window=16, stride=4, task="afib")
     beat, logits = averaged_beat_outputs(model, overlapping, 8, cpu, head="window_beats",
                                          probabilities=False)  # fmt: skip
-    assert np.array_equal(beat, np.unique(blocks.beat[~blocks.pad]))
-    np.testing.assert_allclose(block_afib_scores(blocks, beat, logits), one, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(beat, np.unique(windows.beat[~windows.pad]))
+    scores = block_afib_scores(windows, members, beat, logits)
+    np.testing.assert_allclose(scores, one, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="no averaged logits"):  # a beat left out is an error
+        block_afib_scores(windows, members, beat[1:], logits[1:])
 
 
 def _copy_tokens(corpus, dest, edit_meta=None):

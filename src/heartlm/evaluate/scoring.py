@@ -201,9 +201,8 @@ def evaluate(
         beat, logits = averaged_beat_outputs(
             model, overlapping, batch, dev, head="window_beats", probabilities=False
         )
-        if scored == window:
-            windows.scored = ~windows.pad
-        scores = block_afib_scores(windows, beat, logits)
+        members = windows.scored & ~windows.pad if scored < window else ~windows.pad
+        scores = block_afib_scores(windows, members, beat, logits)
     else:
         scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)
     labelled = windows.window_label != IGNORE

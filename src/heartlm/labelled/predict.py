@@ -103,16 +103,24 @@ def averaged_beat_predictions(
     return beat, prob.argmax(axis=1) if len(beat) else np.zeros(0, np.int64)
 
 
-def block_afib_scores(blocks: Windows, beat: np.ndarray, logits: np.ndarray) -> np.ndarray:
-    """Probability of AFIB for every scored block of `blocks` (`cut_context_windows`): the
-    softmax of the mean over the block's beats of their (averaged) per-beat `logits`, given
-    for the sorted global beat indices `beat`, as `afib_scores` scores one context window."""
+def block_afib_scores(
+    blocks: Windows, members: np.ndarray, beat: np.ndarray, logits: np.ndarray
+) -> np.ndarray:
+    """Probability of AFIB for every window of `blocks`: the softmax of the mean, over the
+    window's `members` (a (windows, width) mask: its scored block, or its real beats), of their
+    per-beat `logits`, given for the sorted global beat indices `beat`; as `afib_scores` pools
+    one window's own logits."""
     if len(blocks) == 0:
         return np.zeros(0)
-    members = blocks.scored & ~blocks.pad
     row = np.broadcast_to(np.arange(len(blocks))[:, None], members.shape)[members]
+    wanted = blocks.beat[members]
+    at = np.searchsorted(beat, wanted)
+    if wanted.size and (
+        len(beat) == 0 or not np.array_equal(beat[np.minimum(at, len(beat) - 1)], wanted)
+    ):
+        raise ValueError("a scored beat has no averaged logits")
     summed = np.zeros((len(blocks), logits.shape[1]))
-    np.add.at(summed, row, logits[np.searchsorted(beat, blocks.beat[members])])
+    np.add.at(summed, row, logits[at])
     mean = summed / np.maximum(members.sum(1), 1)[:, None]
     return torch.softmax(torch.from_numpy(mean), dim=-1)[:, 1].numpy()
 
