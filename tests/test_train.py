@@ -362,7 +362,8 @@ def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(
     checks = {r["step"]: r["val_loss"] for r in read_metrics(run) if "val_loss" in r}
     assert sorted(checks) == [3, 6, 9, 12]
     result = json.loads((run / "result.json").read_text())
-    assert result["best_step"] == min(checks, key=checks.get)
+    lowest = min(checks.values())
+    assert result["best_step"] == max(s for s, v in checks.items() if v == lowest)  # ties: later
     last = tmp_path / "last"
     capsys.readouterr()
     assert main([*base, "--out", str(last), "--val-fraction", "0.4"]) == 0
@@ -676,7 +677,8 @@ def test_keep_best_exports_the_best_validation_and_patience_stops(tmp_path: Path
         DistEnv(),
     )
     vals = [(r["step"], r["val_loss"]) for r in read_metrics(tmp_path) if "val_loss" in r]
-    best_step, best_loss = min(vals, key=lambda v: v[1])
+    best_loss = min(v for _, v in vals)
+    best_step = max(s for s, v in vals if v == best_loss)  # a tie goes to the later step
     assert (result.best_step, result.best_val_loss) == (best_step, best_loss)
     assert result.stopped_early  # a constant, high lr overfits the training records
     assert vals[-1][0] == best_step + 3 * 2 and result.step == vals[-1][0]
