@@ -623,7 +623,7 @@ def select(r: Runner) -> dict[str, Any]:
     recipes = [_viewed(c, views) for c in CONFIGS for views in (1, VIEWS)]
     rows = {c: _sum_reports([rep for cc, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: _sum_reports([rep for cc, _, rep in found if cc == c]) for c in recipes}
-    configs = {c: [*CONFIGS[_config_of(c)], *_views_flags(c)] for c in recipes}
+    configs = {c: _recipe_flags(c) for c in recipes}
     for inputs in sorted({_inputs(flags) for flags in CONFIGS.values()}):
         floors = [beat_floor(data, [*FOLDS[k], *synthetic], list(FOLDS[1 - k]), s,
                              fraction=SELECT_FRACTION, inputs=inputs)
@@ -644,8 +644,7 @@ def final(r: Runner) -> dict[str, Any]:
         init: FINAL if FINAL != "auto" else _best_selected(r.work / "select.json", init)
         for init in ("pretrained", "scratch")
     }
-    flags = {init: [*CONFIGS[_config_of(name)], *_views_flags(name)]
-             for init, name in chosen.items()}  # fmt: skip
+    flags = {init: _recipe_flags(name) for init, name in chosen.items()}
     chosen = unscored("final", chosen, flags, r.replicate)
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
 
@@ -691,11 +690,17 @@ def _parse_recipe(name: str) -> tuple[str, int]:
     return (found["config"], int(found["views"])) if found else (name, 1)
 
 
+def _table(configs: dict[str, list] | None) -> dict[str, list]:
+    """The configuration table a recipe helper reads: CONFIGS (beats) unless given one (AFIB:
+    AFIB_CONFIGS); read when called, so a table swapped in later is the one read."""
+    return CONFIGS if configs is None else configs
+
+
 def _split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[str, int]:
     """(configuration, views) of a recipe's name (beats: of CONFIGS, the default; AFIB: of
     AFIB_CONFIGS); SystemExit for an unknown one."""
     config, views = _parse_recipe(recipe)
-    if config not in (CONFIGS if configs is None else configs):
+    if config not in _table(configs):
         which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
         raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN)")
     return config, views
@@ -703,7 +708,7 @@ def _split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[
 
 def _is_recipe(name: str, configs: dict[str, list] | None = None) -> bool:
     """Whether a selection row is a recipe (a configuration, perhaps with _viewsN)."""
-    return _parse_recipe(name)[0] in (CONFIGS if configs is None else configs)
+    return _parse_recipe(name)[0] in _table(configs)
 
 
 def _config_of(recipe: str, configs: dict[str, list] | None = None) -> str:
@@ -714,10 +719,11 @@ def _views_of(recipe: str, configs: dict[str, list] | None = None) -> int:
     return _split_recipe(recipe, configs)[1]
 
 
-def _views_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
-    """How a recipe is scored, shown beside its fine-tuning flags."""
-    views = _views_of(recipe, configs)
-    return [] if views == 1 else ["(evaluate --views", f"{views})"]
+def _recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
+    """A recipe's fine-tuning flags, then how it is scored where that is not one view (the
+    flags the tables and the DS2 ledger record)."""
+    config, views = _split_recipe(recipe, configs)
+    return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"])]
 
 
 def _afib_keys(data: Any) -> list[str]:
@@ -855,8 +861,7 @@ def select_afib(r: Runner) -> dict[str, Any]:
         # each real record is scored in exactly one fold: its row comes from that fold
         rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
                                  for row in rep.get("per_record", [])]  # fmt: skip
-    configs = {c: [*AFIB_CONFIGS[_config_of(c, AFIB_CONFIGS)], *_views_flags(c, AFIB_CONFIGS)]
-               for c in recipes}  # fmt: skip
+    configs = {c: _recipe_flags(c, AFIB_CONFIGS) for c in recipes}
     for inputs, context in _afib_floor_kinds(list(AFIB_CONFIGS.values())):
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
                                             window=_afib_window(), inputs=inputs,
@@ -902,8 +907,7 @@ def final_afib(r: Runner) -> dict[str, Any]:
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
     chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
-    flags = {init: [*AFIB_CONFIGS[_config_of(c, AFIB_CONFIGS)], *_views_flags(c, AFIB_CONFIGS)]
-             for init, c in chosen.items()}  # fmt: skip
+    flags = {init: _recipe_flags(c, AFIB_CONFIGS) for init, c in chosen.items()}
     chosen = unscored("final_afib", chosen, flags, r.replicate)
     configs = {f"{init}: {c}": flags[init] for init, c in chosen.items()}
     thresholds = {init: float(rows[c].get("threshold", 0.5)) for init, c in chosen.items()}
