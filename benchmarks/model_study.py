@@ -515,6 +515,15 @@ def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
 
 
+def missing_pretraining(stages: list[str], work: Path) -> list[str]:
+    """The pretraining runs that the fine-tuning stages among `stages` start from and that
+    `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
+    if "pretrain" in stages or not set(stages) & {"select", "final", "select_afib", "final_afib"}:
+        return []
+    names = [_pre(seed, variant) for variant, seed in _pretraining_runs(stages, work)]
+    return [n for n in names if not (work / n / "model.safetensors").is_file()]
+
+
 def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
     """Every pretraining run the stages need, side by side; their loss curves."""
 
@@ -978,6 +987,12 @@ def main() -> int:
     if args.quick:
         quick()
     args.work.mkdir(parents=True, exist_ok=True)
+    # Before any fine-tuning starts, so that a device call does not spend minutes on the
+    # stages' other runs before the first one that needs a missing encoder fails.
+    if missing := missing_pretraining(args.stages, args.work.resolve()):
+        print(f"model_study: {args.work}: no pretraining run {', '.join(missing)}; "
+              "add the `pretrain` stage", file=sys.stderr)  # fmt: skip
+        return 2
     r = Runner(args.work.resolve(), args.device, args.jobs, args.ecg.resolve(), args.replicate)
     for stage in args.stages:
         t0 = time.perf_counter()

@@ -332,6 +332,29 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
+def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Round 23's AFIB call spent its first minute on runs that could start before the one
+    from a variant no earlier call had pretrained failed; the study now stops at once."""
+    monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "")
+    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"pretrained_plr_rhythm": []})
+    for name in ("pre", "pre_s1", "pre_s2", "pre_plr"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"")
+    assert model_study.missing_pretraining(["select"], tmp_path) == []
+    missing = model_study.missing_pretraining(["select_afib"], tmp_path)
+    assert missing == ["pre_plr_s1", "pre_plr_s2"]
+    assert model_study.missing_pretraining(["pretrain", "select_afib"], tmp_path) == []
+    assert model_study.missing_pretraining(["prepare"], tmp_path) == []
+    monkeypatch.setattr(sys, "argv", ["model_study.py", "select_afib", "--work", str(tmp_path)])
+    assert model_study.main() == 2
+    assert not (tmp_path / "select_afib.json").exists()
+
+
 def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
     from model_tables import markdown
 
