@@ -141,7 +141,9 @@ run (from scratch: takes its architecture).
   validation loss was lowest at step 100-800 (`next` fitted its training windows almost
   exactly by step 2 000), so the encoder exported there had trained for a few hundred
   steps. 0.1 is the usual pretraining dropout of BERT-style encoders and the
-  value fine-tuning already uses; it is not tuned here."""
+  value fine-tuning already uses; it is not tuned here. Measured: `bestdrop`'s best
+  validation moved to step 900-1300 (`best`: 400-600), `nextdrop`'s stayed at 300; neither
+  paid beyond the re-run spread (benchmarks/README.md, round 23)."""
 SCALE = {
     "folder": "synth_scale",
     "records": 1000,
@@ -176,7 +178,8 @@ initialisations (benchmarks/README.md, round 20), so `final` scored the same rec
 DS2_LEDGER now stops that. Round 22: the `next` recipe from the `forecast` encoder beside it
 (same fine-tuning flags; PRETRAIN_VARIANTS), and scratch; the EMA variants are dropped. Round
 23: the `next` recipe from `nextdrop` (pretrained with dropout) beside the one from `next`,
-and scratch."""
+and scratch; `next` with four views won on the folds again (S and V F1 0.643 against 0.635),
+so `final` stopped on the ledger."""
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
@@ -268,7 +271,9 @@ win (0.875 against scratch's 0.882). Round 23 replaces it with rhythm from `best
 pretrained with dropout (PRETRAIN_VARIANTS), and scores every configuration with and without
 VIEWS (`evaluate --views` for AFIB runs, new): the beat recipes' four views scored 0.780 S F1
 on DS2 against 0.732 with one (rounds 16-20), and AFIB's 0.898 is 0.002 short of its goal;
-both motivated this from DS2, and the folds decide."""
+both motivated this from DS2, and the folds decide. Measured: views gained nothing at the
+fold-chosen threshold; `bestdrop` won the folds (0.887 against 0.883 and scratch's 0.872)
+and scored 0.880 +- 0.011 on DS2, below `best`'s 0.898 +- 0.005."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
