@@ -231,7 +231,14 @@ AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `selec
         *CONTEXT,
     ],
     "pretrained_best_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
-    "pretrained_bestdrop_rhythm_beat_loss_all_context128": [
+    "scratch_rhythm_beat_loss_all_context128_patients": [
+        "--from-scratch",
+        *RHYTHM,
+        *BEAT_LOSS,
+        *ALL,
+        *CONTEXT,
+    ],
+    "pretrained_best_rhythm_beat_loss_all_context128_patients": [
         *RHYTHM,
         *BEAT_LOSS,
         *ALL,
@@ -273,7 +280,10 @@ VIEWS (`evaluate --views` for AFIB runs, new): the beat recipes' four views scor
 on DS2 against 0.732 with one (rounds 16-20), and AFIB's 0.898 is 0.002 short of its goal;
 both motivated this from DS2, and the folds decide. Measured: views gained nothing at the
 fold-chosen threshold; `bestdrop` won the folds (0.887 against 0.883 and scratch's 0.872)
-and scored 0.880 +- 0.011 on DS2, below `best`'s 0.898 +- 0.005."""
+and scored 0.880 +- 0.011 on DS2, below `best`'s 0.898 +- 0.005. Round 24 drops it and
+compares scratch and rhythm from `best`, each as before and trained without the general
+`synth` corpus (`_patients`: the real records and the sick-sinus and flutter/AF patients
+only; AFIB_TRAIN_SYNTHETIC says why), each beside a floor trained on the same records."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
@@ -569,8 +579,13 @@ def _inputs(flags: list[str]) -> str:
     return flags[flags.index("--inputs") + 1] if "--inputs" in flags else "all"
 
 
-def _floor_name(inputs: str, context: int = 0) -> str:
-    return f"tree floor ({inputs}, context {context})" if context else f"tree floor ({inputs})"
+def _floor_name(inputs: str, context: int = 0, synthetic: tuple[str, ...] | None = None) -> str:
+    """The floor's row name; `synthetic`: the synthetic folders an AFIB floor trains on, named
+    where they are not SYNTHETIC (the floors of earlier rounds keep their names)."""
+    parts = [inputs, *([f"context {context}"] if context else [])]
+    if synthetic is not None and synthetic != SYNTHETIC:
+        parts.append(f"synthetic {' '.join(synthetic)}")
+    return f"tree floor ({', '.join(parts)})"
 
 
 def _afib_window() -> int:
@@ -584,9 +599,12 @@ def _afib_context(flags: list[str]) -> int:
     return window if window > _afib_window() else 0
 
 
-def _afib_floor_kinds(configs: list[list[str]]) -> list[tuple[str, int]]:
-    """(inputs, context) of the floors that sit beside these AFIB configurations."""
-    return sorted({(_inputs(flags), _afib_context(flags)) for flags in configs})
+def _afib_floor_kinds(configs: list[str]) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(inputs, context, synthetic folders) of the floors beside these AFIB configurations
+    (names of AFIB_CONFIGS): each floor sees what its recipes see and trains on the same
+    records."""
+    return sorted({(_inputs(AFIB_CONFIGS[c]), _afib_context(AFIB_CONFIGS[c]), _afib_synthetic(c))
+                   for c in configs})  # fmt: skip
 
 
 def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -753,19 +771,38 @@ def _afib_grid(
     100 % of the labels windows are called AFIB from each initialisation's threshold in
     `thresholds` (chosen on the folds at 100 %), below at 0.5."""
 
+    from heartlm.train.data import load_tokens
+
+    data = load_tokens(r.work / "tok_afib")
+
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
         config, views = _split_recipe(chosen[init], AFIB_CONFIGS)
         threshold = thresholds[init] if fraction == 1.0 else 0.5
         called = ["--afib-window", _afib_window(), "--afib-threshold", threshold, "--views", views]
         name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, AFIB_CONFIGS[config])}"
-        r.finetune(name, "afib", "tok_afib", "--label-fraction", fraction, "--seed", seed,
-                   *AFIB_CONFIGS[config], pre=_pre(seed, _variant(config)))  # fmt: skip
+        r.finetune(name, "afib", "tok_afib", *_afib_training_records(data, config),
+                   "--label-fraction", fraction, "--seed", seed, *AFIB_CONFIGS[config],
+                   pre=_pre(seed, _variant(config)))  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *TEST, *called)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 **_held_out_afib(r, name, threshold, views)}  # fmt: skip
 
     grid = [(i, f, s) for i in chosen for f in FRACTIONS for s in SEEDS]
     return r.parallel([lambda g=g: afib(*g) for g in grid])
+
+
+def _afib_training_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
+    """The records an AFIB model or floor trains on for DS2: every real record of the AFIB
+    token folder (it holds none of DS2) and the `synthetic` folders' records, in the folder's
+    order (with every synthetic folder: all its records, as the floors of earlier rounds)."""
+    return [k for k in _afib_keys(data) if k.startswith(synthetic) or not k.startswith(SYNTHETIC)]
+
+
+def _afib_training_records(data: Any, config: str) -> list[str]:
+    """`--records` for an AFIB configuration's DS2 runs: none (the whole token folder, as
+    every round before 24 trained) unless it trains on other synthetic folders."""
+    synthetic = _afib_synthetic(config)
+    return [] if synthetic == SYNTHETIC else ["--records", *_afib_training_keys(data, synthetic)]
 
 
 def _false_alarms(counts: dict[str, int]) -> float:
@@ -808,6 +845,33 @@ def _afib_floor_with_held_out(
 
 SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
 """Token-folder keys of synthetic records: AFIB selection trains on them in both folds."""
+PATIENTS_ONLY = tuple(f"{folder}/" for folder in TRAIN_SYNTHETIC)
+"""The synthetic patients that DS1 lacks (PATIENTS) without the general `synth` corpus."""
+AFIB_TRAIN_SYNTHETIC: dict[str, tuple[str, ...]] = {
+    "scratch_rhythm_beat_loss_all_context128_patients": PATIENTS_ONLY,
+    "pretrained_best_rhythm_beat_loss_all_context128_patients": PATIENTS_ONLY,
+}
+"""The synthetic folders an AFIB configuration trains on, where not all of SYNTHETIC (round
+24). A CPU probe of the LightGBM floor on the AFIB folds (rhythm inputs, context 128, seeds
+0-2; benchmarks/README.md, round 24) scored 0.754-0.765 window F1 at the fold-chosen
+threshold (0.98-0.99) with every synthetic folder, 0.779-0.786 with 20 of the 100 general
+`synth` records, and 0.801-0.817 (threshold 0.70-0.95) with the sick-sinus and flutter/AF
+patients alone: the general corpus's AF (30 of its 100 records) teaches the floor an AF
+that real non-AF irregular rhythms resemble more than real AF does. The recipes and floors
+trained on these folders carry them in their flags and names."""
+
+
+def _afib_synthetic(config: str) -> tuple[str, ...]:
+    """The synthetic folder keys an AFIB configuration trains on (in both folds, and on DS2)."""
+    return AFIB_TRAIN_SYNTHETIC.get(config, SYNTHETIC)
+
+
+def _afib_recipe_flags(recipe: str) -> list[str]:
+    """An AFIB recipe's flags as the tables and the DS2 ledger record them: its fine-tuning
+    flags and views, then its synthetic training folders where they are not SYNTHETIC."""
+    synthetic = _afib_synthetic(_config_of(recipe, AFIB_CONFIGS))
+    note = [] if synthetic == SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
+    return [*_recipe_flags(recipe, AFIB_CONFIGS), *note]
 
 
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
@@ -851,11 +915,13 @@ def select_afib(r: Runner) -> dict[str, Any]:
 
     data = load_tokens(r.work / "tok_afib")
     folds = afib_folds(data)
-    synth = [k for k in _afib_keys(data) if k.startswith(SYNTHETIC)]
 
     def one(config: str, k: int) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
-        name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k])}"
-        r.finetune(name, "afib", "tok_afib", "--records", *folds[k], *synth, *AFIB_CONFIGS[config],
+        synthetic = _afib_synthetic(config)
+        other = [] if synthetic == SYNTHETIC else [synthetic]  # earlier rounds' names kept
+        name = f"sel_afib_{config}_fold{k}_{_tag(AFIB_CONFIGS[config], folds[k], *other)}"
+        r.finetune(name, "afib", "tok_afib", "--records", *folds[k],
+                   *_afib_synthetic_keys(data, synthetic), *AFIB_CONFIGS[config],
                    pre=_pre(0, _variant(config)))  # fmt: skip
         return [(_viewed(config, views),
                  r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
@@ -875,17 +941,29 @@ def select_afib(r: Runner) -> dict[str, Any]:
         # each real record is scored in exactly one fold: its row comes from that fold
         rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
                                  for row in rep.get("per_record", [])]  # fmt: skip
-    configs = {c: _recipe_flags(c, AFIB_CONFIGS) for c in recipes}
-    for inputs, context in _afib_floor_kinds(list(AFIB_CONFIGS.values())):
+    configs = {c: _afib_recipe_flags(c) for c in recipes}
+    for inputs, context, synthetic in _afib_floor_kinds(list(AFIB_CONFIGS)):
+        synth = _afib_synthetic_keys(data, synthetic)
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
                                             window=_afib_window(), inputs=inputs,
                                             context=context) for k in (0, 1)]  # fmt: skip
         reports = [rep for rep, _ in floors]
-        rows[_floor_name(inputs, context)] = {**_pooled(reports), **_fold_threshold(reports),
-                                              **mean_held_out([h for _, h in floors])}  # fmt: skip
-        configs[_floor_name(inputs, context)] = ["tree_floor.py", "--inputs", inputs,
-                                                 "--context", str(context)]  # fmt: skip
+        floor = _floor_name(inputs, context, synthetic)
+        rows[floor] = {**_pooled(reports), **_fold_threshold(reports),
+                       **mean_held_out([h for _, h in floors])}  # fmt: skip
+        configs[floor] = _floor_flags(inputs, context, synthetic)
     return {"folds": folds, "configs": configs, "afib": rows}
+
+
+def _afib_synthetic_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
+    """The AFIB token folder's records in the `synthetic` folders."""
+    return [k for k in _afib_keys(data) if k.startswith(synthetic)]
+
+
+def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[str]:
+    """How an AFIB floor was made, as the tables record it."""
+    note = [] if synthetic == SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
+    return ["tree_floor.py", "--inputs", inputs, "--context", str(context), *note]
 
 
 def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
@@ -921,25 +999,26 @@ def final_afib(r: Runner) -> dict[str, Any]:
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
     chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
-    flags = {init: _recipe_flags(c, AFIB_CONFIGS) for init, c in chosen.items()}
+    flags = {init: _afib_recipe_flags(c) for init, c in chosen.items()}
     chosen = unscored("final_afib", chosen, flags, r.replicate)
     configs = {f"{init}: {c}": flags[init] for init, c in chosen.items()}
     thresholds = {init: float(rows[c].get("threshold", 0.5)) for init, c in chosen.items()}
     afib_rows = _afib_grid(r, chosen, thresholds)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    kinds = sorted({(_inputs(AFIB_CONFIGS[b]), _afib_context(AFIB_CONFIGS[b]))
-                    for b in (_config_of(c, AFIB_CONFIGS) for c in chosen.values())})  # fmt: skip
-    for inputs, context in kinds:
-        floor_threshold = rows.get(_floor_name(inputs, context), {}).get("threshold", 0.5)
+    kinds = _afib_floor_kinds([_config_of(c, AFIB_CONFIGS) for c in chosen.values()])
+    for inputs, context, synthetic in kinds:
+        floor = _floor_name(inputs, context, synthetic)
+        floor_threshold = rows.get(floor, {}).get("threshold", 0.5)
+        train = _afib_training_keys(afib_data, synthetic)
         for fraction in FRACTIONS:
             threshold = floor_threshold if fraction == 1.0 else 0.5
             for seed in SEEDS:
                 kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
                       "window": _afib_window(), "threshold": threshold}  # fmt: skip
                 rep, held_out = _afib_floor_with_held_out(
-                    afib_data, _afib_keys(afib_data), mitdb, list(TEST), r.work, **kw
+                    afib_data, train, mitdb, list(TEST), r.work, **kw
                 )
-                afib_rows.append({"init": _floor_name(inputs, context),
+                afib_rows.append({"init": floor,
                                   "label_fraction": fraction, "seed": seed, "afib": rep,
                                   "threshold": threshold, **held_out})  # fmt: skip
     return {"config": configs, "beats": [], "afib": afib_rows}

@@ -31,10 +31,12 @@ BEATS = 50
 SICK = ("s0000", "s0001")
 
 
-def _mitdb() -> TokenData:
+def _mitdb(general_synth: int = 0) -> TokenData:
     """A MIT-BIH-shaped token set: every DS1 and DS2 record and two synthetic sick-sinus
-    training records, every beat labelled."""
-    names = [*MITDB_DS1, *MITDB_DS2, *SICK]
+    training records (and `general_synth` records of the general `synth` corpus), every beat
+    labelled."""
+    general = [f"g{i:04d}" for i in range(general_synth)]
+    names = [*MITDB_DS1, *MITDB_DS2, *SICK, *general]
     n = len(names) * BEATS
     rng = np.random.default_rng(0)
     return TokenData(
@@ -47,11 +49,15 @@ def _mitdb() -> TokenData:
         vocab_size=20,
         rhythm_vocab_size=9,
         meta={
-            "records": [{"name": r, "db": "synth_sick" if r in SICK else "mitdb"} for r in names],
+            "records": [{"name": r, "db": _db(r, general)} for r in names],
             "features": ["beat_pc0", "rr_prev_local", "log_rr_prev"],
         },
         features=rng.standard_normal((n, 3)).astype(np.float16),
     )
+
+
+def _db(name: str, general: list[str]) -> str:
+    return "synth_sick" if name in SICK else "synth" if name in general else "mitdb"
 
 
 class _Tree:
@@ -490,10 +496,11 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert all(selecting.views[name] == {1, model_study.VIEWS} for name in selecting.tuned)
     for name in model_study.AFIB_CONFIGS:
         assert f"{name}_views{model_study.VIEWS}" in chosen_rows
-    kinds = model_study._afib_floor_kinds(list(model_study.AFIB_CONFIGS.values()))
+    kinds = model_study._afib_floor_kinds(list(model_study.AFIB_CONFIGS))
     assert len(fits) == 2 * len(kinds)  # one tree per fold and kind of floor
     # A configuration that sees 128 beats of context has a floor that sees them too.
-    assert ("relative", 128) in kinds and "tree floor (relative, context 128)" in chosen_rows
+    assert ("relative", 128, model_study.SYNTHETIC) in kinds
+    assert "tree floor (relative, context 128)" in chosen_rows
     for name, row in chosen_rows.items():
         assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
@@ -551,6 +558,85 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         assert views == ({model_study.VIEWS} if "_scratch_" in name else {1}), name
     scratch_all = [t for n, t in again.thresholds.items() if "_scratch_1_" in n]
     assert scratch_all and set().union(*scratch_all) == {0.25}
+
+
+def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_its_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    data = _mitdb(general_synth=3)
+    n = len(data.morph)
+    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
+    fits: list[int] = []
+
+    def fit(x, y, n_classes, seed, threads):
+        fits.append(len(y))
+        return _NoAfib()
+
+    best = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.1]))
+
+    class Recording(_Transformers):
+        def __init__(self) -> None:
+            self.work, self.tuned = tmp_path, {}
+
+        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+            self.tuned[name] = [str(x) for x in extra]
+
+        def evaluate(self, name, folder, *args) -> dict:
+            counts = {"tp": 1, "fp": 0, "fn": 0, "tn": 9}
+            return {"counts": counts, "afib": {}, "per_record": [], "threshold_counts": best}
+
+    def records(extra: list[str]) -> list[str]:
+        if "--records" not in extra:
+            return []
+        start = extra.index("--records") + 1
+        end = next((i for i in range(start, len(extra)) if extra[i].startswith("--")), len(extra))
+        return extra[start:end]
+
+    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
+    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
+    default, patients = "scratch_rhythm_context128", "pretrained_best_rhythm_context128_patients"
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+        default: ["--from-scratch", *model_study.RHYTHM, *context],
+        patients: [*model_study.RHYTHM, *context],
+    })  # fmt: skip
+    monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC",
+                        {patients: model_study.PATIENTS_ONLY})  # fmt: skip
+    selecting = Recording()
+    selected = model_study.select_afib(selecting)
+    for name, extra in selecting.tuned.items():
+        keys = records(extra)
+        assert "synth_sick/s0000" in keys, name  # the sick-sinus patients train in both
+        assert ("synth/g0000" in keys) == (patients not in name), name
+    rows, configs = selected["afib"], selected["configs"]
+    note = ["(synthetic", "synth_sick/ synth_flutter/)"]
+    patients_floor = "tree floor (rhythm, context 128, synthetic synth_sick/ synth_flutter/)"
+    assert {r for r in rows if r.startswith("tree floor")} == {
+        "tree floor (rhythm, context 128)", patients_floor}  # fmt: skip
+    assert configs[patients][-2:] == note and configs[default][-2:] != note
+    assert configs[patients_floor][-2:] == note
+    # Per fold, the default floor trains on 3 general synthetic records more.
+    by_floor = dict(zip(["default", "patients"], [fits[:2], fits[2:]], strict=True))
+    assert all(d > p for d, p in zip(by_floor["default"], by_floor["patients"], strict=True))
+    # On DS2, the chosen recipe trains on every real record and its own synthetic folders,
+    # the floor beside it likewise, and the ledger's flags say so.
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": rows}))
+    fits.clear()
+    final = Recording()
+    result = model_study.final_afib(final)
+    pretrained = [extra for name, extra in final.tuned.items() if "_pretrained_" in name]
+    scratch = [extra for name, extra in final.tuned.items() if "_scratch_" in name]
+    assert pretrained and scratch
+    assert all("--records" not in extra for extra in scratch)  # the whole folder, as before
+    for extra in pretrained:
+        keys = records(extra)
+        assert "mitdb/201" in keys and "synth_sick/s0000" in keys and "synth/g0000" not in keys
+    assert result["config"][f"pretrained: {patients}"][-2:] == note
+    floors = {r["init"] for r in result["afib"] if r["init"].startswith("tree floor")}
+    assert floors == {"tree floor (rhythm, context 128)", patients_floor}
+    assert len(fits) == 2 and fits[0] != fits[1]
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():
@@ -683,3 +769,15 @@ def test_pooling_refuses_beat_and_afib_rounds_together(tmp_path: Path):
     files = [tmp_path / "final_round1.json", tmp_path / "final_afib_round1.json"]
     with pytest.raises(ValueError, match="holds afib scores, the files before it beats"):
         pool_rounds.pool(files)
+
+
+def test_the_afib_synthetic_probe_refuses_a_work_folder_without_afib_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    import afib_synthetic_probe
+
+    out = tmp_path / "probe.md"
+    argv = ["afib_synthetic_probe.py", "--work", str(tmp_path), "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert afib_synthetic_probe.main() == 2
+    assert "no token folder" in capsys.readouterr().err and not out.exists()
