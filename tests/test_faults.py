@@ -555,6 +555,30 @@ def test_16_staging_of_a_killed_writer_is_removed_and_a_cut_swap_restored(tmp_pa
     ]
 
 
+def test_16_an_output_that_is_a_symbolic_link_is_replaced_and_its_target_kept(tmp_path):
+    """The link moved aside used to stay as `.OUT.old-PID` forever: rmtree cannot remove a
+    link. Overwriting replaces the link itself; the folder it pointed to is not touched."""
+    from heartlm.outdir import claimed, staged_dir
+
+    target = tmp_path / "other"
+    target.mkdir()
+    (target / "keep").write_text("old")
+    out = tmp_path / "link"
+    out.symlink_to(target)
+    with staged_dir(out, overwrite=True) as stage:
+        (stage / "x").write_text("new")
+    assert (out / "x").read_text() == "new" and not out.is_symlink()
+    assert (target / "keep").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "other"]
+    # A link that an earlier, cut-off swap left aside is removed by the next writer, and the
+    # folder it pointed to stays.
+    (tmp_path / ".link.old-4242").symlink_to(target)
+    with claimed(out):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "other"]
+    assert (target / "keep").read_text() == "old"
+
+
 KILLED_PARENT = """
 import os, sys, time
 from pathlib import Path

@@ -879,3 +879,30 @@ def test_embed_of_raw_wfdb_records_matches_their_token_folder(corpus):
     assert torch.equal(raw["beat"], tok["beat"]) and torch.equal(raw["window"], tok["window"])
     table = (corpus / "emb_raw" / "beats.csv").read_text()
     assert table == (corpus / "emb_tok" / "beats.csv").read_text()
+
+
+def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys):
+    """A resume with other records, label share, initialisation or task trained one model on
+    two sets while finetune.json named only the last; the first three records are the run's."""
+    out = tmp_path / "ft"
+    first = ("--records", "s0000", "s0001", "s0002", "--val-fraction", "0.34")
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    assert _finetune(corpus, out, *first, *stop) == 0
+    capsys.readouterr()
+    other = ("--records", "s0001", "s0002", "s0003", "--val-fraction", "0.34")
+    changes = {
+        "other training records": other,
+        "label fraction 1.0, this run asks for 0.5 (--label-fraction)": (
+            *first, "--label-fraction", "0.5"),
+        "from scratch False, this run asks for True (--from-scratch)": (*first, "--from-scratch"),
+        "task beats, this run asks for afib (--task)": (*first, "--task", "afib"),
+    }  # fmt: skip
+    for message, flags in changes.items():
+        assert _finetune(corpus, out, *flags, "--steps", "6", "--resume") == 2, message
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    assert _finetune(corpus, out, *first, "--steps", "6", "--resume") == 0  # the same set
+    info = json.loads((out / "finetune.json").read_text())
+    assert sorted(info["train_records"] + info["val_records"]) == [
+        f"syn/s000{i}" for i in range(3)]  # fmt: skip
+    assert "train_records" not in json.loads((out / "config.json").read_text())

@@ -88,7 +88,7 @@ def _clear_leftovers(out: Path) -> None:
             old.rename(out)
             logger.warning("%s: restored from an interrupted replacement", out)
         else:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
     for stage in out.parent.glob(f".{out.name}.tmp-*"):
         shutil.rmtree(stage, ignore_errors=True)
         logger.info("%s: removed the staging of an earlier run that was killed", stage)
@@ -111,14 +111,23 @@ def new_stage(out: Path) -> Path:
 
 
 def swap_in(stage: Path, out: Path) -> None:
-    """Put the finished `stage` at `out`; the previous `out` is deleted only afterwards."""
+    """Put the finished `stage` at `out`; the previous `out` is deleted only afterwards (a
+    symbolic link is replaced, never what it points to)."""
     old = None
-    if out.exists():
+    if out.exists() or out.is_symlink():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         out.rename(old)
     stage.rename(out)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Delete a folder moved aside, or the symbolic link that stood at its place."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -211,7 +211,9 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
             stage.mkdir(parents=True, exist_ok=True)
         barrier(env)
         meta = {"task": cfg.task, "codebook_hash": p.data.meta.get("codebook_hash"),
-                "from_scratch": cfg.from_scratch}  # fmt: skip
+                "from_scratch": cfg.from_scratch, "label_fraction": cfg.label_fraction,
+                "train_records": [r.key for r in p.split.train],
+                "val_records": [r.key for r in p.split.val]}  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):
             result = train(cfg.train, p.model, objective, train_s, val_s, stage, env, meta,
                            callbacks=[*scorer, *from_environment()])  # fmt: skip

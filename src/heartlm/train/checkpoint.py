@@ -210,6 +210,39 @@ def _listed(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+FINETUNE_RESUME_KEYS = {
+    "task": "--task",
+    "from_scratch": "--from-scratch",
+    "label_fraction": "--label-fraction",
+    "train_records": "--records, --val-fraction",
+    "val_records": "--records, --val-fraction",
+}
+"""What a fine-tuning checkpoint records of its training set, and the flags that choose it: a
+resume with another would train one model on two sets and describe only the last."""
+
+
+def _check_training_set(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
+    """Refuse a fine-tuning resume whose task, initialisation, label share or records differ
+    (a checkpoint from before they were recorded is not compared)."""
+    for key, flag in FINETUNE_RESUME_KEYS.items():
+        if key not in meta or meta[key] == expected.get(key):
+            continue
+        saved, want = meta[key], expected.get(key)
+        if key.endswith("_records"):
+            gone = sorted(set(saved or []) - set(want or []))
+            new = sorted(set(want or []) - set(saved or []))
+            which = "training" if key == "train_records" else "validation"
+            shown = ", ".join([*(f"-{r}" for r in gone[:3]), *(f"+{r}" for r in new[:3])])
+            raise HeartlmError(
+                f"checkpoint was trained with other {which} records ({shown or 'another order'}; "
+                f"{flag})",
+                path,
+            )
+        name = key.replace("_", " ")
+        raise HeartlmError(f"checkpoint was trained with {name} {saved}, this run asks for "
+                           f"{want} ({flag})", path)  # fmt: skip
+
+
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
     """Refuse a checkpoint from another preset, vocabulary or model shape."""
     saved, want = meta.get("model", {}), expected.get("model", {})
@@ -247,6 +280,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
                 path,
             )
+    _check_training_set(meta, expected, path)
     for key in ("objective", "window"):
         if key in meta and meta.get(key) != expected.get(key):
             raise HeartlmError(
