@@ -151,6 +151,18 @@ def test_report_refuses_a_folder_without_results_or_with_bad_numbers(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert "line 4: time_s is not a number: 'fast'" in err and "\n" not in err
     assert not (study / "report.md").exists()
+    # A number that no cell writes: the report used to predict negative throughput from it.
+    fabricate_study(study := tmp_path / "study2")
+    csv_text = (study / "results.csv").read_text().splitlines()
+    for column, value, kind in ((15, "-1", "positive"), (2, "0", "positive"),
+                                (15, "nan", "positive"), (20, "inf", "finite")):  # fmt: skip
+        fields = csv_text[3].split(",")
+        fields[column] = value
+        (study / "results.csv").write_text("\n".join([*csv_text[:3], ",".join(fields)]) + "\n")
+        assert main(["report", str(study)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "line 4:" in err and f"is not a {kind} number: '{value}'" in err, err
+        assert not (study / "report.md").exists()
 
 
 @pytest.mark.parametrize("cut", [20, 60])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,13 @@ def _grid(path: Path) -> dict[str, Any]:
     return grid if all(isinstance(p, dict) for p in parts) else {}
 
 
+POSITIVE_COLUMNS = frozenset(
+    {"window", "gpus", "cpus", "batch_per_gpu", "global_batch", "steps", "tokens", "time_s"}
+)
+"""Columns that a cell of `heartlm scale` fills with a count or a duration above 0: a report
+drawn from a 0 or a negative there predicts negative throughput."""
+
+
 def load_study(folder: Path) -> Study:
     path = folder / "results.csv"
     if not path.is_file():
@@ -133,11 +141,14 @@ def load_study(folder: Path) -> Study:
             r.setdefault(c, "")
             if c not in text_columns and r[c]:
                 try:
-                    float(r[c])
+                    value = float(r[c])
                 except ValueError:
                     raise HeartlmError(
                         f"line {line}: {c} is not a number: {r[c]!r}", path
                     ) from None
+                if not math.isfinite(value) or (c in POSITIVE_COLUMNS and value <= 0):
+                    kind = "a positive number" if c in POSITIVE_COLUMNS else "a finite number"
+                    raise HeartlmError(f"line {line}: {c} is not {kind}: {r[c]!r}", path)
     study = Study(folder, rows, _json(folder / "environment.json"), _grid(folder / "grid.json"))
     _load_comm(study, folder / "comm")
     return study
