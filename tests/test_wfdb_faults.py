@@ -174,14 +174,18 @@ def test_a_lead_the_record_lacks_is_refused_unless_fallbacks_are_given(tmp_path,
 # ---------- names, references, workers ----------
 
 
-def test_non_ascii_record_name_is_named_not_called_missing(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [(b"r\xe9c", "r\\xe9c"), ("räc".encode(), "räc")],  # Latin-1 bytes escaped; UTF-8 as is
+)
+def test_non_ascii_record_name_is_named_not_called_missing(tmp_path, capsys, name, shown):
     rec = _record(tmp_path / "src", "rec")
     folder = os.fsencode(rec.parent)
     for ext in (b".hea", b".dat", b".atr"):
-        os.rename(os.fsencode(rec) + ext, folder + b"/r\xe9c" + ext)
-    header = folder + b"/r\xe9c.hea"
+        os.rename(os.fsencode(rec) + ext, folder + b"/" + name + ext)
+    header = folder + b"/" + name + b".hea"
     with open(header, "rb") as f:
-        text = f.read().replace(b"rec", b"r\xe9c")
+        text = f.read().replace(b"rec", name)
     with open(header, "wb") as f:
         f.write(text)
     for argv in (
@@ -189,7 +193,7 @@ def test_non_ascii_record_name_is_named_not_called_missing(tmp_path, capsys):
         ["ingest", str(rec.parent), "--out", str(tmp_path / "out"), "--workers", "1"],
     ):
         line = _error(capsys, *argv)
-        assert "not ASCII" in line and "missing" not in line and "r\\xe9c" in line, line
+        assert "not ASCII" in line and "missing" not in line and f"'{shown}'" in line, line
 
 
 def test_qrs_does_not_score_an_empty_reference(tmp_path, capsys):

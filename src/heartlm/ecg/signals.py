@@ -110,7 +110,7 @@ def _check_name(path: Path) -> None:
     named `réc` would be looked for as `rc.dat`: refuse such a name rather than say that
     a file which exists is missing."""
     if not path.name.isascii():
-        shown = os.fsencode(path.name).decode("ascii", "backslashreplace")
+        shown = os.fsencode(path.name).decode("utf-8", "backslashreplace")
         raise HeartlmError(
             f"record name '{shown}' is not ASCII: WFDB names are letters, digits, _ and -, "
             "and wfdb cannot find the files of this one (rename them)",
