@@ -223,9 +223,10 @@ resume with another would train one model on two sets and describe only the last
 
 def _check_training_set(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
     """Refuse a fine-tuning resume whose task, initialisation, label share or records differ
-    (a checkpoint from before they were recorded is not compared)."""
+    (compared where the checkpoint and the run both record them: a checkpoint from before
+    they were recorded, or a check that does not know them yet, compares nothing)."""
     for key, flag in FINETUNE_RESUME_KEYS.items():
-        if key not in meta or meta[key] == expected.get(key):
+        if key not in meta or key not in expected or meta[key] == expected[key]:
             continue
         saved, want = meta[key], expected.get(key)
         if key.endswith("_records"):
