@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -58,3 +61,56 @@ def test_shard_round_trip_and_rejections(tmp_path):
     (tmp_path / "short.bin").write_bytes(raw[:10])
     with pytest.raises(HeartlmError, match="header"):
         shards.read_shard(tmp_path / "short.bin")
+
+
+def _small_store(folder) -> None:
+    w = StoreWriter(folder, fs=360, pre_samples=2, post_samples=2)
+    w.append(RecordEntry("r", "db", "r", 360, "I", 10), np.ones((4, 4)), _table(4))
+    w.append(RecordEntry("s", "db", "s", 360, "I", 10), np.ones((3, 4)), _table(3))
+    w.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [(lambda d: d["records"][1].update(zzz=10), "records[1] has an unknown field 'zzz'"),
+     (lambda d: d.update(records=None), "records null is not a list"),
+     (lambda d: d.update(records=["r", "s"]), 'records[0] "r" is not a JSON object'),
+     (lambda d: d["records"][0].update(start="x"), 'records[0].start "x" is not an integer'),
+     (lambda d: d.update(fs="abc"), 'fs "abc" is not a number'),
+     (lambda d: d.update(fs=-250), "fs -250 is not a positive sampling rate"),
+     (lambda d: d.update(pre_samples=500),
+      "window_samples 4 is not pre_samples 500 + post_samples 2"),
+     (lambda d: d.update(pre_samples=-1, post_samples=5),
+      "pre_samples -1 puts the R peak outside the beat window of 4 samples"),
+     (lambda d: d.update(n_beats=None), "n_beats null is not an integer"),
+     (lambda d: d.update(version="1"), 'version "1" is not an integer')],
+)  # fmt: skip
+def test_store_json_of_the_wrong_type_or_value_is_one_error_naming_the_field(
+    tmp_path, change, says
+):
+    _small_store(tmp_path)
+    path = tmp_path / "store.json"
+    meta = json.loads(path.read_text())
+    change(meta)
+    path.write_text(json.dumps(meta))
+    with pytest.raises(HeartlmError) as caught:
+        BeatStore(tmp_path)
+    assert caught.value.path == str(path) and caught.value.message == says
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [("aami", 99, "holds aami 99, outside -1 .. 4"),
+     ("aami", -2, "holds aami -2, outside -1 .. 4"),
+     ("rhythm", 99, "holds rhythm 99, outside -1 .. "),
+     ("record", 2, "holds record 2, outside 0 .. 1")],
+)  # fmt: skip
+def test_store_table_codes_out_of_range_are_refused_naming_table_bin(tmp_path, column, value, says):
+    _small_store(tmp_path)
+    table = np.memmap(tmp_path / "table.bin", dtype=TABLE_DTYPE, mode="r+")
+    table[column][5] = value
+    table.flush()
+    del table
+    with pytest.raises(HeartlmError, match=re.escape(says)) as caught:
+        BeatStore(tmp_path)
+    assert caught.value.path == str(tmp_path / "table.bin")

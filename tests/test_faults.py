@@ -503,6 +503,37 @@ def test_12_finetune_json_without_task_or_window_is_one_line(tokens, pre, tmp_pa
     assert "finetune.json" in one_error(capsys)
 
 
+@pytest.mark.parametrize(("value", "says"), [('"x"', 'rr_window "x" is not an integer or null'),
+                                             ("1", "rr_window 1 is below 2")])  # fmt: skip
+def test_12_a_lineage_field_of_the_wrong_type_is_one_line(
+    tokens, pre, tmp_path, capsys, value, says
+):
+    ft = tmp_path / "ft"
+    assert finetune(pre, tokens, ft, "--steps", "1") == 0
+    path = ft / "lineage.json"
+    path.write_text(path.read_text().replace('"rr_window": null', f'"rr_window": {value}'))
+    capsys.readouterr()
+    assert main(["evaluate", str(ft), str(tokens)]) == 2
+    assert one_error(capsys) == f"heartlm: error: {path}: {says}"
+
+
+def test_12_weights_that_are_not_finite_are_refused_naming_the_tensor(
+    tokens, pre, tmp_path, capsys
+):
+    from heartlm.tensorfile import load_tensors, save_tensors
+
+    ft = tmp_path / "ft"
+    assert finetune(pre, tokens, ft, "--steps", "1") == 0
+    path = ft / "model.safetensors"
+    state = load_tensors(path)
+    name = sorted(state)[0]
+    state[name] = state[name] * float("nan")
+    save_tensors(state, path)
+    capsys.readouterr()
+    assert main(["evaluate", str(ft), str(tokens), "--all-records"]) == 2
+    assert one_error(capsys) == f"heartlm: error: {path}: holds non-finite weights (tensor {name})"
+
+
 @pytest.mark.parametrize(
     ("name", "content", "says"),
     [("codebook.safetensors", b"\xff" * 8 + b"not a header", "header"),

@@ -235,3 +235,39 @@ def test_save_pretrained_then_from_pretrained_in_a_fresh_process_gives_identical
         expected = model(inputs["morph"], inputs["rhythm"], head="mlm",
                          features_BTF=inputs["features"])  # fmt: skip
     assert torch.equal(load_file(out)["logits"], expected)
+
+
+def test_load_pretrained_refuses_non_finite_weights_naming_the_tensor(tmp_path: Path):
+    model = _tiny()
+    state = model.state_dict()
+    state["blocks.0.fc_in.weight"] = state["blocks.0.fc_in.weight"] * float("nan")
+    export_model(tmp_path, state, model.cfg, {})
+    with pytest.raises(HeartlmError) as caught:
+        load_pretrained(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'model.safetensors'}: holds non-finite weights (tensor blocks.0.fc_in.weight)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [({"model": None}, "model null is not a JSON object"),
+     ({"model": {"d_model": "64"}}, 'model.d_model "64" is not an integer'),
+     ({"model": {"causal": "yes"}}, 'model.causal "yes" is not true or false'),
+     ({"model": {"n_heads": 3}}, "d_model 64 is not a multiple of n_heads 3"),
+     ({"model": {"n_heads": 0}}, "n_heads must be at least 1"),
+     ({"version": "2"}, 'version "2" is not an integer')],
+)  # fmt: skip
+def test_a_config_json_field_of_the_wrong_type_or_value_is_one_error_naming_it(
+    tmp_path: Path, change: dict, says: str
+):
+    model = _tiny()
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in change.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) else value
+    path.write_text(json.dumps(config))
+    with pytest.raises(HeartlmError) as caught:
+        load_pretrained(tmp_path)
+    assert caught.value.path == str(path) and says in caught.value.message

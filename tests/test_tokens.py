@@ -346,3 +346,45 @@ def test_gpu_assignment_matches_cpu(store, tmp_path):
     # float32 sums differ in order between devices; only near-ties may flip.
     assert np.mean(np.asarray(cpu.morph) == np.asarray(gpu.morph)) > 0.99
     np.testing.assert_array_equal(cpu.rhythm, gpu.rhythm)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [({"records": ["r0", "r1", "r2"]}, 'records[0] "r0" is not a JSON object'),
+     ({"records": None}, "records null is not a list of JSON objects"),
+     ({"n_beats": "lots"}, 'n_beats "lots" is not an integer'),
+     ({"n_beats": None}, "n_beats null is not an integer"),
+     ({"vocab_size": None}, "vocab_size null is not an integer"),
+     ({"features": 5}, "features 5 is not a list of strings"),
+     ({"version": "2"}, 'version "2" is not an integer')],
+)  # fmt: skip
+def test_tokens_json_field_of_the_wrong_type_is_one_error_naming_it(store, tmp_path, change, says):
+    tok = _tokenized(store, tmp_path)
+    path = tok / "tokens.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(HeartlmError) as caught:
+        TokenSet.load(tok)
+    assert caught.value.path == str(path) and caught.value.message == says
+
+
+def test_codebook_version_written_as_a_string_is_named_as_such(store, tmp_path, capsys):
+    tok = _tokenized(store, tmp_path)
+    path = tok / "codebook.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps({**meta, "version": str(meta["version"])}))
+    argv = ["tokenize", str(store), "--out", str(tmp_path / "t"), "--codebook", str(tok)]
+    err = _cli_error(argv, capsys)
+    assert err == f'heartlm: error: {path}: version "{meta["version"]}" is not an integer'
+    assert not (tmp_path / "t").exists()
+
+
+def test_store_label_code_out_of_range_is_refused_before_tokens_are_written(
+    store, tmp_path, capsys
+):
+    table = np.memmap(store / "table.bin", dtype=TABLE_DTYPE, mode="r+")
+    table["aami"][5] = 99
+    table.flush()
+    del table
+    err = _cli_error(["tokenize", str(store), "--out", str(tmp_path / "t")], capsys)
+    assert err == f"heartlm: error: {store / 'table.bin'}: holds aami 99, outside -1 .. 4"
+    assert not (tmp_path / "t").exists()

@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import platform
 import sys
+import types
+import typing
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,75 @@ def parse_json_file(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise HeartlmError(f"{path.name} is not a JSON object", path)
     return value
+
+
+_KINDS = {bool: ("true or false", "true or false"), int: ("an integer", "integers"),
+          float: ("a number", "numbers"), str: ("a string", "strings"),
+          dict: ("a JSON object", "JSON objects"), list: ("a list", "lists"),
+          type(None): ("null", "null")}  # fmt: skip
+
+
+def json_field(values: dict[str, Any], key: str, kind: Any, path: Path, where: str = "") -> Any:
+    """`values[key]` if it is JSON of type `kind` (int, float, str, bool, dict, `list[str]`,
+    `int | None`, ...; a float takes an integer, a missing key reads as null); else one
+    HeartlmError naming `path` and the field, `where` (`records[3].`) before its name."""
+    if key not in values and not _conforms(None, kind):
+        raise HeartlmError(f"{path.name} lacks {where}{key}", path)
+    value = values.get(key)
+    _check(value, kind, f"{where}{key}", path)
+    return float(value) if kind is float else value
+
+
+def check_json_dataclass(
+    cls: type, values: Any, path: Path, where: str, unknown_ok: bool = False
+) -> None:
+    """Check that the JSON object `values` holds the fields of dataclass `cls` with the types
+    its annotations give (those with a default may be absent), so that `cls(**values)`
+    cannot fail on a type; unknown keys are refused unless `unknown_ok`."""
+    if not isinstance(values, dict):
+        raise HeartlmError(f"{where} {_show(values)} is not a JSON object", path)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name in values or required:
+            json_field(values, f.name, hints[f.name], path, f"{where}.")
+    unknown = sorted(values.keys() - hints.keys())
+    if unknown and not unknown_ok:
+        raise HeartlmError(f"{where} has an unknown field {unknown[0]!r}", path)
+
+
+def _check(value: Any, kind: Any, label: str, path: Path) -> None:
+    args = [a for a in typing.get_args(kind) if a is not Ellipsis]
+    if typing.get_origin(kind) in (list, tuple) and isinstance(value, list):
+        for i, item in enumerate(value):
+            _check(item, args[0], f"{label}[{i}]", path)
+    elif not _conforms(value, kind):
+        raise HeartlmError(f"{label} {_show(value)} is not {_describe(kind)}", path)
+
+
+def _conforms(value: Any, kind: Any) -> bool:
+    origin = typing.get_origin(kind) or kind
+    if origin in (types.UnionType, typing.Union):
+        return any(_conforms(value, k) for k in typing.get_args(kind))
+    if isinstance(value, bool) and origin is not bool:
+        return False  # JSON true is not the integer 1
+    if origin is float:
+        return isinstance(value, int | float)
+    return isinstance(value, list if origin is tuple else origin)
+
+
+def _describe(kind: Any, plural: bool = False) -> str:
+    origin, args = typing.get_origin(kind) or kind, typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_describe(k, plural) for k in args)
+    if origin in (list, tuple) and args:
+        return f"{'lists' if plural else 'a list'} of {_describe(args[0], plural=True)}"
+    return _KINDS.get(list if origin is tuple else origin, (str(kind), str(kind)))[plural]
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_run_json(folder: str | Path, stage: str | None = None) -> dict[str, Any]:

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.errors import HeartlmError
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import read_json
+from heartlm.runinfo import check_json_dataclass, json_field, read_json
 
 FORMAT = "heartlm.beatstore"
 VERSION = 1
@@ -110,21 +111,29 @@ class BeatStore:
         self.folder = Path(folder)
         meta_path = self.folder / "store.json"
         meta = read_json(self.folder, "store.json", "not a beat store (no store.json)")
-        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        # the format first: a foreign file is named as such, whatever its version looks like
+        if meta.get("format") != FORMAT or json_field(meta, "version", int, meta_path) != VERSION:
             raise HeartlmError(
                 f"unsupported store format {meta.get('format')} v{meta.get('version')}"
                 f" (expected {FORMAT} v{VERSION})",
                 meta_path,
             )
         self.meta = meta
-        self.fs = float(meta["fs"])
-        self.pre_samples = int(meta["pre_samples"])
-        self.post_samples = int(meta["post_samples"])
-        self.window_samples = int(meta["window_samples"])
-        self.n_beats = int(meta["n_beats"])
-        self.records = [RecordEntry(**r) for r in meta["records"]]
+        self.fs = json_field(meta, "fs", float, meta_path)
+        self.pre_samples = json_field(meta, "pre_samples", int, meta_path)
+        self.post_samples = json_field(meta, "post_samples", int, meta_path)
+        self.window_samples = json_field(meta, "window_samples", int, meta_path)
+        self.n_beats = json_field(meta, "n_beats", int, meta_path)
+        _check_geometry(self, meta_path)
+        self.records: list[RecordEntry] = []
+        for i, entry in enumerate(json_field(meta, "records", list, meta_path)):
+            check_json_dataclass(RecordEntry, entry, meta_path, f"records[{i}]")
+            self.records.append(RecordEntry(**entry))
+            if min(self.records[-1].start, self.records[-1].n_beats) < 0:
+                raise HeartlmError(f"records[{i}] has a negative start or n_beats", meta_path)
         self.beats = self._map("beats.f32", np.dtype("<f4"), (self.n_beats, self.window_samples))
         self.table = self._map("table.bin", TABLE_DTYPE, (self.n_beats,))
+        _check_table(self.table, len(self.records), self.folder / "table.bin")
 
     def _map(self, name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         path = self.folder / name
@@ -150,3 +159,38 @@ class BeatStore:
 
     def __len__(self) -> int:
         return self.n_beats
+
+
+def _check_geometry(store: BeatStore, path: Path) -> None:
+    """Refuse a rate or beat window that no beat could have: later stages would fail far
+    from the cause (k-means runs before a negative rate breaks the beat features)."""
+    if not (np.isfinite(store.fs) and store.fs > 0):
+        raise HeartlmError(f"fs {store.fs:g} is not a positive sampling rate", path)
+    if store.window_samples != store.pre_samples + store.post_samples:
+        raise HeartlmError(
+            f"window_samples {store.window_samples} is not pre_samples {store.pre_samples}"
+            f" + post_samples {store.post_samples}",
+            path,
+        )
+    if not 0 <= store.pre_samples < store.window_samples:
+        raise HeartlmError(
+            f"pre_samples {store.pre_samples} puts the R peak outside the beat window"
+            f" of {store.window_samples} samples",
+            path,
+        )
+    if store.n_beats < 0:
+        raise HeartlmError(f"n_beats {store.n_beats} is negative", path)
+
+
+def _check_table(table: np.ndarray, n_records: int, path: Path) -> None:
+    """Record indices and label codes inside their ranges, so that no reader passes a bad
+    code on to the files it writes."""
+    for name, low, high in (("record", 0, n_records - 1), ("aami", -1, len(AAMI_CLASSES) - 1),
+                            ("rhythm", -1, len(RHYTHMS) - 1)):  # fmt: skip
+        column = table[name]
+        if not len(column):
+            continue
+        lo, hi = int(column.min()), int(column.max())
+        if lo < low or hi > high:
+            bad = lo if lo < low else hi
+            raise HeartlmError(f"holds {name} {bad}, outside {low} .. {high}", path)

@@ -18,11 +18,16 @@ from typing import Any
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import parse_json_file, read_json, read_run_json
+from heartlm.runinfo import json_field, parse_json_file, read_json, read_run_json
 
 LINEAGE = "lineage.json"
 FINETUNE_INFO = "finetune.json"
 CODEBOOK_FILES = ("codebook.safetensors", "codebook.json")
+_LINEAGE_TYPES: dict[str, Any] = {
+    "tokens": str | None, "store": str | None, "ingest": dict | None, "rr_window": int | None,
+    "codebook_hash": str | None, "vocab_size": int | None, "fs": float | None,
+    "window_samples": int | None,
+}  # fmt: skip
 
 
 def _store_folder(tokens: Path, meta: dict[str, Any]) -> Path | None:
@@ -70,11 +75,23 @@ def describe(tokens: Path) -> dict[str, Any]:
         "fs": meta.get("fs"),
         "window_samples": meta.get("window_samples"),
     }
+    _check_lineage(lineage, tokens / "tokens.json")
     return lineage
 
 
 def read_lineage(run: Path) -> dict[str, Any]:
-    return read_json(run, LINEAGE, f"no {LINEAGE}: not a fine-tuned heartlm run")
+    lineage = read_json(run, LINEAGE, f"no {LINEAGE}: not a fine-tuned heartlm run")
+    _check_lineage(lineage, run / LINEAGE)
+    return lineage
+
+
+def _check_lineage(lineage: dict[str, Any], path: Path) -> None:
+    """Every field null or of its type, and `rr_window` one tokenize accepts: raw records
+    are tokenized with it long after the run was made."""
+    for key, kind in _LINEAGE_TYPES.items():
+        json_field(lineage, key, kind, path)
+    if lineage.get("rr_window") is not None and lineage["rr_window"] < 2:
+        raise HeartlmError(f"rr_window {lineage['rr_window']} is below 2", path)
 
 
 def read_finetune_info(run: Path) -> dict[str, Any]:

@@ -65,6 +65,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "absolute_columns", tuple(self.absolute_columns))
+        sizes = {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
+                 "d_ff": self.d_ff, "max_len": self.max_len}  # fmt: skip
+        small = next((k for k, v in sizes.items() if v < 1), None)
+        if small:
+            raise ValueError(f"{small} must be at least 1, not {sizes[small]}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}")
         if self.norm not in ("layernorm", "rmsnorm"):

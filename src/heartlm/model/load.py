@@ -20,7 +20,7 @@ import torch
 from heartlm.errors import HeartlmError
 from heartlm.model.config import ModelConfig
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import read_json
+from heartlm.runinfo import check_json_dataclass, json_field, read_json
 from heartlm.tensorfile import load_tensors, save_tensors
 
 FORMAT = "heartlm-model"
@@ -45,11 +45,21 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     config = read_json(run_dir, "config.json", "no config.json: not an exported heartlm run")
     if config.get("format") != FORMAT or "model" not in config:
         raise HeartlmError("config.json is not a heartlm model config", path)
-    if config.get("version") != VERSION:
-        raise HeartlmError(
-            f"model format version {config.get('version')}, expected {VERSION}", path
-        )
+    version = json_field(config, "version", int, path)
+    if version != VERSION:
+        raise HeartlmError(f"model format version {version}, expected {VERSION}", path)
+    # fields a newer or older heartlm wrote are ignored, as ModelConfig.from_dict does
+    check_json_dataclass(ModelConfig, config["model"], path, "model", unknown_ok=True)
     return config
+
+
+def _saved_model_config(config: dict[str, Any], path: Path) -> ModelConfig:
+    """The model config of a read config.json; a shape no model can have (heads that do
+    not divide the width, ...) is one line naming the file."""
+    try:
+        return ModelConfig.from_dict(config["model"])
+    except ValueError as exc:
+        raise HeartlmError(f"model: {exc}", path) from None
 
 
 class Pretrained:
@@ -89,7 +99,7 @@ def load_into(
     """
     run_dir = Path(run_dir)
     config = read_config(run_dir)
-    saved = ModelConfig.from_dict(config["model"])
+    saved = _saved_model_config(config, run_dir / "config.json")
     if preset is not None and preset != saved.preset:
         raise HeartlmError(f"was trained with preset '{saved.preset}', not '{preset}'", run_dir)
     if vocab_size is not None and vocab_size != saved.vocab_size:
@@ -104,6 +114,10 @@ def load_into(
     if not path.is_file():
         raise HeartlmError("model.safetensors is missing", run_dir)
     state = load_tensors(path)
+    for name, tensor in state.items():
+        # a diverged run's NaNs would otherwise pass as weights and score as a model
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise HeartlmError(f"holds non-finite weights (tensor {name})", path)
     own = model.state_dict()
     mismatched = sorted(set(state) ^ set(own))
     if mismatched:

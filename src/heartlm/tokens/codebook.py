@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from heartlm.errors import HeartlmError
 from heartlm.log import progress
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import parse_json_file
+from heartlm.runinfo import json_field, parse_json_file
 from heartlm.tensorfile import save_tensors
 from heartlm.tokens.features import FeatureSpace
 from heartlm.tokens.normalize import Normalization
@@ -93,7 +93,8 @@ class Codebook:
                 raise HeartlmError("codebook file is missing", p)
         try:
             meta = parse_json_file(meta_path)
-            if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            foreign = meta.get("format") != FORMAT
+            if foreign or json_field(meta, "version", int, meta_path) != VERSION:
                 raise HeartlmError(
                     f"codebook {meta.get('format')} v{meta.get('version')}, this heartlm reads"
                     f" {FORMAT} v{VERSION}: learn a new codebook with heartlm tokenize",

@@ -11,7 +11,7 @@ import numpy as np
 from heartlm import shards
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.errors import HeartlmError
-from heartlm.runinfo import read_json
+from heartlm.runinfo import json_field, read_json
 
 FORMAT = "heartlm.tokens"
 VERSION = shards.VERSION
@@ -24,9 +24,12 @@ _DTYPES = {
     "features": np.dtype("<f2"),
     "boundaries": np.dtype("<i8"),
 }
-_REQUIRED_META = (
-    "vocab_size", "rhythm_vocab_size", "n_beats", "records", "fs", "window_samples", "features"
-)  # fmt: skip
+_META_TYPES: dict[str, Any] = {
+    "vocab_size": int, "rhythm_vocab_size": int, "n_beats": int, "records": list[dict],
+    "fs": float, "window_samples": int, "features": list[str], "rr_window": int | None,
+    "codebook_hash": str | None,
+}  # fmt: skip
+_RECORD_TYPES: dict[str, Any] = {"name": str, "db": str | None, "start": int, "n_beats": int}
 
 
 @dataclass(frozen=True, eq=False)  # arrays have no single truth value: identity equality
@@ -107,13 +110,16 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise HeartlmError(f"format is {found!r}, expected {FORMAT!r}", path)
-    if meta.get("version") != VERSION:
-        raise HeartlmError(
-            f"token format version {meta.get('version')}, this heartlm reads {VERSION}", path
-        )
-    missing = [k for k in _REQUIRED_META if k not in meta]
-    if missing:
-        raise HeartlmError(f"tokens.json lacks {', '.join(missing)}", path)
+    version = json_field(meta, "version", int, path)
+    if version != VERSION:
+        raise HeartlmError(f"token format version {version}, this heartlm reads {VERSION}", path)
+    for key, kind in _META_TYPES.items():
+        json_field(meta, key, kind, path)
+    for i, record in enumerate(meta["records"]):
+        for key, kind in _RECORD_TYPES.items():
+            json_field(record, key, kind, path, where=f"records[{i}].")
+    if meta["n_beats"] < 0:
+        raise HeartlmError(f"n_beats {meta['n_beats']} is negative", path)
     return meta
 
 
