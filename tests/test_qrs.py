@@ -286,9 +286,18 @@ def test_cli_bad_signal_is_one_line_error_or_skip(tmp_path, capsys, kind):
     assert main(["qrs", str(tmp_path / "bad"), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad" in err[0] and ("flat" in err[0] or "NaN" in err[0])
-    assert main(["qrs", str(tmp_path / "bad"), "--json", "--skip-bad", "--workers", "1"]) == 0
+    # Skipped, and nothing left to score: still an error, that says so.
+    assert main(["qrs", str(tmp_path / "bad"), "--json", "--skip-bad", "--workers", "1"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert err[0].startswith("heartlm: skipping") and "bad" in err[0]
+    assert err[-1] == f"heartlm: error: {tmp_path}: all 1 records were skipped (see above)"
+    rec = synth_record(0.5, 360.0, 3)
+    _write_record(tmp_path, "good", rec.signal[:, 0], 360.0, rec.beats())
+    assert main(["qrs", str(tmp_path), "--json", "--skip-bad", "--workers", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["gross"] is None and len(out["skipped"]) == 1
+    assert out["gross"] is not None and [Path(s["record"]).name for s in out["skipped"]] == ["bad"]
 
 
 def test_cli_scores_ludb_inside_the_annotated_span(shared_ecg, capsys):

@@ -1,7 +1,8 @@
 """Damaged or odd WFDB input to `qrs` and `ingest`: one line naming the file, nothing written.
 
 Truncated annotation files, header numbers that wfdb would silently replace, a lead the
-record lacks, a record name wfdb cannot read, a reference without beats, a worker killed.
+record lacks, a record name wfdb cannot read, a reference without beats, a worker killed,
+a record named twice, Ctrl-C, every record skipped, a reference extension no record has.
 """
 
 from __future__ import annotations
@@ -9,7 +10,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import select
+import shutil
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +242,189 @@ def test_a_killed_worker_is_one_line(tmp_path, capsys, monkeypatch, command):
     assert "victim" in line and "worker process died" in line
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+# ---------- a record named twice, Ctrl-C, nothing left, a reference no record has ----------
+
+
+def _argv(command: str, tmp_path: Path, *inputs: str | Path) -> list[str]:
+    """`qrs` (JSON) or `ingest` (into tmp_path/out) of `inputs`, in this process."""
+    tail = ["--out", str(tmp_path / "out")] if command == "ingest" else ["--json"]
+    return [command, *map(str, inputs), "--workers", "1", *tail]
+
+
+def _records_read(command: str, tmp_path: Path, stdout: str) -> list[str]:
+    if command == "qrs":
+        return [Path(r["record"]).name for r in json.loads(stdout)["records"]]
+    return [r.name for r in BeatStore(tmp_path / "out").records]
+
+
+def _nothing_written(tmp_path: Path) -> None:
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_a_record_named_twice_is_read_once(tmp_path, capsys, command):
+    src = tmp_path / "src"
+    rec = _record(src, "rec", seconds=10)
+    _record(src, "other", seconds=10)
+    shutil.copy(f"{rec}.atr", f"{rec}.qrs")  # another reference, as LUDB's `.ii`
+    (tmp_path / "link").symlink_to(src)
+    # What `src/rec*` expands to, the folder, the bare name, and the same through a link.
+    named = [src, rec, *(f"{rec}.{ext}" for ext in ("hea", "dat", "atr", "qrs"))]
+    named.append(tmp_path / "link" / "rec")
+    capsys.readouterr()
+    assert main(_argv(command, tmp_path, *named)) == 0
+    out, err = capsys.readouterr()
+    assert _records_read(command, tmp_path, out) == ["other", "rec"]
+    verb = "scored" if command == "qrs" else "ingested"
+    assert err.strip().splitlines()[0] == (
+        f"heartlm: {command}: 6 duplicate inputs named records already listed; "
+        f"each record is {verb} once"
+    )
+
+
+SLOW_FIRST_RECORD = """
+import os, sys, time
+from heartlm.cli import main
+from heartlm.ingest import pipeline
+from heartlm.qrs import cli as qrs_cli
+
+module, name = (qrs_cli, "process_record") if sys.argv[1] == "qrs" else (pipeline, "ingest_record")
+real = getattr(module, name)
+
+def slow_first(path, config):
+    if path.name == "a":  # one worker stays in here; the other reads the rest and idles
+        os.write(1, b"reading a\\n")
+        time.sleep(1.0)
+    result = real(path, config)
+    if path.name != "a":
+        os.write(1, b"read\\n")
+    return result
+
+setattr(module, name, slow_first)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _read_lines(fd: int, n: int, timeout_s: float = 60) -> None:
+    """Wait until `n` lines came through `fd` (a pipe)."""
+    got, deadline = b"", time.monotonic() + timeout_s
+    while got.count(b"\n") < n:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"only {got!r} after {timeout_s} s"
+        got += os.read(fd, 4096)
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
+)
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
+    for name in "abcd":
+        _record(tmp_path / "src", name, seconds=10)
+    script = tmp_path / "run.py"
+    script.write_text(SLOW_FIRST_RECORD)
+    argv = [sys.executable, str(script), command, str(tmp_path / "src"), "--workers", "2"]
+    if command == "ingest":
+        argv += ["--out", str(tmp_path / "out")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    try:
+        _read_lines(proc.stdout.fileno(), 4)  # one worker in record a, the other done
+        time.sleep(0.2)  # and idle: where a worker that took the Ctrl-C printed a traceback
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every process
+        os.kill(proc.pid, signal.SIGINT)  # and a second one, as `timeout -s INT` sends
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert text.strip().splitlines() == ["heartlm: interrupted"], text
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_ctrl_c_in_process_waits_for_the_record_being_read(tmp_path, capsys, monkeypatch, command):
+    """A Ctrl-C inside a record (where a C library's callback could swallow it) is held
+    until the record is read, then stops the run."""
+    from heartlm.ingest import pipeline
+    from heartlm.qrs import cli as qrs_cli
+
+    module, name = (qrs_cli, "process_record") if command == "qrs" else (pipeline, "ingest_record")
+    real, read = getattr(module, name), []
+
+    def interrupted_inside(path, config):
+        os.kill(os.getpid(), signal.SIGINT)
+        result = real(path, config)
+        read.append(path.name)
+        return result
+
+    monkeypatch.setattr(module, name, interrupted_inside)
+    for n in ("a", "b"):
+        _record(tmp_path / "src", n, seconds=10)
+    capsys.readouterr()
+    assert main(_argv(command, tmp_path, tmp_path / "src")) == 130
+    assert read == ["a"]
+    assert capsys.readouterr().err == "heartlm: interrupted\n"
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_every_record_skipped_is_an_error(tmp_path, capsys, command):
+    rec = _record(tmp_path / "bad", "rec", seconds=10)
+    os.truncate(f"{rec}.dat", 100)
+    capsys.readouterr()
+    assert main([*_argv(command, tmp_path, rec.parent), "--skip-bad"]) == 2
+    captured = capsys.readouterr()
+    skipping, error = captured.err.strip().splitlines()
+    assert skipping.startswith(f"heartlm: skipping {rec}.dat: truncated")
+    assert error == f"heartlm: error: {rec.parent}: all 1 records were skipped (see above)"
+    assert captured.out == ""
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_a_reference_extension_no_record_has_is_refused(tmp_path, capsys, command):
+    for n in ("a", "b"):
+        _record(tmp_path / "src", n, seconds=10)
+    line = _error(capsys, *_argv(command, tmp_path, tmp_path / "src"), "--annotations", "zzz")
+    assert line.startswith(
+        f"heartlm: error: {tmp_path / 'src'}: no record has a .zzz annotation file "
+        "(--annotations zzz"
+    ), line
+    _nothing_written(tmp_path)
+
+
+def test_qrs_names_each_record_without_the_named_reference(tmp_path, capsys):
+    scored = _record(tmp_path / "src", "a", seconds=10)
+    _record(tmp_path / "src", "b", seconds=10)
+    shutil.copy(f"{scored}.atr", f"{scored}.qrs")
+    capsys.readouterr()
+    assert main(_argv("qrs", tmp_path, tmp_path / "src", "--annotations", "qrs")) == 0
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        f"heartlm: {tmp_path / 'src' / 'b.qrs'}: no such annotation file; the record is "
+        "detected, not scored"
+    ]
+    a, b = json.loads(out)["records"]
+    assert a["tp"] > 10 and "tp" not in b
+
+
+def test_ingest_says_once_which_records_are_detected(tmp_path, capsys):
+    for n in ("a", "b", "c"):
+        _record(tmp_path / "src", n, seconds=10)
+    for n in ("b", "c"):
+        os.unlink(tmp_path / "src" / f"{n}.atr")
+    capsys.readouterr()
+    assert main(_argv("ingest", tmp_path, tmp_path / "src")) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    src = tmp_path / "src"
+    assert err[0] == (
+        "heartlm: ingest: 2 of 3 records have no .atr annotation file; their beats are "
+        f"detected: {src / 'b'}, {src / 'c'}"
+    )
+    info = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert info["counts"]["records"] == 3 and info["counts"]["records_detected"] == 2

@@ -277,8 +277,10 @@ def test_qrs_below_50_hz_is_one_line(tmp_path, capsys):
     x, _, _ = _ecg(20, 40)
     path = _wrsamp(tmp_path, "slow", x[:, None], 40, ["MLII"])
     _one_line_error(capsys, ["qrs", str(path), "--workers", "1"], "slow.hea", "40 Hz", "50 Hz")
-    out = _qrs(capsys, str(path), "--skip-bad")
-    assert out["n_skipped"] == 1 and "50 Hz" in out["skipped"][0]["reason"]
+    assert main(["qrs", str(path), "--skip-bad", "--workers", "1"]) == 2  # nothing left
+    skipping, error = capsys.readouterr().err.strip().splitlines()
+    assert "slow.hea" in skipping and "50 Hz" in skipping
+    assert error == f"heartlm: error: {tmp_path}: all 1 records were skipped (see above)"
     argv = ["ingest", str(path), "--out", str(tmp_path / "s")]
     _one_line_error(capsys, argv, "slow.hea", "too low for --band")
 

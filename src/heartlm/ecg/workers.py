@@ -1,10 +1,99 @@
-"""What to say when a process reading records dies under a pool (SIGKILL, out of memory)."""
+"""Reading many records, in worker processes or in this one: each record once, Ctrl-C
+left to this process, and what to say when a worker dies (SIGKILL, out of memory)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
+from heartlm.ecg.wfdbio import is_edf
 from heartlm.errors import HeartlmError
+from heartlm.lifeline import die_with_parent
+from heartlm.log import logger
+
+
+def unique_records(records: list[Path], command: str, verb: str) -> list[Path]:
+    """Each record once, in the order first named; one warning when repeats were dropped.
+
+    `100`, `./100`, `100.hea`, `100.dat`, `100.atr` or `100.ii` (a shell glob such as `1*`
+    names them all) and the folder holding it name one record, compared by its resolved
+    header (so a symbolic link to it is the same record)."""
+    seen: set[Path] = set()
+    kept: list[Path] = []
+    for path in records:
+        if not is_edf(path) and not Path(f"{path}.hea").is_file():
+            path = path.with_suffix("")  # `100.ii`: an annotation file named as the record
+        key = (path if is_edf(path) else Path(f"{path}.hea")).resolve()
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    if len(kept) < len(records):
+        n = len(records) - len(kept)
+        logger.warning(
+            f"{command}: {n} duplicate input{'s' if n > 1 else ''} named records already "
+            f"listed; each record is {verb} once"
+        )
+    return kept
+
+
+def common_folder(paths: list[Path]) -> Path:
+    """The deepest folder holding every one of `paths`, as named: where a line about a
+    group of records points."""
+    try:
+        return Path(os.path.commonpath([p.parent for p in paths]) or ".")
+    except ValueError:  # absolute and relative paths mixed
+        return paths[0].parent
+
+
+@contextmanager
+def record_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes that leave Ctrl-C to this process and end with it.
+
+    A terminal's Ctrl-C reaches every process of the group: a worker that took it would
+    print a traceback before our one line. So workers ignore SIGINT; until they do (they
+    are forked at the first submit), they inherit the handler that holds it. Leaving the
+    pool drops what is queued and waits for the records being read."""
+    pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(os.getpid(),))
+    try:
+        with sigint_held():
+            pool.submit(int)  # forks the workers now, and starts the pool's own thread
+        yield pool
+    finally:
+        # Held, a second Ctrl-C cannot cut this wait short: Python 3.11 takes an interrupted
+        # join for the end of the pool's thread, and then hangs on its way out.
+        with sigint_held():
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(parent_pid: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends, then raise it (KeyboardInterrupt).
+
+    For what must not stop half-way: reading one record, which calls into C libraries whose
+    Python callbacks (soundfile's, for FLAC signals) would swallow the KeyboardInterrupt,
+    print it as 'Exception ignored' and read on; starting and stopping a pool."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def worker_died(unfinished: list[Path]) -> HeartlmError:

@@ -14,6 +14,7 @@ from heartlm.runinfo import read_run_json
 from heartlm.settings import setting
 
 BEAT_SOURCES = ("auto", "annotations", "detect")
+DEFAULT_ANNOTATIONS = "atr"
 
 
 def parse_band(text: str) -> tuple[float, float]:
@@ -43,8 +44,9 @@ class IngestConfig:
     """Band-pass corners, Hz (zero-phase Butterworth)."""
     beats: str = setting("auto", choices=BEAT_SOURCES)
     """Where beats come from: annotations, detect, or auto (annotations when present)."""
-    annotations: str = setting("atr", metavar="EXT")
-    """Reference annotation extensions, comma-separated, first found wins (LUDB: `ii`)."""
+    annotations: str = setting(DEFAULT_ANNOTATIONS, metavar="EXT")
+    """Reference annotation extensions, comma-separated, first found wins (LUDB: `ii`).
+    Extensions other than the default that no record has are refused under `--beats auto`."""
     workers: int = setting(0, metavar="N")
     """Worker processes; 0 = one per CPU core (at most the number of records)."""
     skip_bad: bool = False

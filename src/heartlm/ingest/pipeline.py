@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from dataclasses import dataclass
@@ -16,12 +15,17 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
-from heartlm.ecg.wfdbio import find_records
-from heartlm.ecg.workers import worker_died
+from heartlm.ecg.wfdbio import annotation_path, find_records
+from heartlm.ecg.workers import (
+    common_folder,
+    record_pool,
+    sigint_held,
+    unique_records,
+    worker_died,
+)
 from heartlm.errors import HeartlmError
-from heartlm.ingest.config import IngestConfig
+from heartlm.ingest.config import DEFAULT_ANNOTATIONS, IngestConfig
 from heartlm.ingest.record import RecordResult, ingest_record
-from heartlm.lifeline import die_with_parent
 from heartlm.log import logger, progress
 from heartlm.outdir import check_separate, check_writable, staged_dir
 from heartlm.runinfo import write_run_json
@@ -37,15 +41,26 @@ class _Failure:
 
 
 def ingest(
-    sources: list[Path], out: Path, config: IngestConfig, overwrite: bool = False
+    sources: list[Path],
+    out: Path,
+    config: IngestConfig,
+    overwrite: bool = False,
+    named_annotations: bool = False,
 ) -> dict[str, Any]:
-    """Ingest WFDB records (files or folders) into a beat store at `out`; returns run.json."""
+    """Ingest WFDB records (files or folders) into a beat store at `out`; returns run.json.
+
+    `named_annotations`: the user chose `config.annotations` (`heartlm ingest` does when it
+    is not the default), so that no record having such a file is an error, not a run of
+    detected beats."""
     t_start = time.perf_counter()
     check_writable(out, overwrite)
     check_separate(out, sources)
     records, skipped = _list_records(sources, config)
     if not records:
+        if skipped:
+            raise HeartlmError(f"all {len(skipped)} inputs were skipped (see above)", sources[0])
         raise HeartlmError("no WFDB or EDF records to ingest", sources[0] if sources else None)
+    _check_annotations(records, config, named_annotations)
     workers = config.resolved_workers(len(records))
     totals = _Totals(config.fs)
     with (
@@ -62,6 +77,9 @@ def ingest(
                 continue
             writer.append(result.entry, result.beats, result.table)
             totals.add(result)
+        if not writer.records:
+            where = common_folder(records)
+            raise HeartlmError(f"all {len(skipped)} records were skipped (see above)", where)
         if writer.n_beats == 0:
             raise HeartlmError("no beats found in any record", sources[0])
         writer.close()
@@ -105,7 +123,35 @@ def _list_records(sources: list[Path], config: IngestConfig) -> tuple[list[Path]
             records.extend(find_records([source]))
         except HeartlmError as exc:
             _skip_or_raise(_Failure(source, exc.message), config, skipped, exc.path)
-    return records, skipped
+    return unique_records(records, "ingest", "ingested"), skipped
+
+
+def _check_annotations(records: list[Path], config: IngestConfig, named: bool) -> None:
+    """Under `--beats auto`, say which records have no annotation file (their beats are
+    detected), and refuse when none has one of extensions the user named: a misspelt
+    `--annotations` would otherwise turn a reference run into a detected one. The default
+    `atr` is only a preference: a folder without it (EDF, Holter) is detected quietly."""
+    if config.beats != "auto":
+        return
+    exts = config.annotation_exts
+    missing = [r for r in records if not any(annotation_path(r, e).is_file() for e in exts)]
+    if not missing:
+        return
+    files = " or ".join(f".{e}" for e in exts)
+    if len(missing) == len(records):
+        if named:
+            raise HeartlmError(
+                f"no record has a {files} annotation file (--annotations {config.annotations}"
+                "; --beats detect detects the beats instead)",
+                common_folder(records),
+            )
+        if config.annotations == DEFAULT_ANNOTATIONS:
+            return
+    names = ", ".join(str(p) for p in missing[:4]) + (", ..." if len(missing) > 4 else "")
+    logger.warning(
+        f"ingest: {len(missing)} of {len(records)} records have no {files} annotation file; "
+        f"their beats are detected: {names}"
+    )
 
 
 def _unknown_symbols(result: RecordResult) -> _Failure:
@@ -140,16 +186,14 @@ def _run_all(
     records: list[Path], config: IngestConfig, workers: int
 ) -> Iterator[RecordResult | _Failure]:
     if workers == 1:
-        yield from (_safe_ingest(p, config) for p in records)
+        for path in records:
+            with sigint_held():
+                result = _safe_ingest(path, config)
+            yield result
         return
-    # Workers end with us even when we are killed outright (they would linger otherwise).
-    pool = ProcessPoolExecutor(
-        max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),)
-    )
-    try:
+    # Leaving the pool, also when the caller stops early on a bad record, drops what is queued.
+    with record_pool(workers) as pool:
         yield from _ordered(pool.submit, _safe_ingest, records, config, workers)
-    finally:  # also when the caller stops early on a bad record: drop what is queued
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _ordered(

@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,13 @@ from heartlm.ecg.wfdbio import (
     find_records,
     read_annotations,
 )
-from heartlm.ecg.workers import worker_died
+from heartlm.ecg.workers import (
+    common_folder,
+    record_pool,
+    sigint_held,
+    unique_records,
+    worker_died,
+)
 from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, reference_beats
@@ -58,7 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="WFDB record or folder")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--lead", default="0", help="lead name (MLII, ii, ...) or index")
-    parser.add_argument("--annotations", default="atr", metavar="EXT", help="reference file")
+    parser.add_argument(
+        "--annotations",
+        metavar="EXT",
+        help="reference annotation file extension (default: atr, where a record has one); "
+        "an EXT that no record has is refused",
+    )
     parser.add_argument(
         "--span",
         choices=("record", "annotated"),
@@ -75,12 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise HeartlmError(f"--workers must be >= 0, got {args.workers}")
-    config = QrsConfig(args.lead, args.annotations, args.span, args.positions, args.skip_bad)
-    records = find_records(args.paths)
+    named = args.annotations is not None
+    annotations = args.annotations if named else QrsConfig.annotations
+    config = QrsConfig(args.lead, annotations, args.span, args.positions, args.skip_bad)
+    records = unique_records(find_records(args.paths), "qrs", "scored")
+    _check_annotations(records, annotations, named)
     workers = min(args.workers or os.cpu_count() or 1, len(records))
     started = time.perf_counter()
     results = list(progress(_map(config, records, workers), len(records), "qrs", "rec"))
     summary = summarize(results, config, time.perf_counter() - started)
+    if summary["n_skipped"] == len(records):
+        raise HeartlmError(
+            f"all {len(records)} records were skipped (see above)", common_folder(records)
+        )
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -89,11 +106,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_annotations(records: list[Path], ext: str, named: bool) -> None:
+    """For a reference named with --annotations: an error when no record has the file, else
+    one warning per record without it (detected, not scored). Without the flag, records
+    without `.atr` are detected quietly, as documented (the table shows them unscored)."""
+    if not named:
+        return
+    missing = [r for r in records if not annotation_path(r, ext).is_file()]
+    if len(missing) == len(records):
+        raise HeartlmError(
+            f"no record has a .{ext} annotation file (--annotations {ext})",
+            common_folder(records),
+        )
+    for record in missing:
+        path = annotation_path(record, ext)
+        logger.warning(f"{path}: no such annotation file; the record is detected, not scored")
+
+
 def _map(config: QrsConfig, records: list[Path], workers: int):
     if workers <= 1:
-        yield from (_process_or_skip(r, config) for r in records)
+        for record in records:
+            with sigint_held():
+                result = _process_or_skip(record, config)
+            yield result
         return
-    with ProcessPoolExecutor(workers) as pool:
+    with record_pool(workers) as pool:
         futures = [pool.submit(_process_or_skip, r, config) for r in records]
         for i, future in enumerate(futures):
             try:
