@@ -870,8 +870,13 @@ def _afib_recipe_flags(recipe: str) -> list[str]:
     """An AFIB recipe's flags as the tables and the DS2 ledger record them: its fine-tuning
     flags and views, then its synthetic training folders where they are not SYNTHETIC."""
     synthetic = _afib_synthetic(_config_of(recipe, AFIB_CONFIGS))
-    note = [] if synthetic == SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
-    return [*_recipe_flags(recipe, AFIB_CONFIGS), *note]
+    return [*_recipe_flags(recipe, AFIB_CONFIGS), *_synthetic_note(synthetic)]
+
+
+def _synthetic_note(synthetic: tuple[str, ...]) -> list[str]:
+    """What a recipe's or floor's recorded flags add when it trains on other synthetic
+    folders than SYNTHETIC (nothing otherwise, so earlier rounds' flags stay as they were)."""
+    return [] if synthetic == SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
 
 
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
@@ -962,8 +967,8 @@ def _afib_synthetic_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
 
 def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[str]:
     """How an AFIB floor was made, as the tables record it."""
-    note = [] if synthetic == SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
-    return ["tree_floor.py", "--inputs", inputs, "--context", str(context), *note]
+    return ["tree_floor.py", "--inputs", inputs, "--context", str(context),
+            *_synthetic_note(synthetic)]  # fmt: skip
 
 
 def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
