@@ -114,3 +114,17 @@ def test_store_table_codes_out_of_range_are_refused_naming_table_bin(tmp_path, c
     with pytest.raises(HeartlmError, match=re.escape(says)) as caught:
         BeatStore(tmp_path)
     assert caught.value.path == str(tmp_path / "table.bin")
+
+
+def test_typed_json_fields_check_list_items_inside_a_union_and_refuse_nan(tmp_path):
+    from heartlm.runinfo import json_field
+
+    path = tmp_path / "f.json"
+    assert json_field({"a": ["x"]}, "a", list[str] | None, path) == ["x"]
+    assert json_field({}, "a", list[str] | None, path) is None
+    assert json_field({"a": 2}, "a", float, path) == 2.0
+    for value, kind, says in (([1, 2], list[str] | None, "a[0] 1 is not a string"),
+                              (float("nan"), float, "a NaN is not a number"),
+                              (True, int, "a true is not an integer")):  # fmt: skip
+        with pytest.raises(HeartlmError, match=re.escape(says)):
+            json_field({"a": value}, "a", kind, path)

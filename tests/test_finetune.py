@@ -896,6 +896,7 @@ def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys)
             *first, "--label-fraction", "0.5"),
         "from scratch False, this run asks for True (--from-scratch)": (*first, "--from-scratch"),
         "task beats, this run asks for afib (--task)": (*first, "--task", "afib"),
+        "seed 0, this run asks for 3 (--seed)": (*first, "--seed", "3"),
     }  # fmt: skip
     for message, flags in changes.items():
         assert _finetune(corpus, out, *flags, "--steps", "6", "--resume") == 2, message

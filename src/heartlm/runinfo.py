@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import platform
 import sys
 import types
@@ -138,6 +139,10 @@ def check_json_dataclass(
 
 
 def _check(value: Any, kind: Any, label: str, path: Path) -> None:
+    if typing.get_origin(kind) in (types.UnionType, typing.Union):
+        # the member the value's JSON type matches decides (a list's items are checked too)
+        member = next((k for k in typing.get_args(kind) if _conforms(value, k)), None)
+        kind = kind if member is None else member
     args = [a for a in typing.get_args(kind) if a is not Ellipsis]
     if typing.get_origin(kind) in (list, tuple) and isinstance(value, list):
         for i, item in enumerate(value):
@@ -152,8 +157,8 @@ def _conforms(value: Any, kind: Any) -> bool:
         return any(_conforms(value, k) for k in typing.get_args(kind))
     if isinstance(value, bool) and origin is not bool:
         return False  # JSON true is not the integer 1
-    if origin is float:
-        return isinstance(value, int | float)
+    if origin is float:  # Python's json reads NaN and Infinity, which no field may hold
+        return isinstance(value, int | float) and math.isfinite(value)
     return isinstance(value, list if origin is tuple else origin)
 
 

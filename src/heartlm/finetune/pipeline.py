@@ -212,6 +212,7 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
         barrier(env)
         meta = {"task": cfg.task, "codebook_hash": p.data.meta.get("codebook_hash"),
                 "from_scratch": cfg.from_scratch, "label_fraction": cfg.label_fraction,
+                "seed": cfg.train.seed,
                 "train_records": [r.key for r in p.split.train],
                 "val_records": [r.key for r in p.split.val]}  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):

@@ -214,11 +214,13 @@ FINETUNE_RESUME_KEYS = {
     "task": "--task",
     "from_scratch": "--from-scratch",
     "label_fraction": "--label-fraction",
+    "seed": "--seed",
     "train_records": "--records, --val-fraction",
     "val_records": "--records, --val-fraction",
 }
-"""What a fine-tuning checkpoint records of its training set, and the flags that choose it: a
-resume with another would train one model on two sets and describe only the last."""
+"""What a fine-tuning checkpoint records of its training set, and the flags that choose it
+(the seed picks the labels a label fraction keeps): a resume with another would train one
+model on two sets and describe only the last."""
 
 
 def _check_training_set(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:

@@ -527,9 +527,8 @@ class Trainer:
         exported = (done == self.total or self.early) and self.cfg.final_save
         if exported:
             state = self.best_state if self.best_state is not None else self._weights()
-            # the record lists are for resuming; the run's finetune.json keeps them
-            info = {k: v for k, v in self.meta.items()
-                    if k not in ("model", "train_records", "val_records")}  # fmt: skip
+            # fine-tuning's training records are for resuming; its finetune.json lists them
+            info = {k: v for k, v in self.meta.items() if k not in ("model", "train_records")}
             if self.best is not None:
                 info["best_step"] = self.best["step"]
             if self.env.is_main:
