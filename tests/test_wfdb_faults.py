@@ -406,8 +406,8 @@ def test_qrs_names_each_record_without_the_named_reference(tmp_path, capsys):
     assert main(_argv("qrs", tmp_path, tmp_path / "src", "--annotations", "qrs")) == 0
     out, err = capsys.readouterr()
     assert err.strip().splitlines() == [
-        f"heartlm: {tmp_path / 'src' / 'b.qrs'}: no such annotation file; the record is "
-        "detected, not scored"
+        "heartlm: qrs: 1 of 2 records have no .qrs annotation file; they are detected, not "
+        f"scored: {tmp_path / 'src' / 'b'}"
     ]
     a, b = json.loads(out)["records"]
     assert a["tp"] > 10 and "tp" not in b

@@ -108,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_annotations(records: list[Path], ext: str, named: bool) -> None:
     """For a reference named with --annotations: an error when no record has the file, else
-    one warning per record without it (detected, not scored). Without the flag, records
-    without `.atr` are detected quietly, as documented (the table shows them unscored)."""
+    one warning naming the records without it (detected, not scored), as ingest says it.
+    Without the flag, records without `.atr` are detected quietly, as documented (the table
+    shows them unscored)."""
     if not named:
         return
     missing = [r for r in records if not annotation_path(r, ext).is_file()]
@@ -118,9 +119,12 @@ def _check_annotations(records: list[Path], ext: str, named: bool) -> None:
             f"no record has a .{ext} annotation file (--annotations {ext})",
             common_folder(records),
         )
-    for record in missing:
-        path = annotation_path(record, ext)
-        logger.warning(f"{path}: no such annotation file; the record is detected, not scored")
+    if missing:
+        names = ", ".join(str(p) for p in missing[:4]) + (", ..." if len(missing) > 4 else "")
+        logger.warning(
+            f"qrs: {len(missing)} of {len(records)} records have no .{ext} annotation file; "
+            f"they are detected, not scored: {names}"
+        )
 
 
 def _map(config: QrsConfig, records: list[Path], workers: int):
