@@ -3,6 +3,7 @@ left to this process, and what to say when a worker dies (SIGKILL, out of memory
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -58,7 +59,12 @@ def record_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     print a traceback before our one line. So workers ignore SIGINT; until they do (they
     are forked at the first submit), they inherit the handler that holds it. Leaving the
     pool drops what is queued and waits for the records being read."""
-    pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(os.getpid(),))
+    # fork, as Linux's default before Python 3.14: the workers start at once, with the
+    # handler that holds Ctrl-C (forkserver, 3.14's default, starts them later, unguarded)
+    fork = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(
+        workers, mp_context=fork, initializer=_start_worker, initargs=(os.getpid(),)
+    )
     try:
         with sigint_held():
             pool.submit(int)  # forks the workers now, and starts the pool's own thread
