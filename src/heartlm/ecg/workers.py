@@ -7,10 +7,11 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from heartlm.ecg.wfdbio import is_edf
 from heartlm.errors import HeartlmError
@@ -40,6 +41,20 @@ def unique_records(records: list[Path], command: str, verb: str) -> list[Path]:
             f"listed; each record is {verb} once"
         )
     return kept
+
+
+def listed(paths: list[Path], most: int = 4) -> str:
+    """The first `most` of `paths`, comma-separated, with `...` when there are more."""
+    return ", ".join(str(p) for p in paths[:most]) + (", ..." if len(paths) > most else "")
+
+
+def read_here(fn: Callable[[Path, Any], Any], records: list[Path], config: Any) -> Iterator[Any]:
+    """`fn(record, config)` for each record in this process, each with Ctrl-C held until
+    the record is read (`sigint_held` says why)."""
+    for record in records:
+        with sigint_held():
+            result = fn(record, config)
+        yield result
 
 
 def common_folder(paths: list[Path]) -> Path:

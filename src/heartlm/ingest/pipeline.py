@@ -18,8 +18,9 @@ from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.ecg.wfdbio import annotation_path, find_records
 from heartlm.ecg.workers import (
     common_folder,
+    listed,
+    read_here,
     record_pool,
-    sigint_held,
     unique_records,
     worker_died,
 )
@@ -147,10 +148,9 @@ def _check_annotations(records: list[Path], config: IngestConfig, named: bool) -
             )
         if config.annotations == DEFAULT_ANNOTATIONS:
             return
-    names = ", ".join(str(p) for p in missing[:4]) + (", ..." if len(missing) > 4 else "")
     logger.warning(
         f"ingest: {len(missing)} of {len(records)} records have no {files} annotation file; "
-        f"their beats are detected: {names}"
+        f"their beats are detected: {listed(missing)}"
     )
 
 
@@ -186,10 +186,7 @@ def _run_all(
     records: list[Path], config: IngestConfig, workers: int
 ) -> Iterator[RecordResult | _Failure]:
     if workers == 1:
-        for path in records:
-            with sigint_held():
-                result = _safe_ingest(path, config)
-            yield result
+        yield from read_here(_safe_ingest, records, config)
         return
     # Leaving the pool, also when the caller stops early on a bad record, drops what is queued.
     with record_pool(workers) as pool:

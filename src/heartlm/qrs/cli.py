@@ -24,8 +24,9 @@ from heartlm.ecg.wfdbio import (
 )
 from heartlm.ecg.workers import (
     common_folder,
+    listed,
+    read_here,
     record_pool,
-    sigint_held,
     unique_records,
     worker_died,
 )
@@ -120,19 +121,15 @@ def _check_annotations(records: list[Path], ext: str, named: bool) -> None:
             common_folder(records),
         )
     if missing:
-        names = ", ".join(str(p) for p in missing[:4]) + (", ..." if len(missing) > 4 else "")
         logger.warning(
             f"qrs: {len(missing)} of {len(records)} records have no .{ext} annotation file; "
-            f"they are detected, not scored: {names}"
+            f"they are detected, not scored: {listed(missing)}"
         )
 
 
 def _map(config: QrsConfig, records: list[Path], workers: int):
     if workers <= 1:
-        for record in records:
-            with sigint_held():
-                result = _process_or_skip(record, config)
-            yield result
+        yield from read_here(_process_or_skip, records, config)
         return
     with record_pool(workers) as pool:
         futures = [pool.submit(_process_or_skip, r, config) for r in records]
