@@ -781,3 +781,17 @@ def test_the_afib_synthetic_probe_refuses_a_work_folder_without_afib_tokens(
     monkeypatch.setattr(sys, "argv", argv)
     assert afib_synthetic_probe.main() == 2
     assert "no token folder" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_floor_splits_even_when_a_label_fraction_leaves_it_a_few_rows():
+    """28 rows (1 % of a small AFIB set): a floor at LightGBM's 20 rows per leaf cannot split
+    once and scores every window alike, which no model should be compared with."""
+    assert tree_floor.min_rows_per_leaf(28) < 28 // 2
+    assert tree_floor.min_rows_per_leaf(100_000) == tree_floor.MIN_ROWS_PER_LEAF
+    assert tree_floor.min_rows_per_leaf(0) >= 1
+    pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 14)
+    x = rng.normal(size=(28, 3)) + y[:, None] * 3.0
+    scores = tree_floor._fit(x, y, 2, seed=0, threads=1).predict(x)
+    assert scores[y == 1].min() > scores[y == 0].max()
