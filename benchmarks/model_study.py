@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2, MITDB_PACED
-from heartlm.labelled.metrics import best_threshold
+from heartlm.labelled.metrics import best_threshold, pooled_curve
 from heartlm.runinfo import versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1001,9 +1001,12 @@ def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[
 
 def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
     """The AFIB decision threshold with the best window F1 pooled over the folds' reports
-    (`threshold_counts`), and that F1: chosen on the folds, used on DS2 as it is."""
-    threshold, f1 = best_threshold([rep["threshold_counts"] for rep in reports])
-    return {"threshold": threshold, "threshold_f1": f1}
+    (`threshold_counts`), and that F1: chosen on the folds, used on DS2 as it is. The pooled
+    curve is kept beside it, so that another rule for choosing the threshold can be tried
+    on the folds' results later without training again (DS2's rows keep theirs too)."""
+    curves = [rep["threshold_counts"] for rep in reports]
+    threshold, f1 = best_threshold(curves)
+    return {"threshold": threshold, "threshold_f1": f1, "threshold_curve": pooled_curve(curves)}
 
 
 def _best_afib(rows: dict[str, Any], init: str) -> str:

@@ -516,6 +516,14 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
             expected, 1.0)  # fmt: skip
     floor_name = "tree floor (relative, context 128)"
     assert chosen_rows[floor_name]["threshold"] == 0.5
+    # The pooled fold curve is kept beside the choice: every threshold, and the chosen one's
+    # F1 is its best.
+    for name, row in chosen_rows.items():
+        curve = row["threshold_curve"]
+        assert [p["threshold"] for p in curve] == list(metrics.AFIB_THRESHOLDS), name
+        assert max(p["f1"] for p in curve) == pytest.approx(row["threshold_f1"]), name
+        assert next(p for p in curve if p["threshold"] == row["threshold"])["f1"] == (
+            pytest.approx(row["threshold_f1"]))  # fmt: skip
     # final_afib trains each initialisation with its own best recipe on the folds (here
     # pretrained on rhythm inputs, scratch on relative ones) and scores DS2 and the held-out
     # patients at the threshold that recipe got, each floor at its own; at 10 % of the

@@ -92,15 +92,21 @@ def _counts(labels: np.ndarray, called: np.ndarray) -> dict[str, int]:
             "fn": int((labels & ~called).sum()), "tn": int((~labels & ~called).sum())}  # fmt: skip
 
 
+def pooled_curve(curves: list[list[dict[str, float]]]) -> list[dict[str, float]]:
+    """The `threshold_counts` curves summed (pooled folds), with the F1 at each threshold."""
+    pooled = []
+    for i, row in enumerate(curves[0]):
+        tp, fp, fn = (sum(c[i][k] for c in curves) for k in ("tp", "fp", "fn"))
+        pooled.append({"threshold": row["threshold"], "tp": tp, "fp": fp, "fn": fn,
+                       "f1": f1(tp, fp, fn)})  # fmt: skip
+    return pooled
+
+
 def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
     """(threshold, F1) of the best F1 over the `threshold_counts` curves summed (pooled
     folds); of equal F1s the threshold nearest 0.5."""
-    pooled = [
-        (f1(*(sum(c[i][k] for c in curves) for k in ("tp", "fp", "fn"))), row["threshold"])
-        for i, row in enumerate(curves[0])
-    ]
-    score, threshold = max(pooled, key=lambda p: (p[0], -round(abs(p[1] - 0.5), 6)))
-    return float(threshold), float(score)
+    best = max(pooled_curve(curves), key=lambda p: (p["f1"], -round(abs(p["threshold"] - 0.5), 6)))
+    return float(best["threshold"]), float(best["f1"])
 
 
 def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict:
