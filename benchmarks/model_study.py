@@ -1002,11 +1002,13 @@ def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[
 def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
     """The AFIB decision threshold with the best window F1 pooled over the folds' reports
     (`threshold_counts`), and that F1: chosen on the folds, used on DS2 as it is. The pooled
-    curve is kept beside it, so that another rule for choosing the threshold can be tried
-    on the folds' results later without training again (DS2's rows keep theirs too)."""
+    curve and each fold's are kept beside it, so that another rule for choosing the
+    threshold (one that carries from one fold to the other better) can be tried on the
+    folds' results later without training again (DS2's rows keep their curves too)."""
     curves = [rep["threshold_counts"] for rep in reports]
     threshold, f1 = best_threshold(curves)
-    return {"threshold": threshold, "threshold_f1": f1, "threshold_curve": pooled_curve(curves)}
+    return {"threshold": threshold, "threshold_f1": f1, "threshold_curve": pooled_curve(curves),
+            "fold_curves": curves}  # fmt: skip
 
 
 def _best_afib(rows: dict[str, Any], init: str) -> str:

@@ -524,6 +524,8 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         assert max(p["f1"] for p in curve) == pytest.approx(row["threshold_f1"]), name
         assert next(p for p in curve if p["threshold"] == row["threshold"])["f1"] == (
             pytest.approx(row["threshold_f1"]))  # fmt: skip
+        assert len(row["fold_curves"]) == 2, name  # one curve per fold, pooled above
+        assert curve[0]["tp"] == sum(c[0]["tp"] for c in row["fold_curves"]), name
     # final_afib trains each initialisation with its own best recipe on the folds (here
     # pretrained on rhythm inputs, scratch on relative ones) and scores DS2 and the held-out
     # patients at the threshold that recipe got, each floor at its own; at 10 % of the
