@@ -296,8 +296,8 @@ real = getattr(module, name)
 
 def slow_first(path, config):
     if path.name == "a":  # one worker stays in here; the other reads the rest and idles
-        os.write(1, b"reading a\\n")
-        time.sleep(1.0)
+        os.write(1, f"reading a in {os.getpid()}\\n".encode())
+        time.sleep(float(os.environ.get("SLOW_S", "1")))
     result = real(path, config)
     if path.name != "a":
         os.write(1, b"read\\n")
@@ -308,20 +308,19 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _read_lines(fd: int, n: int, timeout_s: float = 60) -> None:
-    """Wait until `n` lines came through `fd` (a pipe)."""
+def _read_lines(fd: int, n: int, timeout_s: float = 60) -> bytes:
+    """What came through `fd` (a pipe) once it holds `n` lines."""
     got, deadline = b"", time.monotonic() + timeout_s
     while got.count(b"\n") < n:
         ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         assert ready, f"only {got!r} after {timeout_s} s"
         got += os.read(fd, 4096)
+    return got
 
 
-@pytest.mark.skipif(
-    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
-)
-@pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
+def _slow_first_record(tmp_path: Path, command: str, slow_s: float, *extra: str):
+    """`command` of records a to d with 2 workers, in a new session; reading `a` takes
+    `slow_s` seconds."""
     for name in "abcd":
         _record(tmp_path / "src", name, seconds=10)
     script = tmp_path / "run.py"
@@ -329,8 +328,17 @@ def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
     argv = [sys.executable, str(script), command, str(tmp_path / "src"), "--workers", "2"]
     if command == "ingest":
         argv += ["--out", str(tmp_path / "out")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.Popen([*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "SLOW_S": str(slow_s)},
                             start_new_session=True)  # fmt: skip
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
+)
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
+    proc = _slow_first_record(tmp_path, command, slow_s=1)
     try:
         _read_lines(proc.stdout.fileno(), 4)  # one worker in record a, the other done
         time.sleep(0.2)  # and idle: where a worker that took the Ctrl-C printed a traceback
@@ -344,6 +352,39 @@ def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
     assert proc.returncode == 130, text
     assert text.strip().splitlines() == ["heartlm: interrupted"], text
     _nothing_written(tmp_path)
+
+
+@pytest.mark.skipif(
+    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
+)
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command):
+    """The first Ctrl-C waits for the records being read (a Holter record takes minutes);
+    a second one ends their workers at once: one line, and an earlier result kept."""
+    previous = tmp_path / "out" / "kept"
+    previous.parent.mkdir()
+    previous.write_text("an earlier store")
+    extra = ["--overwrite"] if command == "ingest" else []
+    proc = _slow_first_record(tmp_path, command, 600, *extra)
+    try:
+        got = _read_lines(proc.stdout.fileno(), 4)  # one worker in record a, the other done
+        worker = int(got.split(b"reading a in ")[1].split()[0])
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert proc.poll() is None  # waiting for record a
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # record a had ten minutes to go
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert text.strip().splitlines() == ["heartlm: interrupted"], text
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)  # ended and reaped, not left to die with its parent
+    assert previous.read_text() == "an earlier store"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "run.py", "src"]
 
 
 @pytest.mark.parametrize("command", ["qrs", "ingest"])

@@ -73,7 +73,8 @@ def record_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     A terminal's Ctrl-C reaches every process of the group: a worker that took it would
     print a traceback before our one line. So workers ignore SIGINT; until they do (they
     are forked at the first submit), they inherit the handler that holds it. Leaving the
-    pool drops what is queued and waits for the records being read."""
+    pool drops what is queued and waits for the records being read; a Ctrl-C during that
+    wait (the second, after the one that left the pool) ends the workers at once."""
     # fork, as Linux's default before Python 3.14: the workers start at once, with the
     # handler that holds Ctrl-C (forkserver, 3.14's default, starts them later, unguarded)
     fork = multiprocessing.get_context("fork")
@@ -85,9 +86,11 @@ def record_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
             pool.submit(int)  # forks the workers now, and starts the pool's own thread
         yield pool
     finally:
-        # Held, a second Ctrl-C cannot cut this wait short: Python 3.11 takes an interrupted
-        # join for the end of the pool's thread, and then hangs on its way out.
-        with sigint_held():
+        # Held, not raised inside the wait: Python 3.11 takes an interrupted join for the
+        # end of the pool's thread, and then hangs on its way out. Ending the workers
+        # instead ends that thread, and the wait. Workers write nothing, so nothing is left
+        # half-written.
+        with sigint_held(then=lambda: _terminate_workers(pool)):
             pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -96,9 +99,16 @@ def _start_worker(parent_pid: int) -> None:
     die_with_parent(parent_pid)
 
 
+def _terminate_workers(pool: ProcessPoolExecutor) -> None:
+    # No public way before Python 3.14 (`terminate_workers`); None once shut down.
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+
+
 @contextmanager
-def sigint_held() -> Iterator[None]:
-    """Hold a Ctrl-C until the block ends, then raise it (KeyboardInterrupt).
+def sigint_held(then: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends, then raise it (KeyboardInterrupt); `then`, if
+    given, is called at each Ctrl-C, at once.
 
     For what must not stop half-way: reading one record, which calls into C libraries whose
     Python callbacks (soundfile's, for FLAC signals) would swallow the KeyboardInterrupt,
@@ -108,7 +118,13 @@ def sigint_held() -> Iterator[None]:
         yield
         return
     held: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+        if then is not None:
+            then()
+
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

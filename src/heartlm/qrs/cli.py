@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     _check_annotations(records, annotations, named)
     workers = min(args.workers or os.cpu_count() or 1, len(records))
     started = time.perf_counter()
-    results = list(progress(_map(config, records, workers), len(records), "qrs", "rec"))
+    with closing(_map(config, records, workers)) as mapped:  # leaves the pool, even on Ctrl-C
+        results = list(progress(mapped, len(records), "qrs", "rec"))
     summary = summarize(results, config, time.perf_counter() - started)
     if summary["n_skipped"] == len(records):
         raise HeartlmError(
