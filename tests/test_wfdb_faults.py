@@ -439,6 +439,22 @@ def test_a_reference_extension_no_record_has_is_refused(tmp_path, capsys, comman
     _nothing_written(tmp_path)
 
 
+@pytest.mark.parametrize("command", ["qrs", "ingest"])
+def test_annotations_atr_given_is_checked_as_any_named_extension(tmp_path, capsys, command):
+    """`--annotations atr` given is named, as `--annotations zzz` is: refused when no record
+    has it, where leaving it out detects such a folder (EDF, Holter) without a word."""
+    for n in ("a", "b"):
+        os.unlink(f"{_record(tmp_path / 'src', n, seconds=10)}.atr")
+    line = _error(capsys, *_argv(command, tmp_path, tmp_path / "src"), "--annotations", "atr")
+    assert line.startswith(
+        f"heartlm: error: {tmp_path / 'src'}: no record has a .atr annotation file "
+        "(--annotations atr"
+    ), line
+    _nothing_written(tmp_path)
+    assert main(_argv(command, tmp_path, tmp_path / "src")) == 0
+    assert "annotation file" not in capsys.readouterr().err
+
+
 def test_qrs_names_each_record_without_the_named_reference(tmp_path, capsys):
     scored = _record(tmp_path / "src", "a", seconds=10)
     _record(tmp_path / "src", "b", seconds=10)

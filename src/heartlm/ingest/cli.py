@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from heartlm.ingest.config import DEFAULT_ANNOTATIONS, IngestConfig
+from heartlm.ingest.config import IngestConfig
 from heartlm.settings import setting
 
 
@@ -26,6 +26,6 @@ Config = IngestCommand
 def run(cfg: IngestCommand) -> int:
     from heartlm.ingest.pipeline import ingest
 
-    named = cfg.ingest.annotations != DEFAULT_ANNOTATIONS
+    named = cfg.ingest.annotations is not None
     ingest(cfg.sources, cfg.out, cfg.ingest, overwrite=cfg.overwrite, named_annotations=named)
     return 0

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from heartlm.ecg.references import DEFAULT_REFERENCE
 from heartlm.errors import HeartlmError
 from heartlm.runinfo import read_run_json
 from heartlm.settings import setting
 
 BEAT_SOURCES = ("auto", "annotations", "detect")
-DEFAULT_ANNOTATIONS = "atr"
 
 
 def parse_band(text: str) -> tuple[float, float]:
@@ -44,9 +44,10 @@ class IngestConfig:
     """Band-pass corners, Hz (zero-phase Butterworth)."""
     beats: str = setting("auto", choices=BEAT_SOURCES)
     """Where beats come from: annotations, detect, or auto (annotations when present)."""
-    annotations: str = setting(DEFAULT_ANNOTATIONS, metavar="EXT")
-    """Reference annotation extensions, comma-separated, first found wins (LUDB: `ii`).
-    Extensions other than the default that no record has are refused under `--beats auto`."""
+    annotations: str | None = setting(None, metavar="EXT")
+    """Reference annotation extensions, comma-separated, first found wins (LUDB: `ii`);
+    not given: `atr`, where a record has one. Extensions given (`atr` too) that no record
+    has are refused under `--beats auto`."""
     workers: int = setting(0, metavar="N")
     """Worker processes; 0 = one per CPU core (at most the number of records)."""
     skip_bad: bool = False
@@ -71,7 +72,7 @@ class IngestConfig:
             raise ValueError(f"--band must be LO,HI with 0 <= LO < HI < fs/2 ({self.fs / 2:g})")
         if self.beats not in BEAT_SOURCES:
             raise ValueError(f"--beats must be one of {', '.join(BEAT_SOURCES)}")
-        if not all(ext.isalnum() for ext in self.annotations.split(",")):
+        if self.annotations is not None and not all(e.isalnum() for e in self.annotation_exts):
             raise ValueError(f"--annotations must be a file extension, got {self.annotations!r}")
         if self.lead is not None and not all(n.strip() for n in self.lead.split(",")):
             raise ValueError(f"--lead must be a lead name or NAME,NAME,..., got {self.lead!r}")
@@ -92,7 +93,7 @@ class IngestConfig:
 
     @property
     def annotation_exts(self) -> list[str]:
-        return self.annotations.split(",")
+        return (DEFAULT_REFERENCE if self.annotations is None else self.annotations).split(",")
 
     @property
     def align_samples(self) -> int:

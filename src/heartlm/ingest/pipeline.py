@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
-from heartlm.ecg.wfdbio import annotation_path, find_records
+from heartlm.ecg.references import check_references
+from heartlm.ecg.wfdbio import find_records
 from heartlm.ecg.workers import (
     common_folder,
-    listed,
     read_here,
     record_pool,
     unique_records,
     worker_died,
 )
 from heartlm.errors import HeartlmError
-from heartlm.ingest.config import DEFAULT_ANNOTATIONS, IngestConfig
+from heartlm.ingest.config import IngestConfig
 from heartlm.ingest.record import RecordResult, ingest_record
 from heartlm.log import logger, progress
 from heartlm.outdir import check_separate, check_writable, staged_dir
@@ -50,9 +50,9 @@ def ingest(
 ) -> dict[str, Any]:
     """Ingest WFDB records (files or folders) into a beat store at `out`; returns run.json.
 
-    `named_annotations`: the user chose `config.annotations` (`heartlm ingest` does when it
-    is not the default), so that no record having such a file is an error, not a run of
-    detected beats."""
+    `named_annotations`: the user chose `config.annotations` (`heartlm ingest` does when
+    `--annotations` is given, `atr` too), so that no record having such a file is an error,
+    not a run of detected beats."""
     t_start = time.perf_counter()
     check_writable(out, overwrite)
     check_separate(out, sources)
@@ -61,7 +61,10 @@ def ingest(
         if skipped:
             raise HeartlmError(f"all {len(skipped)} inputs were skipped (see above)", sources[0])
         raise HeartlmError("no WFDB or EDF records to ingest", sources[0] if sources else None)
-    _check_annotations(records, config, named_annotations)
+    if config.beats == "auto":  # else a reference is required (`annotations`) or unused
+        check_references(records, config.annotation_exts, named_annotations, "ingest",
+                         "their beats are detected",
+                         "; --beats detect detects the beats instead")  # fmt: skip
     workers = config.resolved_workers(len(records))
     totals = _Totals(config.fs)
     with (
@@ -125,33 +128,6 @@ def _list_records(sources: list[Path], config: IngestConfig) -> tuple[list[Path]
         except HeartlmError as exc:
             _skip_or_raise(_Failure(source, exc.message), config, skipped, exc.path)
     return unique_records(records, "ingest", "ingested"), skipped
-
-
-def _check_annotations(records: list[Path], config: IngestConfig, named: bool) -> None:
-    """Under `--beats auto`, say which records have no annotation file (their beats are
-    detected), and refuse when none has one of extensions the user named: a misspelt
-    `--annotations` would otherwise turn a reference run into a detected one. The default
-    `atr` is only a preference: a folder without it (EDF, Holter) is detected quietly."""
-    if config.beats != "auto":
-        return
-    exts = config.annotation_exts
-    missing = [r for r in records if not any(annotation_path(r, e).is_file() for e in exts)]
-    if not missing:
-        return
-    files = " or ".join(f".{e}" for e in exts)
-    if len(missing) == len(records):
-        if named:
-            raise HeartlmError(
-                f"no record has a {files} annotation file (--annotations {config.annotations}"
-                "; --beats detect detects the beats instead)",
-                common_folder(records),
-            )
-        if config.annotations == DEFAULT_ANNOTATIONS:
-            return
-    logger.warning(
-        f"ingest: {len(missing)} of {len(records)} records have no {files} annotation file; "
-        f"their beats are detected: {listed(missing)}"
-    )
 
 
 def _unknown_symbols(result: RecordResult) -> _Failure:

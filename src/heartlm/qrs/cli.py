@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.gaps import fill_gaps
+from heartlm.ecg.references import DEFAULT_REFERENCE, check_references
 from heartlm.ecg.signals import open_record, read_lead
 from heartlm.ecg.wfdbio import (
     annotation_path,
@@ -25,7 +26,6 @@ from heartlm.ecg.wfdbio import (
 )
 from heartlm.ecg.workers import (
     common_folder,
-    listed,
     read_here,
     record_pool,
     unique_records,
@@ -50,7 +50,7 @@ class QrsConfig:
 
     lead: str = "0"
     """Lead to detect in: a name such as MLII or ii, or a 0-based index."""
-    annotations: str = "atr"
+    annotations: str = DEFAULT_REFERENCE
     """Extension of the reference annotation file; records without it are only detected."""
     span: str = "record"
     """'record': score the whole record; 'annotated': only between the first and last
@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     annotations = args.annotations if named else QrsConfig.annotations
     config = QrsConfig(args.lead, annotations, args.span, args.positions, args.skip_bad)
     records = unique_records(find_records(args.paths), "qrs", "scored")
-    _check_annotations(records, annotations, named)
+    if named:  # without it, records lacking `.atr` show unscored in the table, as documented
+        check_references(records, [annotations], named, "qrs", "they are detected, not scored")
     workers = min(args.workers or os.cpu_count() or 1, len(records))
     started = time.perf_counter()
     with closing(_map(config, records, workers)) as mapped:  # leaves the pool, even on Ctrl-C
@@ -107,26 +108,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_table(summary))
     return 0
-
-
-def _check_annotations(records: list[Path], ext: str, named: bool) -> None:
-    """For a reference named with --annotations: an error when no record has the file, else
-    one warning naming the records without it (detected, not scored), as ingest says it.
-    Without the flag, records without `.atr` are detected quietly, as documented (the table
-    shows them unscored)."""
-    if not named:
-        return
-    missing = [r for r in records if not annotation_path(r, ext).is_file()]
-    if len(missing) == len(records):
-        raise HeartlmError(
-            f"no record has a .{ext} annotation file (--annotations {ext})",
-            common_folder(records),
-        )
-    if missing:
-        logger.warning(
-            f"qrs: {len(missing)} of {len(records)} records have no .{ext} annotation file; "
-            f"they are detected, not scored: {listed(missing)}"
-        )
 
 
 def _map(config: QrsConfig, records: list[Path], workers: int):
