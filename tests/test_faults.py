@@ -354,8 +354,22 @@ def test_7_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one(
 
 
 def test_18_resume_without_a_checkpoint_says_so(tokens, tmp_path, capsys):
-    assert pretrain(tokens, tmp_path / "run", "--steps", "2", "--resume") == 0
-    assert "no checkpoint to resume from; starting at step 0" in capsys.readouterr().err
+    run = tmp_path / "run"
+    assert pretrain(tokens, run, "--steps", "2", "--resume") == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"heartlm: {run}: nothing to resume (no checkpoint); starting at step 0" in err
+
+
+def test_18_overwrite_resume_with_nothing_to_resume_names_the_run(tokens, tmp_path, capsys):
+    """Not `.run.partial`, where the replacement is built: the user never named it."""
+    run = tmp_path / "run"
+    assert pretrain(tokens, run, "--steps", "2") == 0
+    capsys.readouterr()
+    assert pretrain(tokens, run, "--steps", "2", "--overwrite", "--resume") == 0
+    err = capsys.readouterr().err
+    line = f"heartlm: {run}: nothing to resume (no unfinished run to continue); starting at step 0"
+    assert line in err.splitlines() and ".partial" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_18_a_truncated_metrics_line_leaves_no_gap(tokens, tmp_path, golden):

@@ -881,6 +881,17 @@ def test_embed_of_raw_wfdb_records_matches_their_token_folder(corpus):
     assert table == (corpus / "emb_tok" / "beats.csv").read_text()
 
 
+def test_a_resume_with_nothing_to_resume_names_the_run(corpus, tmp_path, capsys):
+    """Not `.ft.partial`, where every fine-tuning run is built: the user never named it."""
+    out = tmp_path / "ft"
+    capsys.readouterr()
+    assert _finetune(corpus, out, "--resume") == 0
+    err = capsys.readouterr().err
+    line = f"heartlm: {out}: nothing to resume (no unfinished run to continue); starting at step 0"
+    assert line in err.splitlines() and ".partial" not in err, err
+    assert (out / "finetune.json").is_file()
+
+
 def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys):
     """A resume with other records, label share, initialisation or task trained one model on
     two sets while finetune.json named only the last; the first three records are the run's."""

@@ -292,6 +292,8 @@ def run(cfg: PretrainConfig) -> int:
     splits = split_records(data, cfg.val_fraction, cfg.train.seed)
     if cfg.export == "best":
         _check_validation(cfg, splits[1])
+    if rundir.nothing_to_resume(plan):
+        cfg.train.resume = False  # said once, of RUN: the engine would name `.RUN.partial`
     if cfg.train.resume:
         why = _nothing_to_do(plan, cfg, splits[0], _expected_meta(cfg, data, mcfg))
         if why:
