@@ -292,8 +292,6 @@ def run(cfg: PretrainConfig) -> int:
     splits = split_records(data, cfg.val_fraction, cfg.train.seed)
     if cfg.export == "best":
         _check_validation(cfg, splits[1])
-    if rundir.nothing_to_resume(plan):
-        cfg.train.resume = False  # said once, of RUN: the engine would name `.RUN.partial`
     if cfg.train.resume:
         why = _nothing_to_do(plan, cfg, splits[0], _expected_meta(cfg, data, mcfg))
         if why:
@@ -383,7 +381,7 @@ def _train(
         )  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):
             result = train(cfg.train, model, objective, train_s, val_s, plan.work, env, info,
-                           callbacks=from_environment())  # fmt: skip
+                           callbacks=from_environment(), shown_as=plan.out)  # fmt: skip
         if env.is_main:
             timings = {"total": time.perf_counter() - t0, "train": result.elapsed_s}
             write_run_json(plan.work, "pretrain", to_dict(cfg), counts, timings,

@@ -132,8 +132,6 @@ def run(cfg: FinetuneConfig) -> int:
     if plan.finished:
         logger.info("%s: already finished: nothing to do", plan.out)
         return 0
-    if rundir.nothing_to_resume(plan):
-        cfg.train.resume = False  # said once, of OUT: the engine would name `.OUT.partial`
 
     def body() -> int:
         code = maybe_relaunch(cfg.launch)

@@ -217,7 +217,7 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
                 "val_records": [r.key for r in p.split.val]}  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):
             result = train(cfg.train, p.model, objective, train_s, val_s, stage, env, meta,
-                           callbacks=[*scorer, *from_environment()])  # fmt: skip
+                           callbacks=[*scorer, *from_environment()], shown_as=out)  # fmt: skip
         ok = True
         if not result.exported:  # a stop signal, or --stop-at
             return {"interrupted": result.interrupted, "stopped": True}

@@ -165,13 +165,17 @@ class Trainer:
         env: DistEnv,
         meta: dict[str, Any] | None = None,
         callbacks: Sequence[Callback] = (),
+        shown_as: str | Path | None = None,
     ) -> None:
         """`meta` (window, objective, vocab, codebook hash, ...) goes into checkpoints and
-        the exported config.json; on resume it must match the checkpoint's."""
+        the exported config.json; on resume it must match the checkpoint's. `shown_as`: the
+        folder the user named, in messages, where `run_dir` is where it is built (a staged
+        `.RUN.partial`)."""
         cfg.validate()
         self.cfg, self.model, self.objective, self.env = cfg, model, objective, env
         self.train_sampler, self.val_sampler = train_sampler, val_sampler
         self.run_dir = Path(run_dir)
+        self.shown_as = Path(shown_as) if shown_as is not None else self.run_dir
         self.callbacks = list(callbacks)
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -262,8 +266,9 @@ class Trainer:
             self.start = meta["step"]
             self._resume_average(meta["average_loaded"], latest)
             logger.info("resumed from %s (step %d)", latest, self.start)
-        elif self.cfg.resume:
-            logger.warning("%s: no checkpoint to resume from; starting at step 0", self.run_dir)
+        elif self.cfg.resume and self.env.is_main:  # every rank got rank 0's answer
+            logger.warning("%s: nothing to resume (no checkpoint); starting at step 0",
+                           self.shown_as)  # fmt: skip
         if self.cfg.cudagraph:
             device_lr(self.optimizer, self.env.device)
         return latest

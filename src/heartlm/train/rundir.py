@@ -18,7 +18,6 @@ from pathlib import Path
 
 from heartlm.errors import HeartlmError
 from heartlm.lock import held_by_parent
-from heartlm.log import logger
 from heartlm.outdir import check_writable, claimed, partial_dir, swap_in
 from heartlm.runtime import is_main_process
 from heartlm.train.stopsignal import EXIT_STOPPED
@@ -85,18 +84,6 @@ def prepare(plan: RunPlan) -> str:
 
 def has_checkpoint(plan: RunPlan) -> bool:
     return plan.checkpoints.is_dir() and any(plan.checkpoints.glob("step_*"))
-
-
-def nothing_to_resume(plan: RunPlan) -> bool:
-    """Whether a `--resume` finds no checkpoint to continue from; the owner then says so,
-    naming the folder the user gave (the engine would name `.RUN.partial`, where a staged
-    run is built), and the run starts at step 0."""
-    if not plan.resume or has_checkpoint(plan):
-        return False
-    if owns(plan.out):
-        missing = "no unfinished run to continue" if plan.staged else "no checkpoint"
-        logger.warning("%s: nothing to resume (%s); starting at step 0", plan.out, missing)
-    return True
 
 
 def discard_unresumable(plan: RunPlan, before: str) -> None:
