@@ -610,3 +610,29 @@ def test_grouped_fsdp_units_prefetch_and_keep_the_plain_model_s_loss_and_gradien
             torch.testing.assert_close(a.grad, grad, rtol=1e-5, atol=1e-7, msg=name)
     finally:
         dist.destroy_process_group()
+
+
+def test_ddp_wraps_without_a_deprecation_warning_and_without_buffer_syncs(tmp_path):
+    """torch 2.13 renamed DDP's broadcast_buffers and warns at every wrap, on every rank;
+    either name must turn off the buffer collective at each forward."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train import distributed
+    from heartlm.train.config import ParallelConfig
+
+    model = HeartLM(model_config("tiny", vocab_size=40, rhythm_vocab_size=9, max_len=8))
+    env = distributed.DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            ddp = distributed._ddp(model, env, False, ParallelConfig())
+        assert ddp.require_forward_param_sync is True
+        assert getattr(ddp, "broadcast_buffers", False) is False
+        assert getattr(ddp, "forward_sync_buffers", False) is False
+    finally:
+        dist.destroy_process_group()

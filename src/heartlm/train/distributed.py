@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
 import itertools
 import math
 import os
@@ -187,6 +188,17 @@ def wrap_model(
     return model
 
 
+def _no_buffer_sync() -> dict[str, bool]:
+    """DDP's flag that turns off the buffer broadcast at each forward: HeartLM's only buffer
+    is a constant column index, the same on every rank, so it would be a collective per step
+    for nothing. torch 2.13 renamed it (`forward_sync_buffers`) and warns at every wrap, on
+    every rank, when the old name is used; the GPU machines' torch 2.11 knows only the old."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    renamed = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+    return {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
+
+
 def _ddp(model: nn.Module, env: DistEnv, static_auto: bool, p: ParallelConfig) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -199,9 +211,7 @@ def _ddp(model: nn.Module, env: DistEnv, static_auto: bool, p: ParallelConfig) -
         gradient_as_bucket_view=p.ddp_bucket_view,
         find_unused_parameters=False,
         static_graph=static,
-        # HeartLM's only buffer is a constant column index, the same on every rank:
-        # broadcasting it at each forward would be a collective per step for nothing.
-        broadcast_buffers=False,
+        **_no_buffer_sync(),
     )
     if p.grad_reduce == "bf16":
         # Gradients are cast to bf16 for the all-reduce and back into the fp32 buckets, so
