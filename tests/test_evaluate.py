@@ -92,6 +92,18 @@ def test_the_threshold_with_the_best_pooled_f1_is_chosen_over_both_folds():
     assert threshold == 0.2 and f1 == pytest.approx(10 / 12)
 
 
+def test_the_pooled_curve_sums_the_folds_counts_at_each_threshold():
+    one = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.9, 0.4, 0.6, 0.1]))
+    two = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.8]))
+    at = {p["threshold"]: p for p in metrics.pooled_curve([one, two])}
+    # At 0.5: fold one TP 1 (0.9), FP 1 (0.6), FN 1 (0.4); fold two TP 1, FP 1: F1 4/7.
+    assert {k: at[0.5][k] for k in ("tp", "fp", "fn")} == {"tp": 2, "fp": 2, "fn": 1}
+    assert at[0.5]["f1"] == pytest.approx(4 / 7)
+    # At 0.75 fold two's AF window (0.7) is missed and its 0.8 still called: TP 1, FP 1, FN 2.
+    assert {k: at[0.75][k] for k in ("tp", "fp", "fn")} == {"tp": 1, "fp": 1, "fn": 2}
+    assert len(at) == len(metrics.AFIB_THRESHOLDS)
+
+
 def test_beat_report_is_json_ready():
     rep = metrics.beat_report(np.array([0, 1, 2, 3, 4, 0]), np.array([0, 1, 2, 3, 4, 1]))
     back = json.loads(json.dumps(rep))
