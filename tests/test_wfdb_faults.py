@@ -216,9 +216,12 @@ def test_qrs_does_not_score_an_empty_reference(tmp_path, capsys):
     assert table[1].split()[1:4] == ["-", "-", "-"] and "gross" not in table[-1]
 
 
-@pytest.mark.skipif(
+FORKED_WORKERS = pytest.mark.skipif(
     multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
 )
+
+
+@FORKED_WORKERS
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
 def test_a_killed_worker_is_one_line(tmp_path, capsys, monkeypatch, command):
     from heartlm.ingest import pipeline
@@ -333,9 +336,20 @@ def _slow_first_record(tmp_path: Path, command: str, slow_s: float, *extra: str)
                             start_new_session=True)  # fmt: skip
 
 
-@pytest.mark.skipif(
-    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
-)
+def _kill_left(proc: subprocess.Popen) -> None:
+    """A run that outlived its test goes, with its workers (its own process group)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _interrupted(proc: subprocess.Popen, err: bytes) -> None:
+    """Exit 130 and one line on stderr: no worker's traceback."""
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert text.strip().splitlines() == ["heartlm: interrupted"], text
+
+
+@FORKED_WORKERS
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
 def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
     proc = _slow_first_record(tmp_path, command, slow_s=1)
@@ -346,17 +360,12 @@ def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
         os.kill(proc.pid, signal.SIGINT)  # and a second one, as `timeout -s INT` sends
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = err.decode()
-    assert proc.returncode == 130, text
-    assert text.strip().splitlines() == ["heartlm: interrupted"], text
+        _kill_left(proc)
+    _interrupted(proc, err)
     _nothing_written(tmp_path)
 
 
-@pytest.mark.skipif(
-    multiprocessing.get_start_method() != "fork", reason="patches the workers through fork"
-)
+@FORKED_WORKERS
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
 def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command):
     """The first Ctrl-C waits for the records being read (a Holter record takes minutes);
@@ -376,11 +385,8 @@ def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command):
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=30)  # record a had ten minutes to go
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = err.decode()
-    assert proc.returncode == 130, text
-    assert text.strip().splitlines() == ["heartlm: interrupted"], text
+        _kill_left(proc)
+    _interrupted(proc, err)
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)  # ended and reaped, not left to die with its parent
     assert previous.read_text() == "an earlier store"
