@@ -434,31 +434,23 @@ def test_every_record_skipped_is_an_error(tmp_path, capsys, command):
 
 
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_a_reference_extension_no_record_has_is_refused(tmp_path, capsys, command):
+@pytest.mark.parametrize("ext", ["zzz", "atr"])
+def test_a_named_reference_extension_no_record_has_is_refused(tmp_path, capsys, command, ext):
+    """A misspelt `--annotations` would detect every record silently; `atr` given is named
+    too, where leaving it out detects such a folder (EDF, Holter) without a word."""
     for n in ("a", "b"):
-        _record(tmp_path / "src", n, seconds=10)
-    line = _error(capsys, *_argv(command, tmp_path, tmp_path / "src"), "--annotations", "zzz")
+        record = _record(tmp_path / "src", n, seconds=10)
+        if ext == "atr":
+            os.unlink(f"{record}.atr")
+    line = _error(capsys, *_argv(command, tmp_path, tmp_path / "src"), "--annotations", ext)
     assert line.startswith(
-        f"heartlm: error: {tmp_path / 'src'}: no record has a .zzz annotation file "
-        "(--annotations zzz"
+        f"heartlm: error: {tmp_path / 'src'}: no record has a .{ext} annotation file "
+        f"(--annotations {ext}"
     ), line
     _nothing_written(tmp_path)
-
-
-@pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_annotations_atr_given_is_checked_as_any_named_extension(tmp_path, capsys, command):
-    """`--annotations atr` given is named, as `--annotations zzz` is: refused when no record
-    has it, where leaving it out detects such a folder (EDF, Holter) without a word."""
-    for n in ("a", "b"):
-        os.unlink(f"{_record(tmp_path / 'src', n, seconds=10)}.atr")
-    line = _error(capsys, *_argv(command, tmp_path, tmp_path / "src"), "--annotations", "atr")
-    assert line.startswith(
-        f"heartlm: error: {tmp_path / 'src'}: no record has a .atr annotation file "
-        "(--annotations atr"
-    ), line
-    _nothing_written(tmp_path)
-    assert main(_argv(command, tmp_path, tmp_path / "src")) == 0
-    assert "annotation file" not in capsys.readouterr().err
+    if ext == "atr":
+        assert main(_argv(command, tmp_path, tmp_path / "src")) == 0
+        assert "annotation file" not in capsys.readouterr().err
 
 
 def test_qrs_names_each_record_without_the_named_reference(tmp_path, capsys):
