@@ -805,3 +805,56 @@ def test_the_floor_splits_even_when_a_label_fraction_leaves_it_a_few_rows():
     x = rng.normal(size=(28, 3)) + y[:, None] * 3.0
     scores = tree_floor._fit(x, y, 2, seed=0, threads=1).predict(x)
     assert scores[y == 1].min() > scores[y == 0].max()
+
+
+def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
+    """benchmarks/afib_threshold_rules.py: a threshold that is best on one fold alone (a
+    spike at 0.99) loses on the other; the rule that carries wins, and DS2 is read there."""
+    import afib_threshold_rules as rules
+
+    labels = np.array([1] * 10 + [0] * 30)
+
+    def curve(shift: float) -> list[dict]:
+        """AF windows scored 0.6-0.9 and others 0.0-0.5, plus one AF window at `shift`."""
+        scores = np.r_[np.linspace(0.6, 0.9, 9), [shift], np.linspace(0.0, 0.5, 30)]
+        return metrics.threshold_counts(labels, scores)
+
+    folds = [curve(0.995), curve(0.3)]
+    pooled = metrics.pooled_curve(folds)
+    assert rules._default(pooled) == 0.5
+    assert rules._best(pooled) == metrics.best_threshold(folds)[0]
+    top = max(p["f1"] for p in pooled)
+    plateau = rules._plateau(pooled)
+    assert rules.f1_at(pooled, plateau) >= top - rules.PLATEAU
+    # Fold to fold: the rule is fitted on one fold and scored on the other, both ways.
+    expected = (rules.f1_at(folds[1], rules._best(folds[0]))
+                + rules.f1_at(folds[0], rules._best(folds[1]))) / 2  # fmt: skip
+    assert rules.fold_to_fold(folds, rules._best) == pytest.approx(expected)
+    floor = "tree floor (rhythm, context 128)"
+    rows = {
+        "scratch_x": {"fold_curves": folds, "threshold_curve": pooled},
+        floor: {
+            "fold_curves": [curve(0.2), curve(0.2)],
+            "threshold_curve": metrics.pooled_curve([curve(0.2), curve(0.2)]),
+        },
+    }
+    winner, scores = rules.judge(rows)
+    assert set(scores) == {"scratch_x"}  # floors do not choose the rule
+    with pytest.raises(ValueError, match="no fold curves"):
+        rules.judge({"scratch_y": {"threshold_curve": pooled}})  # a select of before
+    assert scores["scratch_x"][winner] == max(scores["scratch_x"].values())
+    # DS2: each recipe (by its init) and floor at the winner's threshold on its pooled folds.
+    ds2 = curve(0.7)
+    final = {
+        "config": {"scratch: scratch_x": []},
+        "afib": [
+            {"init": "scratch", "label_fraction": 1.0, "threshold_counts": ds2},
+            {"init": "scratch", "label_fraction": 0.1, "threshold_counts": folds[1]},
+            {"init": floor, "label_fraction": 1.0, "threshold_counts": ds2},
+        ],
+    }
+    got = {r["init"]: r for r in rules.ds2_scores(final, rows, winner)}
+    threshold = rules.RULES[winner](pooled)
+    assert got["scratch"]["threshold"] == threshold and got["scratch"]["seeds"] == 1
+    assert got["scratch"]["f1"] == pytest.approx(rules.f1_at(ds2, threshold))
+    assert got[floor]["threshold"] == rules.RULES[winner](rows[floor]["threshold_curve"])
