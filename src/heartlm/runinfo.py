@@ -120,6 +120,12 @@ def json_field(values: dict[str, Any], key: str, kind: Any, path: Path, where: s
     return float(value) if kind is float else value
 
 
+def json_fields(values: dict[str, Any], kinds: dict[str, Any], path: Path, where: str = "") -> None:
+    """`json_field` for each key of `kinds` (key -> type)."""
+    for key, kind in kinds.items():
+        json_field(values, key, kind, path, where)
+
+
 def check_json_dataclass(
     cls: type, values: Any, path: Path, where: str, unknown_ok: bool = False
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text
-from heartlm.runinfo import json_field, parse_json_file, read_json, read_run_json
+from heartlm.runinfo import json_fields, parse_json_file, read_json, read_run_json
 
 LINEAGE = "lineage.json"
 FINETUNE_INFO = "finetune.json"
@@ -88,8 +88,7 @@ def read_lineage(run: Path) -> dict[str, Any]:
 def _check_lineage(lineage: dict[str, Any], path: Path) -> None:
     """Every field null or of its type, and `rr_window` one tokenize accepts: raw records
     are tokenized with it long after the run was made."""
-    for key, kind in _LINEAGE_TYPES.items():
-        json_field(lineage, key, kind, path)
+    json_fields(lineage, _LINEAGE_TYPES, path)
     if lineage.get("rr_window") is not None and lineage["rr_window"] < 2:
         raise HeartlmError(f"rr_window {lineage['rr_window']} is below 2", path)
 

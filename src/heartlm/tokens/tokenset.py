@@ -11,7 +11,7 @@ import numpy as np
 from heartlm import shards
 from heartlm.ecg.labels import AAMI_CLASSES, RHYTHMS
 from heartlm.errors import HeartlmError
-from heartlm.runinfo import json_field, read_json
+from heartlm.runinfo import json_field, json_fields, read_json
 
 FORMAT = "heartlm.tokens"
 VERSION = shards.VERSION
@@ -113,11 +113,9 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     version = json_field(meta, "version", int, path)
     if version != VERSION:
         raise HeartlmError(f"token format version {version}, this heartlm reads {VERSION}", path)
-    for key, kind in _META_TYPES.items():
-        json_field(meta, key, kind, path)
+    json_fields(meta, _META_TYPES, path)
     for i, record in enumerate(meta["records"]):
-        for key, kind in _RECORD_TYPES.items():
-            json_field(record, key, kind, path, where=f"records[{i}].")
+        json_fields(record, _RECORD_TYPES, path, where=f"records[{i}].")
     if meta["n_beats"] < 0:
         raise HeartlmError(f"n_beats {meta['n_beats']} is negative", path)
     return meta
