@@ -238,34 +238,6 @@ AFIB_CONFIGS = {  # AFIB variants compared on real records outside DS2 by `selec
         *CONTEXT,
     ],
     "pretrained_best_rhythm_beat_loss_all_context128": [*RHYTHM, *BEAT_LOSS, *ALL, *CONTEXT],
-    "scratch_rhythm_beat_loss_all_context128_patients": [
-        "--from-scratch",
-        *RHYTHM,
-        *BEAT_LOSS,
-        *ALL,
-        *CONTEXT,
-    ],
-    "pretrained_best_rhythm_beat_loss_all_context128_patients": [
-        *RHYTHM,
-        *BEAT_LOSS,
-        *ALL,
-        *CONTEXT,
-    ],
-    "scratch_rhythm_beat_loss_all_context128_patients_epochs19": [
-        "--from-scratch",
-        *RHYTHM,
-        *BEAT_LOSS,
-        *ALL,
-        *CONTEXT,
-        *PATIENTS_EPOCHS,
-    ],
-    "pretrained_best_rhythm_beat_loss_all_context128_patients_epochs19": [
-        *RHYTHM,
-        *BEAT_LOSS,
-        *ALL,
-        *CONTEXT,
-        *PATIENTS_EPOCHS,
-    ],
 }
 """Round 10 added `--afib-beat-loss` (every beat of a window also learns its own rhythm; it won
 on the folds for both initialisations) and dropped the no-heart-rate variants (their floor
@@ -312,6 +284,15 @@ threshold) and the floor (0.808 against 0.751) won on the folds, the pretrained 
 floor beside it 0.906 +- 0.004, above every transformer. Those recipes ran 3.75 times fewer
 optimiser steps than the others (PATIENTS_EPOCHS), so round 25 adds both with the steps of
 the others."""
+PATIENTS_SUFFIX = "_patients"
+"""An AFIB configuration named so trains without the general synthetic corpus
+(AFIB_TRAIN_SYNTHETIC): each of the two recipes above as it is (round 24) and with
+PATIENTS_EPOCHS (round 25)."""
+AFIB_CONFIGS |= {
+    f"{name}{PATIENTS_SUFFIX}{extra}": [*flags, *more]
+    for extra, more in (("", []), ("_epochs19", PATIENTS_EPOCHS))
+    for name, flags in list(AFIB_CONFIGS.items())
+}
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
@@ -876,10 +857,7 @@ SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
 PATIENTS_ONLY = tuple(f"{folder}/" for folder in TRAIN_SYNTHETIC)
 """The synthetic patients that DS1 lacks (PATIENTS) without the general `synth` corpus."""
 AFIB_TRAIN_SYNTHETIC: dict[str, tuple[str, ...]] = {
-    "scratch_rhythm_beat_loss_all_context128_patients": PATIENTS_ONLY,
-    "pretrained_best_rhythm_beat_loss_all_context128_patients": PATIENTS_ONLY,
-    "scratch_rhythm_beat_loss_all_context128_patients_epochs19": PATIENTS_ONLY,
-    "pretrained_best_rhythm_beat_loss_all_context128_patients_epochs19": PATIENTS_ONLY,
+    name: PATIENTS_ONLY for name in AFIB_CONFIGS if PATIENTS_SUFFIX in name
 }
 """The synthetic folders an AFIB configuration trains on, where not all of SYNTHETIC (round
 24). A CPU probe of the LightGBM floor on the AFIB folds (rhythm inputs, context 128, seeds
