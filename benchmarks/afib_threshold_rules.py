@@ -80,6 +80,11 @@ def judge(rows: dict[str, Any]) -> tuple[str, dict[str, dict[str, float]]]:
     return winner, scores
 
 
+def _ds2_counts(row: dict[str, Any]) -> Curve:
+    """A DS2 row's curve: a transformer's row keeps it at the top, a floor's in its report."""
+    return row["threshold_counts"] if "threshold_counts" in row else row["afib"]["threshold_counts"]
+
+
 def ds2_scores(final: dict[str, Any], rows: dict[str, Any], rule: str) -> list[dict[str, Any]]:
     """DS2 window F1 of each scored recipe and floor at 100 % of the labels, at the threshold
     `rule` picks on its pooled fold curve (mean and sd over seeds)."""
@@ -90,9 +95,9 @@ def ds2_scores(final: dict[str, Any], rows: dict[str, Any], rule: str) -> list[d
         if name not in rows:
             continue
         threshold = RULES[rule](rows[name]["threshold_curve"])
-        f1s = [f1_at(r["threshold_counts"], threshold) for r in final["afib"]
+        f1s = [f1_at(_ds2_counts(r), threshold) for r in final["afib"]
                if r["init"] == init and r["label_fraction"] == 1.0]  # fmt: skip
-        out.append({"init": init, "threshold": threshold, "seeds": len(f1s),
+        out.append({"init": init, "recipe": name, "threshold": threshold, "seeds": len(f1s),
                     "f1": statistics.fmean(f1s),
                     "sd": statistics.stdev(f1s) if len(f1s) > 1 else 0.0})  # fmt: skip
     return out
@@ -118,7 +123,8 @@ def main() -> int:
         final = json.loads(args.final.read_text())
         print("\n| DS2, 100 % of the labels | threshold | seeds | F1 |\n| --- | --- | --- | --- |")
         for r in ds2_scores(final, rows, winner):
-            print(f"| {r['init']} | {r['threshold']:g} | {r['seeds']} | "
+            shown = r["init"] if r["recipe"] == r["init"] else f"{r['init']}: {r['recipe']}"
+            print(f"| {shown} | {r['threshold']:g} | {r['seeds']} | "
                   f"{r['f1']:.3f} ± {r['sd']:.3f} |")  # fmt: skip
     return 0
 

@@ -850,11 +850,12 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
         "afib": [
             {"init": "scratch", "label_fraction": 1.0, "threshold_counts": ds2},
             {"init": "scratch", "label_fraction": 0.1, "threshold_counts": folds[1]},
-            {"init": floor, "label_fraction": 1.0, "threshold_counts": ds2},
+            {"init": floor, "label_fraction": 1.0, "afib": {"threshold_counts": ds2}},
         ],
     }
     got = {r["init"]: r for r in rules.ds2_scores(final, rows, winner)}
     threshold = rules.RULES[winner](pooled)
     assert got["scratch"]["threshold"] == threshold and got["scratch"]["seeds"] == 1
+    assert got["scratch"]["recipe"] == "scratch_x" and got[floor]["recipe"] == floor
     assert got["scratch"]["f1"] == pytest.approx(rules.f1_at(ds2, threshold))
     assert got[floor]["threshold"] == rules.RULES[winner](rows[floor]["threshold_curve"])
