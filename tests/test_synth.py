@@ -21,7 +21,7 @@ from heartlm.synth import corpus as corpus_module
 from heartlm.synth import synth_record, write_corpus
 from heartlm.synth.corpus import SynthConfig, record_kind, write_config, write_signal
 from heartlm.synth.noise import add_flutter_waves
-from heartlm.synth.patient import Patient
+from heartlm.synth.patient import Patient, draw_patient
 
 
 def _record_files(folder: Path) -> dict[str, bytes]:
@@ -376,7 +376,7 @@ def test_flutter_records_have_no_afib_and_no_pacing(afib_fraction):
     kinds = np.array([record_kind(i, config) for i in range(100)])
     assert kinds.sum(axis=1).max() == 1  # at most one kind per record
     # Pacing displaces flutter, sick sinus displaces AFIB, flutter displaces AFIB.
-    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40]  # afib, paced, sick, flutter
+    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40, 0]  # afib, paced, sick, flutter, …
 
 
 def test_ingest_labels_flutter_beats_afl_and_not_afib(tmp_path):
@@ -389,3 +389,93 @@ def test_ingest_labels_flutter_beats_afl_and_not_afib(tmp_path):
     afl, sinus = RHYTHMS.index("AFL"), RHYTHMS.index("N")
     assert set(rhythm.tolist()) == {afl, sinus} and (rhythm == afl).sum() >= 20
     assert afib_window_label(rhythm[rhythm == afl]) == 0
+
+
+def _beats_in(rec, aux: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times in s, symbols) of the beats inside `aux` episodes of a synthetic record."""
+    rhythm, times, symbols = "", [], []
+    for sample, sym, note in zip(rec.ann_sample, rec.ann_symbol, rec.ann_aux, strict=True):
+        if sym == "+":
+            rhythm = note
+        elif rhythm == aux:
+            times.append(sample / rec.fs)
+            symbols.append(sym)
+    return np.array(times), np.array(symbols)
+
+
+def _bigeminy_seed(every: int, symbol: str) -> int:
+    """A record index of corpus seed 11 whose bigeminy patient has this pattern."""
+    for i in range(100):
+        p = draw_patient(np.random.default_rng((11, i)), 300.0, 2, False, False, bigeminy=True)
+        if (p.bigeminy_every, p.bigeminy_symbol) == (every, symbol):
+            return i
+    raise AssertionError("no such patient")
+
+
+@pytest.mark.parametrize(("every", "aux"), [(2, "(B"), (3, "(T")])
+def test_ventricular_bigeminy_repeats_its_pattern_with_a_compensatory_pause(every, aux):
+    rec = synth_record(5.0, 250, (11, _bigeminy_seed(every, "V")), bigeminy=True)
+    assert aux in rec.ann_aux and "(AFIB" not in rec.ann_aux
+    t, sym = _beats_in(rec, aux)
+    assert len(t) > 60
+    v = np.flatnonzero(sym[1:-1] == "V") + 1
+    gaps = np.diff(v)
+    assert (gaps == every).mean() > 0.95  # every 2nd or 3rd beat, beats at the edges aside
+    before, after = t[v] - t[v - 1], t[v + 1] - t[v]
+    inside = (before < 2.0) & (after < 2.0)  # not across the gap between two episodes
+    before, after = before[inside], after[inside]
+    assert inside.mean() > 0.9
+    # The sinus node keeps its schedule: the RR around a PVC spans two sinus cycles.
+    rr = np.diff(t)
+    sinus_pairs = (sym[1:] == "N") & (sym[:-1] == "N") & (rr < 2.0)
+    sinus = np.median(rr[sinus_pairs]) if every == 3 else np.median(before + after) / 2
+    assert np.mean(np.abs(before + after - 2 * sinus) < 0.05 * 2 * sinus) > 0.95
+    coupling = before / sinus
+    assert 0.5 < np.median(coupling) < 0.8 and np.std(coupling) < 0.05  # a fixed coupling
+
+
+def test_atrial_bigeminy_resets_the_sinus_node_and_keeps_the_sinus_label():
+    seed = _bigeminy_seed(2, "A")
+    rec = synth_record(5.0, 250, (11, seed), bigeminy=True)
+    patient = draw_patient(np.random.default_rng((11, seed)), 300.0, 2, False, False, bigeminy=True)
+    sinus = 60.0 / patient.hr_bpm
+    assert not {"(B", "(T", "(AFIB"} & set(rec.ann_aux)  # sinus rhythm with premature beats
+    sym = np.array([s for s in rec.ann_symbol if s != "+"])
+    t = np.array([x for x, s in zip(rec.ann_sample, rec.ann_symbol, strict=True) if s != "+"])
+    a = np.flatnonzero(sym[1:-1] == "A") + 1
+    assert len(a) > 50 and (sym[a - 1] == "N").all()
+    before, after = (t[a] - t[a - 1]) / rec.fs, (t[a + 1] - t[a]) / rec.fs
+    assert np.median(before) < 0.85 * sinus  # premature
+    # The sinus node starts again from the premature beat: no compensatory pause.
+    assert 0.98 < np.median(after) / sinus < 1.12
+
+
+def test_bigeminy_leaves_every_other_record_byte_identical(tmp_path):
+    config = dict(records=4, minutes=0.5, fs=250, seed=5, afib_fraction=0.5,
+                  paced_fraction=0.25, sick_sinus_fraction=0.25)  # fmt: skip
+    write_config(tmp_path / "off", SynthConfig(**config), workers=1, overwrite=False)
+    assert _corpus_digest(tmp_path / "off") == GOLDEN_CORPUS
+    bigeminy = SynthConfig(**config, bigeminy_fraction=0.25)
+    kinds = [record_kind(i, bigeminy) for i in range(4)]
+    changed = [i for i, k in enumerate(kinds) if k.bigeminy]
+    assert len(changed) == 1
+    write_config(tmp_path / "on", bigeminy, workers=1, overwrite=False)
+    off, on = _record_files(tmp_path / "off"), _record_files(tmp_path / "on")
+    name = f"s{changed[0]:04d}"
+    assert [n for n in off if off[n] != on[n]] == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
+    assert "bigeminy=True" in on[f"{name}.hea"].decode()
+    counts = json.loads((tmp_path / "on" / "run.json").read_text())["counts"]
+    assert counts["bigeminy_records"] == 1
+
+
+def test_ingest_labels_ventricular_bigeminy_b_and_not_afib(tmp_path):
+    seed = _bigeminy_seed(2, "V")
+    config = SynthConfig(records=seed + 1, minutes=5.0, fs=250, seed=11, bigeminy_fraction=1.0,
+                         afib_fraction=0.0, paced_fraction=0.0)  # fmt: skip
+    assert record_kind(seed, config).bigeminy
+    write_config(tmp_path / "c", config, workers=1, overwrite=False)
+    ingest([tmp_path / "c" / f"s{seed:04d}"], tmp_path / "store", IngestConfig(workers=1))
+    rhythm = BeatStore(tmp_path / "store").table["rhythm"]
+    bigeminy = rhythm == RHYTHMS.index("B")
+    assert bigeminy.sum() >= 60 and set(rhythm.tolist()) == {RHYTHMS.index("N"), RHYTHMS.index("B")}
+    assert afib_window_label(rhythm[bigeminy]) == 0

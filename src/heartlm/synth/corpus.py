@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import wfdb
@@ -53,6 +54,10 @@ class SynthConfig:
     flutter_fraction: float = 0.0
     """share of records with atrial flutter episodes (sawtooth flutter waves at 240-340 per
     minute, conducted 2:1 to 4:1), labelled (AFL: a regular atrium beside AFIB's chaotic one"""
+    bigeminy_fraction: float = 0.0
+    """share of records with episodes of bigeminy or trigeminy (every 2nd or 3rd beat a
+    premature ventricular or atrial one, at a fixed coupling), labelled (B, (T or (N: an RR
+    that is irregular but regularly so, which is not AF"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:
@@ -80,6 +85,10 @@ class SynthConfig:
             raise HeartlmError(
                 f"--flutter-fraction must be in [0, 1], got {self.flutter_fraction:g}"
             )
+        if not 0 <= self.bigeminy_fraction <= 1:
+            raise HeartlmError(
+                f"--bigeminy-fraction must be in [0, 1], got {self.bigeminy_fraction:g}"
+            )
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
 
@@ -93,19 +102,28 @@ def _share(i: int, fraction: float, phase: float) -> bool:
     return int((i + 1) * fraction + phase) > int(i * fraction + phase)
 
 
-def record_kind(i: int, config: SynthConfig) -> tuple[bool, bool, bool, bool]:
-    """(afib, paced, sick sinus, flutter) of record i; a paced, sick-sinus or flutter record has
-    no AFIB, and a paced or sick-sinus record no flutter."""
+class RecordKind(NamedTuple):
+    afib: bool
+    paced: bool
+    sick: bool
+    flutter: bool
+    bigeminy: bool
+
+
+def record_kind(i: int, config: SynthConfig) -> RecordKind:
+    """What record i is; a paced, sick-sinus, flutter or bigeminy record has no AFIB, a paced
+    or sick-sinus record no flutter, and a paced, sick-sinus or flutter record no bigeminy."""
     paced = _share(i, config.paced_fraction, 0.5)
     sick = _share(i, config.sick_sinus_fraction, 0.25) and not paced
     flutter = _share(i, config.flutter_fraction, 0.75) and not (paced or sick)
-    afib = _share(i, config.afib_fraction, 0.0) and not (paced or sick or flutter)
-    return afib, paced, sick, flutter
+    bigeminy = _share(i, config.bigeminy_fraction, 0.9) and not (paced or sick or flutter)
+    afib = _share(i, config.afib_fraction, 0.0) and not (paced or sick or flutter or bigeminy)
+    return RecordKind(afib, paced, sick, flutter, bigeminy)
 
 
 def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     """Draw record i and write it into `folder`; returns its annotation symbol counts."""
-    afib, paced, sick, flutter = record_kind(i, config)
+    afib, paced, sick, flutter, bigeminy = record_kind(i, config)
     rec = synth_record(
         config.minutes,
         config.fs,
@@ -116,6 +134,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         noise=config.noise,
         sick_sinus=sick,
         flutter=flutter,
+        bigeminy=bigeminy,
     )
     name = record_name(i)
     write_signal(
@@ -128,6 +147,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
             f"heartlm synth seed={config.seed} record={i} afib={afib} paced={paced}"
             + (" sick_sinus=True" if sick else "")
             + (" flutter=True" if flutter else "")
+            + (" bigeminy=True" if bigeminy else "")
         ],
     )
     wfdb.wrann(
@@ -143,6 +163,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     counts["paced_records"] = int(paced)
     counts["sick_sinus_records"] = int(sick)
     counts["flutter_records"] = int(flutter)
+    counts["bigeminy_records"] = int(bigeminy)
     counts["afib_episodes"] = rec.ann_aux.count("(AFIB")
     counts["flutter_episodes"] = rec.ann_aux.count("(AFL")
     counts["samples"] = len(rec.signal)
@@ -253,6 +274,7 @@ def _summarise(totals: Counter[str], records: int) -> dict:
         "paced_records": totals["paced_records"],
         "flutter_records": totals["flutter_records"],
         "flutter_episodes": totals["flutter_episodes"],
+        "bigeminy_records": totals["bigeminy_records"],
     }
 
 

@@ -82,6 +82,12 @@ class Patient:
     flutter_cycle_s: float = 0.25  # atrial cycle of the flutter circuit
     flutter_block: tuple[float, float, float] = (1.0, 0.0, 0.0)  # P(2:1), P(3:1), P(4:1)
     flutter_mv: float = 0.15  # sawtooth amplitude (half its height, as fwave_mv is)
+    bigeminy: list[tuple[float, float]] = field(default_factory=list)
+    """episodes (start, end) in which every `bigeminy_every`-th beat is a premature
+    `bigeminy_symbol` beat at the patient's fixed coupling: an irregular RR that is not AF"""
+    bigeminy_every: int = 2  # 2: bigeminy, 3: trigeminy
+    bigeminy_symbol: str = "V"  # "V" (ventricular) or "A" (atrial)
+    bigeminy_coupling: float = 0.65  # premature beat's RR as a share of the sinus RR
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
     emg_mv: float = 0.02
@@ -100,6 +106,7 @@ def draw_patient(
     paced: bool,
     sick_sinus: bool = False,
     flutter: bool = False,
+    bigeminy: bool = False,
 ) -> Patient:
     u = rng.uniform
     # Ectopic burden is patchy across patients, as in MIT-BIH: many have almost none, a few many.
@@ -146,6 +153,12 @@ def draw_patient(
         p.flutter_cycle_s = 60.0 / u(240, 340)
         p.flutter_block = _flutter_block(rng)
         p.flutter_mv = u(0.08, 0.2)
+    elif bigeminy and not paced:  # also drawn last
+        p.afib = []
+        p.bigeminy = _afib_episodes(rng, duration_s)
+        p.bigeminy_every = 2 if u() < 0.6 else 3
+        p.bigeminy_symbol = "V" if u() < 0.7 else "A"
+        p.bigeminy_coupling = u(0.55, 0.75) if p.bigeminy_symbol == "V" else u(0.6, 0.8)
     return p
 
 

@@ -47,14 +47,17 @@ def synth_record(
     noise: float = 1.0,
     sick_sinus: bool = False,
     flutter: bool = False,
+    bigeminy: bool = False,
 ) -> SynthRecord:
     """Draw one patient and one recording of `minutes` at `fs` Hz.
 
     `seed` may be a sequence such as (corpus seed, record index): each gives an independent
     stream. `afib` adds AFIB episodes, `paced` makes a paced record, `sick_sinus` a patient
     with a slow, pausing sinus node and atrial ectopic beats in the majority, `flutter` atrial
-    flutter episodes instead of AFIB (ignored when paced or sick sinus). `noise` scales baseline
-    wander, muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay,
+    flutter episodes instead of AFIB (ignored when paced or sick sinus), `bigeminy` episodes of
+    ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
+    sinus or flutter). `noise` scales baseline wander, muscle and powerline noise (0 gives
+    a clean signal; f-waves and flutter waves stay,
     they are cardiac). A flag left off gives the same record as before the flag existed.
     """
     if leads not in (1, 2):
@@ -62,9 +65,8 @@ def synth_record(
     rng = np.random.default_rng(seed)
     duration = float(minutes) * 60.0
     n = round(duration * fs)
-    patient = draw_patient(
-        rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus, flutter=flutter
-    )
+    patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus,
+                           flutter=flutter, bigeminy=bigeminy)  # fmt: skip
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
 

@@ -13,6 +13,7 @@ MIN_RR_S = 0.28
 AFIB_VARIANT = 1  # templates["N"][1]: a conducted beat without a P wave
 FLUTTER_RATIOS = np.array([2, 3, 4])  # atrial cycles per conducted beat (AV block 2:1 to 4:1)
 NO_P_WAVE = ("(AFIB", "(AFL")  # rhythms whose conducted beats use AFIB_VARIANT
+BIGEMINY = "bigeminy"  # the episode kind; its rhythm annotation is bigeminy_aux's
 
 
 @dataclass
@@ -34,6 +35,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     else:
         segments, t = [], 0.0
         episodes = [(s, e, "(AFIB") for s, e in p.afib] + [(s, e, "(AFL") for s, e in p.flutter]
+        episodes += [(s, e, BIGEMINY) for s, e in p.bigeminy]
         for start, end, aux in sorted(episodes):
             if start > t:
                 segments.append(("(N", t, start))
@@ -50,6 +52,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
             "(AFL": _flutter,
             "(P": _paced,
             "(SBR": _sick_sinus,
+            BIGEMINY: _bigeminy,
         }[aux]
         t, s = draw(rng, p, max(start, last), end)
         t, s = t[t < end], s[t < end]
@@ -57,7 +60,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
             continue
         times.append(t)
         symbols.append(s)
-        auxes.append(aux)
+        auxes.append(bigeminy_aux(p) if aux == BIGEMINY else aux)
         last = float(t[-1])
     time = np.concatenate(times) if times else np.zeros(0)
     symbol = np.concatenate(symbols) if symbols else np.zeros(0, "<U1")
@@ -145,6 +148,38 @@ def _sick_sinus(
     )
     t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
     return t, np.where(ectopic, "A", "N").astype("<U1")
+
+
+def bigeminy_aux(p: Patient) -> str:
+    """The rhythm annotation of a bigeminy episode, as MIT-BIH writes it: `(B` ventricular
+    bigeminy, `(T` ventricular trigeminy; atrial bigeminy has no rhythm code of its own
+    there (a sinus rhythm with premature atrial beats), so `(N`."""
+    if p.bigeminy_symbol != "V":
+        return "(N"
+    return "(B" if p.bigeminy_every == 2 else "(T"
+
+
+def _bigeminy(
+    rng: np.random.Generator, p: Patient, last: float, end: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every `bigeminy_every`-th beat premature, at the patient's coupling (jittered by 0.02 of
+    a sinus RR). A ventricular one leaves the sinus node on schedule: the sinus beat it hides
+    is not conducted, and the next comes one sinus RR after that (full compensatory pause).
+    An atrial one resets the sinus node, which fires again 1.0-1.1 sinus RR after it."""
+    sinus_rr = 60.0 / p.hr_bpm
+    cycles = int((end - last) / (sinus_rr * (p.bigeminy_every - 1 + p.bigeminy_coupling))) + 2
+    times, symbols, t = [], [], last
+    for _ in range(cycles):
+        for _ in range(p.bigeminy_every - 1):
+            t += sinus_rr * rng.normal(1.0, 0.02)
+            times.append(t)
+            symbols.append("N")
+        rr = sinus_rr * rng.normal(1.0, 0.02)
+        early = t + max(rr * (p.bigeminy_coupling + rng.normal(0.0, 0.02)), MIN_RR_S)
+        times.append(early)
+        symbols.append(p.bigeminy_symbol)
+        t = t + rr if p.bigeminy_symbol == "V" else early + sinus_rr * (rng.uniform(1.0, 1.1) - 1.0)
+    return np.array(times), np.array(symbols, dtype="<U1")
 
 
 def _afib(
