@@ -25,11 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from heartlm.labelled.metrics import best_threshold, pooled_curve
+from heartlm.labelled.metrics import best_threshold, plateau_threshold, pooled_curve
 
 Curve = list[dict[str, float]]
-PLATEAU = 0.01
-"""`plateau`: thresholds whose pooled F1 is within this of the best are as good."""
 
 
 def _best(curve: Curve) -> float:
@@ -37,12 +35,7 @@ def _best(curve: Curve) -> float:
 
 
 def _plateau(curve: Curve) -> float:
-    """The middle (median) of the thresholds within PLATEAU of the best F1: a threshold
-    that a small shift of the scores does not push off the edge of the good range."""
-    scored = pooled_curve([curve])
-    top = max(p["f1"] for p in scored)
-    return float(statistics.median_low([p["threshold"] for p in scored
-                                        if p["f1"] >= top - PLATEAU]))  # fmt: skip
+    return plateau_threshold([curve])[0]
 
 
 def _default(curve: Curve) -> float:

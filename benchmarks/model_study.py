@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2, MITDB_PACED
-from heartlm.labelled.metrics import best_threshold, pooled_curve
+from heartlm.labelled.metrics import plateau_threshold, pooled_curve
 from heartlm.runinfo import versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,11 +189,13 @@ context, then pooled over the scored window), and `final_afib` scores what won."
 assert not any(re.fullmatch(r".+_views\d+", name) for name in CONFIGS), "reserved suffix"
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
+BIGEMINY = ["--bigeminy-fraction", 1, "--afib-fraction", 0, "--paced-fraction", 0]
 PATIENTS = {
     "synth_sick": (7, SICK_SINUS),
     "synth_sick_test": (8, SICK_SINUS),
     "synth_flutter": (9, FLUTTER),
     "synth_flutter_test": (10, FLUTTER),
+    "synth_bigeminy": (11, BIGEMINY),
 }
 """Synthetic patients DS1 lacks, 20 x 10 min per folder (`heartlm synth` seed, flags).
 
@@ -204,9 +206,16 @@ PATIENTS = {
   flutter cycle: 2:1 to 4:1 block), half with AF episodes. A model trained on DS1 alone calls
   flutter with variable block AFIB (irregular RR, no P waves); these teach the difference.
 
+- bigeminy (round 27, AFIB only): episodes of ventricular or atrial bigeminy and trigeminy at
+  a fixed coupling, no AF. On the AFIB folds the transformers' false alarms fall in the
+  ectopy-rich records (203, 223, 208), and RR-based AF detectors are known to call bigeminy
+  AF; the rhythm inputs hide the QRS shape, so the model has to learn it from the rhythm.
+
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
-ones are held-out generalisation checks, never trained on."""
+ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in
+the AFIB token folder only, for the configurations that name them."""
 TRAIN_SYNTHETIC = ("synth_sick", "synth_flutter")
+AFIB_ONLY_SYNTHETIC = ("synth_bigeminy",)
 HELD_OUT = {"sick": "tok_sick_test", "flutter": "tok_flutter_test"}
 """Token folders of the held-out synthetic patients (`synth_<kind>_test`), by kind."""
 SELECT_FRACTION = 0.1
@@ -292,6 +301,18 @@ AFIB_CONFIGS |= {
     f"{name}{PATIENTS_SUFFIX}{extra}": [*flags, *more]
     for extra, more in (("", []), ("_epochs19", PATIENTS_EPOCHS))
     for name, flags in list(AFIB_CONFIGS.items())
+}
+BIGEMINY_SUFFIX = "_bigeminy"
+"""Round 27: the patients-only recipes with the steps of the others, trained on the synthetic
+bigeminy patients too (PATIENTS; AFIB_TRAIN_SYNTHETIC). The 5-epoch patients-only recipes
+(3.75 times fewer steps, and the worst fold-to-fold thresholds in round 26) and the recipes
+with the general corpus (below the patients-only floor on DS2 in rounds 24-26) are dropped,
+so that the folds compare each initialisation with and without the bigeminy patients."""
+AFIB_CONFIGS = {
+    f"{name}{extra}": [*flags]
+    for name, flags in AFIB_CONFIGS.items()
+    if name.endswith(f"{PATIENTS_SUFFIX}_epochs19")
+    for extra in ("", BIGEMINY_SUFFIX)
 }
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
@@ -484,7 +505,8 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
                   done=f"store_{kind}_test")  # fmt: skip
         r.heartlm("tokenize", f"store_{kind}_test", "--out", tokens, "--codebook", "tok_pre",
                   done=tokens)  # fmt: skip
-    r.heartlm("ingest", *real, "synth", *TRAIN_SYNTHETIC, "--out", "store_afib", done="store_afib")
+    r.heartlm("ingest", *real, "synth", *TRAIN_SYNTHETIC, *AFIB_ONLY_SYNTHETIC, "--out",
+              "store_afib", done="store_afib")  # fmt: skip
     r.heartlm(
         "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
     )
@@ -804,14 +826,15 @@ def _afib_training_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
     """The records an AFIB model or floor trains on for DS2: every real record of the AFIB
     token folder (it holds none of DS2) and the `synthetic` folders' records, in the folder's
     order (with every synthetic folder: all its records, as the floors of earlier rounds)."""
-    return [k for k in _afib_keys(data) if k.startswith(synthetic) or not k.startswith(SYNTHETIC)]
+    keys = _afib_keys(data)
+    return [k for k in keys if k.startswith(synthetic) or not k.startswith(ANY_SYNTHETIC)]
 
 
 def _afib_training_records(data: Any, config: str) -> list[str]:
-    """`--records` for an AFIB configuration's DS2 runs: none (the whole token folder, as
-    every round before 24 trained) unless it trains on other synthetic folders."""
-    synthetic = _afib_synthetic(config)
-    return [] if synthetic == SYNTHETIC else ["--records", *_afib_training_keys(data, synthetic)]
+    """`--records` for an AFIB configuration's DS2 runs: none where that is the whole token
+    folder (as every round before 24 trained), else its records."""
+    keys = _afib_training_keys(data, _afib_synthetic(config))
+    return [] if len(keys) == len(_afib_keys(data)) else ["--records", *keys]
 
 
 def _false_alarms(counts: dict[str, int]) -> float:
@@ -854,10 +877,15 @@ def _afib_floor_with_held_out(
 
 SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
 """Token-folder keys of synthetic records: AFIB selection trains on them in both folds."""
+ANY_SYNTHETIC = (*SYNTHETIC, *(f"{folder}/" for folder in AFIB_ONLY_SYNTHETIC))
+"""Token-folder keys of every synthetic record of the AFIB token folder: never scored, never
+in a fold of real records."""
 PATIENTS_ONLY = tuple(f"{folder}/" for folder in TRAIN_SYNTHETIC)
 """The synthetic patients that DS1 lacks (PATIENTS) without the general `synth` corpus."""
 AFIB_TRAIN_SYNTHETIC: dict[str, tuple[str, ...]] = {
-    name: PATIENTS_ONLY for name in AFIB_CONFIGS if PATIENTS_SUFFIX in name
+    name: PATIENTS_ONLY + ((f"{AFIB_ONLY_SYNTHETIC[0]}/",) if BIGEMINY_SUFFIX in name else ())
+    for name in AFIB_CONFIGS
+    if PATIENTS_SUFFIX in name
 }
 """The synthetic folders an AFIB configuration trains on, where not all of SYNTHETIC (round
 24). A CPU probe of the LightGBM floor on the AFIB folds (rhythm inputs, context 128, seeds
@@ -896,7 +924,7 @@ def afib_folds(data: Any) -> tuple[list[str], list[str]]:
     halves: tuple[list[str], list[str]] = ([], [])
     rest = []
     for i, key in enumerate(_afib_keys(data)):
-        if key.startswith(SYNTHETIC):
+        if key.startswith(ANY_SYNTHETIC):
             continue
         if key in ("mitdb/201",):
             halves[0].append(key)
@@ -980,15 +1008,22 @@ def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[
 
 
 def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
-    """The AFIB decision threshold with the best window F1 pooled over the folds' reports
-    (`threshold_counts`), and that F1: chosen on the folds, used on DS2 as it is. The pooled
-    curve and each fold's are kept beside it, so that another rule for choosing the
-    threshold (one that carries from one fold to the other better) can be tried on the
-    folds' results later without training again (DS2's rows keep their curves too)."""
+    """The AFIB decision threshold chosen on the window F1 pooled over the folds' reports
+    (`threshold_counts`) by THRESHOLD_RULE, and the F1 there: used on DS2 as it is. The
+    pooled curve and each fold's are kept beside it, so that another rule can be tried on
+    the folds' results later without training again (DS2's rows keep their curves too)."""
     curves = [rep["threshold_counts"] for rep in reports]
-    threshold, f1 = best_threshold(curves)
+    threshold, f1 = THRESHOLD_RULE(curves)
     return {"threshold": threshold, "threshold_f1": f1, "threshold_curve": pooled_curve(curves),
             "fold_curves": curves}  # fmt: skip
+
+
+THRESHOLD_RULE = plateau_threshold
+"""How the folds choose an AFIB threshold: until round 26 the best pooled F1
+(`metrics.best_threshold`); from round 27 the middle of the thresholds within 0.01 of it
+(`metrics.plateau_threshold`), which won when each rule was fitted on one fold and scored on
+the other (round 26, `afib_threshold_rules.py`: 0.849 against 0.802 over 12 configurations,
+decided on the folds before DS2's curves were read)."""
 
 
 def _best_afib(rows: dict[str, Any], init: str) -> str:

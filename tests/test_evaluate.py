@@ -92,6 +92,22 @@ def test_the_threshold_with_the_best_pooled_f1_is_chosen_over_both_folds():
     assert threshold == 0.2 and f1 == pytest.approx(10 / 12)
 
 
+def test_the_plateau_threshold_is_the_middle_of_the_near_best_ones():
+    # 10 AF windows scored 0.62-0.98 (steps of 0.04) and 20 others 0.0-0.38: every threshold
+    # from 0.4 to 0.6 separates them (F1 1); 0.65 loses one AF window (F1 18/19 = 0.947).
+    labels = np.r_[np.ones(10), np.zeros(20)]
+    scores = np.r_[np.linspace(0.62, 0.98, 10), np.linspace(0.0, 0.38, 20)]
+    curve = metrics.threshold_counts(labels, scores)
+    perfect = [0.4, 0.45, 0.5, 0.55, 0.6]
+    assert [r["threshold"] for r in metrics.pooled_curve([curve]) if r["f1"] == 1.0] == perfect
+    assert metrics.plateau_threshold([curve]) == (0.5, 1.0)
+    # Pooled with a fold whose own best is a lone spike at 0.995, the middle of the range
+    # the folds share is taken.
+    spike = metrics.threshold_counts(np.array([1, 0]), np.array([0.999, 0.99]))
+    assert metrics.best_threshold([spike])[0] == 0.995
+    assert metrics.plateau_threshold([curve, spike])[0] == 0.5
+
+
 def test_the_pooled_curve_sums_the_folds_counts_at_each_threshold():
     one = metrics.threshold_counts(np.array([1, 1, 0, 0]), np.array([0.9, 0.4, 0.6, 0.1]))
     two = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.8]))

@@ -109,6 +109,24 @@ def best_threshold(curves: list[list[dict[str, float]]]) -> tuple[float, float]:
     return float(best["threshold"]), float(best["f1"])
 
 
+PLATEAU = 0.01
+"""`plateau_threshold`: thresholds whose pooled F1 is within this of the best are as good."""
+
+
+def plateau_threshold(
+    curves: list[list[dict[str, float]]], within: float = PLATEAU
+) -> tuple[float, float]:
+    """(threshold, F1) at the middle (lower median) of the thresholds whose pooled F1 is
+    within `within` of the best: a threshold that a small shift of the scores does not push
+    off the edge of the good range. On the model study's AFIB folds it carried from one fold
+    to the other better than the best one (benchmarks/README.md, round 26)."""
+    pooled = pooled_curve(curves)
+    top = max(p["f1"] for p in pooled)
+    near = [p for p in pooled if p["f1"] >= top - within]
+    middle = near[(len(near) - 1) // 2]
+    return float(middle["threshold"]), float(middle["f1"])
+
+
 def binary_scores(labels: np.ndarray, scores: np.ndarray, threshold: float = 0.5) -> dict:
     """F1, Se, +P at `threshold` and AUROC of a positive-class score (AFIB windows)."""
     labels = np.asarray(labels).astype(bool)
