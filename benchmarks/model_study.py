@@ -314,6 +314,30 @@ AFIB_CONFIGS = {
     if name.endswith(f"{PATIENTS_SUFFIX}_epochs19")
     for extra in ("", BIGEMINY_SUFFIX)
 }
+LONG_CONTEXT = 256
+"""Round 28: the two 19-epoch patients-only recipes as they are and with 256 beats of context
+instead of 128 (the `best` encoder was pretrained on 256-beat windows); the floor beside each
+sees the same context. The issue asks for record-level context that a 128-beat window
+cannot see; round 12 found 128 beats of context better than none on the folds. Round 27's
+bigeminy recipes lost on the folds and are dropped."""
+
+
+def _with_context(flags: list[str], context: int) -> list[str]:
+    """An AFIB configuration's flags with `context` beats of training window."""
+    out = [*flags]
+    out[out.index("--window") + 1] = str(context)
+    return out
+
+
+AFIB_CONFIGS = {
+    new: new_flags
+    for name, flags in AFIB_CONFIGS.items()
+    if not name.endswith(BIGEMINY_SUFFIX)
+    for new, new_flags in (
+        (name, flags),
+        (name.replace("context128", f"context{LONG_CONTEXT}"), _with_context(flags, LONG_CONTEXT)),
+    )
+}
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
