@@ -108,9 +108,9 @@ def _mean_std(feats: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def window_inputs(
     data: TokenData, records: list[int], window: int, inputs: str = "all", context: int = 0
 ) -> tuple[np.ndarray, ...]:
-    """(inputs, labels) of the non-overlapping windows `heartlm evaluate` scores for AFIB; with
-    `context` > `window`, the same statistics over the context window around each (as
-    `evaluate --afib-window` shows the transformer) are added."""
+    """(inputs, labels, record indices) of the non-overlapping windows `heartlm evaluate`
+    scores for AFIB; with `context` > `window`, the same statistics over the context window
+    around each (as `evaluate --afib-window` shows the transformer) are added."""
     streams = streams_of(data)
     if context > window:
         w = cut_context_windows(streams, records, context, window)
@@ -123,7 +123,12 @@ def window_inputs(
     if context > window:
         columns.append(_mean_std(feats, ~w.pad))
     keep = w.window_label != IGNORE
-    return np.concatenate(columns, axis=1)[keep], w.window_label[keep]
+    return np.concatenate(columns, axis=1)[keep], w.window_label[keep], w.record[keep]
+
+
+def _record_names(data: TokenData) -> list[str]:
+    """Record names as `heartlm evaluate` shows them: DB/NAME where two databases share one."""
+    return _keys(data) if len(set(data.records)) < len(data.records) else list(data.records)
 
 
 def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -187,17 +192,22 @@ def afib_floors(
     trained on `train` (record names) with a seeded `fraction` of the training windows'
     labels; windows called AFIB from `threshold`, and counted at every threshold of
     `metrics.AFIB_THRESHOLDS` (`threshold_counts`), as `heartlm evaluate` does."""
-    x_tr, y_tr = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
+    x_tr, y_tr, _ = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
     model = _fit(x_tr, y_tr, 2, seed, threads)
     reports = []
     for test_data, test in tests:
-        x_te, y_te = window_inputs(test_data, _indices(test_data, test), window, inputs, context)
+        x_te, y_te, record = window_inputs(
+            test_data, _indices(test_data, test), window, inputs, context
+        )
         scores = model.predict(x_te)
         report = metrics.binary_scores(y_te, scores, threshold)
-        reports.append({**report, "threshold_counts": metrics.threshold_counts(y_te, scores)})
+        per_record = metrics.per_record_afib(y_te, scores >= threshold, record,
+                                             _record_names(test_data))  # fmt: skip
+        reports.append({**report, "threshold_counts": metrics.threshold_counts(y_te, scores),
+                        "per_record": per_record})  # fmt: skip
     return reports
 
 

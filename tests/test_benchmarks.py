@@ -768,13 +768,31 @@ def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_win
     data = _mitdb()
     n = len(data.morph)
     data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
-    plain_x, plain_y = tree_floor.window_inputs(data, [0, 1], 32, "all")
-    x, y = tree_floor.window_inputs(data, [0, 1], 32, "all", context=128)
+    plain_x, plain_y, plain_record = tree_floor.window_inputs(data, [0, 1], 32, "all")
+    x, y, record = tree_floor.window_inputs(data, [0, 1], 32, "all", context=128)
     np.testing.assert_array_equal(y, plain_y)  # the same scored windows and labels
     assert x.shape == (len(plain_x), 2 * plain_x.shape[1])
     np.testing.assert_allclose(x[:, : plain_x.shape[1]], plain_x, rtol=1e-6)
     # The context half is the statistics of 128 beats: not the window's own.
     assert not np.allclose(x[:, plain_x.shape[1] :], plain_x)
+    np.testing.assert_array_equal(record, plain_record)  # each window's record, in order
+    assert len(record) == len(y) and set(record.tolist()) == {0, 1}
+
+
+def test_the_afib_floor_reports_each_test_record(monkeypatch: pytest.MonkeyPatch):
+    data = _mitdb()
+    n = len(data.morph)
+    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)  # half AFIB
+    monkeypatch.setattr(tree_floor, "_fit", lambda *args: _NoAfib())
+    test = [MITDB_DS2[0], MITDB_DS2[1]]
+    (report,) = tree_floor.afib_floors(data, list(MITDB_DS1), [(data, test)], window=16)
+    rows = {row["record"]: row for row in report["per_record"]}
+    assert set(rows) == set(test)
+    assert rows[test[0]]["n_afib"] > 0 and rows[test[1]]["n_afib"] == 0
+    for row in rows.values():  # the stand-in calls nothing AFIB: every AFIB window missed
+        assert (row["tp"], row["fp"], row["fn"]) == (0, 0, row["n_afib"])
+    total = sum(report[k] for k in ("tp", "fp", "fn", "tn"))
+    assert sum(row["n_windows"] for row in rows.values()) == total
 
 
 def test_afib_column_sets_hide_what_their_names_say():
