@@ -56,6 +56,13 @@ def _mitdb(general_synth: int = 0, bigeminy: int = 0) -> TokenData:
     )
 
 
+def _half_afib(general_synth: int = 0, bigeminy: int = 0) -> TokenData:
+    """`_mitdb` with every other record in AFIB."""
+    data = _mitdb(general_synth, bigeminy)
+    data.rhythm_label = np.where(np.arange(len(data.morph)) % 100 < 50, 2, 1).astype(np.int8)
+    return data
+
+
 def _db(name: str, general: list[str]) -> str:
     if name.startswith("b"):
         return "synth_bigeminy"
@@ -86,6 +93,16 @@ class _Runner:
         return []
 
 
+def _counting_fit(fits: list[int]):
+    """A stand-in for tree_floor._fit that records each tree's training rows."""
+
+    def fit(x, y, n_classes, seed, threads):
+        fits.append(len(y))
+        return _NoAfib()
+
+    return fit
+
+
 class _Transformers(_Runner):
     """Every transformer run 'predicts' one correct beat of each class."""
 
@@ -97,6 +114,23 @@ class _Transformers(_Runner):
 
     def evaluate(self, *args) -> dict:
         return {"confusion": np.eye(5, dtype=int).tolist()}
+
+
+class _RecordingAfib(_Transformers):
+    """Records each fine-tuning run's flags; every AFIB evaluation finds its one AF window
+    from a threshold of 0.7 down."""
+
+    CURVE = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.1]))
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.tuned = work, {}
+
+    def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+        self.tuned[name] = [str(x) for x in extra]
+
+    def evaluate(self, name, folder, *args) -> dict:
+        counts = {"tp": 1, "fp": 0, "fn": 0, "tn": 9}
+        return {"counts": counts, "afib": {}, "per_record": [], "threshold_counts": self.CURVE}
 
 
 def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_of_ds2(
@@ -452,9 +486,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
             return {"counts": counts[folder], "afib": {}, "per_record": [row],
                     "threshold_counts": low if "scratch" in name else high}  # fmt: skip
 
-    data = _mitdb()
-    n = len(data.morph)
-    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)  # half AFIB
+    data = _half_afib()
     fits: list[int] = []
 
     def fit(x, y, n_classes, seed, threads):
@@ -576,27 +608,9 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
 def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_its_floor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    data = _mitdb(general_synth=3)
-    n = len(data.morph)
-    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
+    data = _half_afib(general_synth=3)
     fits: list[int] = []
-
-    def fit(x, y, n_classes, seed, threads):
-        fits.append(len(y))
-        return _NoAfib()
-
-    best = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.1]))
-
-    class Recording(_Transformers):
-        def __init__(self) -> None:
-            self.work, self.tuned = tmp_path, {}
-
-        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
-            self.tuned[name] = [str(x) for x in extra]
-
-        def evaluate(self, name, folder, *args) -> dict:
-            counts = {"tp": 1, "fp": 0, "fn": 0, "tn": 9}
-            return {"counts": counts, "afib": {}, "per_record": [], "threshold_counts": best}
+    fit = _counting_fit(fits)
 
     def records(extra: list[str]) -> list[str]:
         if "--records" not in extra:
@@ -617,7 +631,7 @@ def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_i
     })  # fmt: skip
     monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC",
                         {patients: model_study.PATIENTS_ONLY})  # fmt: skip
-    selecting = Recording()
+    selecting = _RecordingAfib(tmp_path)
     selected = model_study.select_afib(selecting)
     for name, extra in selecting.tuned.items():
         keys = records(extra)
@@ -637,7 +651,7 @@ def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_i
     # the floor beside it likewise, and the ledger's flags say so.
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": rows}))
     fits.clear()
-    final = Recording()
+    final = _RecordingAfib(tmp_path)
     result = model_study.final_afib(final)
     pretrained = [extra for name, extra in final.tuned.items() if "_pretrained_" in name]
     scratch = [extra for name, extra in final.tuned.items() if "_scratch_" in name]
@@ -658,33 +672,10 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     """The AFIB-only synthetic folder sits in the AFIB token folder beside the others: it is
     never a fold's real record, and a configuration without it (and its floor) trains as it
     did before the folder existed, on DS2 too."""
-
-    def afib_every_other_record(bigeminy: int) -> TokenData:
-        data = _mitdb(general_synth=2, bigeminy=bigeminy)
-        n = len(data.morph)
-        data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
-        return data
-
-    data, without = afib_every_other_record(2), afib_every_other_record(0)
+    data, without = _half_afib(general_synth=2, bigeminy=2), _half_afib(general_synth=2)
     assert model_study.afib_folds(data) == model_study.afib_folds(without)  # in no fold
     fits: list[int] = []
-
-    def fit(x, y, n_classes, seed, threads):
-        fits.append(len(y))
-        return _NoAfib()
-
-    best = metrics.threshold_counts(np.array([1, 0]), np.array([0.7, 0.1]))
-
-    class Recording(_Transformers):
-        def __init__(self) -> None:
-            self.work, self.tuned = tmp_path, {}
-
-        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
-            self.tuned[name] = [str(x) for x in extra]
-
-        def evaluate(self, name, folder, *args) -> dict:
-            counts = {"tp": 1, "fp": 0, "fn": 0, "tn": 9}
-            return {"counts": counts, "afib": {}, "per_record": [], "threshold_counts": best}
+    fit = _counting_fit(fits)
 
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
@@ -698,7 +689,7 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     })  # fmt: skip
     with_bigeminy = (*model_study.PATIENTS_ONLY, "synth_bigeminy/")
     monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC", {bigeminy: with_bigeminy})
-    selecting = Recording()
+    selecting = _RecordingAfib(tmp_path)
     rows = model_study.select_afib(selecting)["afib"]
     for name, extra in selecting.tuned.items():
         assert ("synth_bigeminy/b0000" in extra) == (bigeminy in name), name
@@ -712,7 +703,7 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: without)
     monkeypatch.setattr(model_study, "AFIB_CONFIGS", {default: ["--from-scratch",
                         *model_study.RHYTHM, *context]})  # fmt: skip
-    model_study.select_afib(Recording())
+    model_study.select_afib(_RecordingAfib(tmp_path))
     assert fits == default_fits
     # On DS2 the default recipe names its records now: every one but the bigeminy patients.
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
@@ -765,9 +756,7 @@ def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
 
 
 def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_windows():
-    data = _mitdb()
-    n = len(data.morph)
-    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)
+    data = _half_afib()
     plain_x, plain_y, plain_record = tree_floor.window_inputs(data, [0, 1], 32, "all")
     x, y, record = tree_floor.window_inputs(data, [0, 1], 32, "all", context=128)
     np.testing.assert_array_equal(y, plain_y)  # the same scored windows and labels
@@ -780,9 +769,7 @@ def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_win
 
 
 def test_the_afib_floor_reports_each_test_record(monkeypatch: pytest.MonkeyPatch):
-    data = _mitdb()
-    n = len(data.morph)
-    data.rhythm_label = np.where(np.arange(n) % 100 < 50, 2, 1).astype(np.int8)  # half AFIB
+    data = _half_afib()
     monkeypatch.setattr(tree_floor, "_fit", lambda *args: _NoAfib())
     test = [MITDB_DS2[0], MITDB_DS2[1]]
     (report,) = tree_floor.afib_floors(data, list(MITDB_DS1), [(data, test)], window=16)

@@ -346,19 +346,30 @@ def _corpus_digest(folder: Path) -> str:
 GOLDEN_CORPUS = "be91953a831307151e80897da286cdd31176a57f4888fd071887c9c8360e40dd"
 
 
-def test_flutter_leaves_every_other_record_byte_identical(tmp_path):
-    config = dict(records=4, minutes=0.5, fs=250, seed=5, afib_fraction=0.5,
-                  paced_fraction=0.25, sick_sinus_fraction=0.25)  # fmt: skip
-    write_config(tmp_path / "off", SynthConfig(**config), workers=1, overwrite=False)
+GOLDEN_CONFIG = dict(records=4, minutes=0.5, fs=250, seed=5, afib_fraction=0.5,
+                     paced_fraction=0.25, sick_sinus_fraction=0.25)  # fmt: skip
+"""The corpus GOLDEN_CORPUS digests."""
+
+
+def _changed_by(tmp_path: Path, **extra: float) -> tuple[list[str], dict[str, bytes], dict]:
+    """The files of the golden corpus (its digest checked first) that `extra` changes, the
+    changed corpus's files, and its run.json counts."""
+    write_config(tmp_path / "off", SynthConfig(**GOLDEN_CONFIG), workers=1, overwrite=False)
     assert _corpus_digest(tmp_path / "off") == GOLDEN_CORPUS
-    flutter = SynthConfig(**config, flutter_fraction=0.25)
-    assert [record_kind(i, flutter)[3] for i in range(4)] == [True, False, False, False]
-    write_config(tmp_path / "on", flutter, workers=1, overwrite=False)
+    on_config = SynthConfig(**GOLDEN_CONFIG, **extra)
+    write_config(tmp_path / "on", on_config, workers=1, overwrite=False)
     off, on = _record_files(tmp_path / "off"), _record_files(tmp_path / "on")
     assert off.keys() == on.keys()
-    assert [n for n in off if off[n] != on[n]] == ["s0000.atr", "s0000.dat", "s0000.hea"]
-    assert "flutter=True" in on["s0000.hea"].decode()
     counts = json.loads((tmp_path / "on" / "run.json").read_text())["counts"]
+    return [n for n in off if off[n] != on[n]], on, counts
+
+
+def test_flutter_leaves_every_other_record_byte_identical(tmp_path):
+    flutter = SynthConfig(**GOLDEN_CONFIG, flutter_fraction=0.25)
+    assert [record_kind(i, flutter)[3] for i in range(4)] == [True, False, False, False]
+    changed, on, counts = _changed_by(tmp_path, flutter_fraction=0.25)
+    assert changed == ["s0000.atr", "s0000.dat", "s0000.hea"]
+    assert "flutter=True" in on["s0000.hea"].decode()
     assert counts["flutter_records"] == 1 and counts["flutter_episodes"] >= 1
     a, b = synth_record(0.5, 250, (4, 0)), synth_record(0.5, 250, (4, 0), flutter=False)
     assert np.array_equal(a.signal, b.signal) and np.array_equal(a.ann_sample, b.ann_sample)
@@ -451,20 +462,14 @@ def test_atrial_bigeminy_resets_the_sinus_node_and_keeps_the_sinus_label():
 
 
 def test_bigeminy_leaves_every_other_record_byte_identical(tmp_path):
-    config = dict(records=4, minutes=0.5, fs=250, seed=5, afib_fraction=0.5,
-                  paced_fraction=0.25, sick_sinus_fraction=0.25)  # fmt: skip
-    write_config(tmp_path / "off", SynthConfig(**config), workers=1, overwrite=False)
-    assert _corpus_digest(tmp_path / "off") == GOLDEN_CORPUS
-    bigeminy = SynthConfig(**config, bigeminy_fraction=0.25)
+    bigeminy = SynthConfig(**GOLDEN_CONFIG, bigeminy_fraction=0.25)
     kinds = [record_kind(i, bigeminy) for i in range(4)]
-    changed = [i for i, k in enumerate(kinds) if k.bigeminy]
-    assert len(changed) == 1
-    write_config(tmp_path / "on", bigeminy, workers=1, overwrite=False)
-    off, on = _record_files(tmp_path / "off"), _record_files(tmp_path / "on")
-    name = f"s{changed[0]:04d}"
-    assert [n for n in off if off[n] != on[n]] == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
+    chosen = [i for i, k in enumerate(kinds) if k.bigeminy]
+    assert len(chosen) == 1
+    changed, on, counts = _changed_by(tmp_path, bigeminy_fraction=0.25)
+    name = f"s{chosen[0]:04d}"
+    assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
     assert "bigeminy=True" in on[f"{name}.hea"].decode()
-    counts = json.loads((tmp_path / "on" / "run.json").read_text())["counts"]
     assert counts["bigeminy_records"] == 1
 
 
