@@ -103,6 +103,23 @@ def _counting_fit(fits: list[int]):
     return fit
 
 
+def _two_afib_recipes(monkeypatch: pytest.MonkeyPatch, data: TokenData, fit, other: str) -> str:
+    """The model study on `data` (one seed, all labels, `fit` for the floors' trees) with two
+    AFIB recipes on rhythm inputs and 128 beats of context: scratch, whose name it returns,
+    and a pretrained one named `other`."""
+    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
+    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
+    default = "scratch_rhythm_context128"
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+        default: ["--from-scratch", *model_study.RHYTHM, *context],
+        other: [*model_study.RHYTHM, *context],
+    })  # fmt: skip
+    return default
+
+
 class _Transformers(_Runner):
     """Every transformer run 'predicts' one correct beat of each class."""
 
@@ -619,16 +636,8 @@ def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_i
         end = next((i for i in range(start, len(extra)) if extra[i].startswith("--")), len(extra))
         return extra[start:end]
 
-    monkeypatch.setattr(tree_floor, "_fit", fit)
-    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
-    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
-    default, patients = "scratch_rhythm_context128", "pretrained_best_rhythm_context128_patients"
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
-        default: ["--from-scratch", *model_study.RHYTHM, *context],
-        patients: [*model_study.RHYTHM, *context],
-    })  # fmt: skip
+    patients = "pretrained_best_rhythm_context128_patients"
+    default = _two_afib_recipes(monkeypatch, data, fit, patients)
     monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC",
                         {patients: model_study.PATIENTS_ONLY})  # fmt: skip
     selecting = _RecordingAfib(tmp_path)
@@ -677,16 +686,8 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     fits: list[int] = []
     fit = _counting_fit(fits)
 
-    monkeypatch.setattr(tree_floor, "_fit", fit)
-    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
-    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
-    default, bigeminy = "scratch_rhythm_context128", "pretrained_best_rhythm_context128_bigeminy"
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
-        default: ["--from-scratch", *model_study.RHYTHM, *context],
-        bigeminy: [*model_study.RHYTHM, *context],
-    })  # fmt: skip
+    bigeminy = "pretrained_best_rhythm_context128_bigeminy"
+    default = _two_afib_recipes(monkeypatch, data, fit, bigeminy)
     with_bigeminy = (*model_study.PATIENTS_ONLY, "synth_bigeminy/")
     monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC", {bigeminy: with_bigeminy})
     selecting = _RecordingAfib(tmp_path)
@@ -701,8 +702,8 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     default_fits = fits[:2]
     fits.clear()
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: without)
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {default: ["--from-scratch",
-                        *model_study.RHYTHM, *context]})  # fmt: skip
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS",
+                        {default: model_study.AFIB_CONFIGS[default]})  # fmt: skip
     model_study.select_afib(_RecordingAfib(tmp_path))
     assert fits == default_fits
     # On DS2 the default recipe names its records now: every one but the bigeminy patients.
