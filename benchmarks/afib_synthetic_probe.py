@@ -4,8 +4,9 @@ A CPU probe behind model_study's AFIB_TRAIN_SYNTHETIC (round 24): the LightGBM f
 inputs, 128 beats of context) on the two AFIB folds of the real records outside DS2
 (`model_study.afib_folds`), trained with every synthetic folder, with the sick-sinus and
 flutter/AF patients and GENERAL of the 100 general `synth` records, and with the patients
-alone; three seeds each. Reads a model-study work folder after `prepare` (its `tok_afib`);
-DS2 is not read.
+alone (the AFIB-only bigeminy patients of round 27 are not used); three seeds each. The
+threshold is the one with the best pooled F1, the model study's rule when this ran. Reads a
+model-study work folder after `prepare` (its `tok_afib`); DS2 is not read.
 
     python benchmarks/afib_synthetic_probe.py --work /tmp/hlm-model \
         --out benchmarks/results/cpu/afib_synthetic_probe.md
@@ -22,6 +23,7 @@ from pathlib import Path
 import model_study as ms
 from tree_floor import afib_floors
 
+from heartlm.labelled.metrics import best_threshold
 from heartlm.runinfo import versions
 from heartlm.train.data import load_tokens
 
@@ -66,10 +68,11 @@ def main() -> int:
             reports = [afib_floors(data, folds[k] + synth, [(data, folds[1 - k])], window=32,
                                    seed=seed, inputs="rhythm", context=128)[0]
                        for k in (0, 1)]  # fmt: skip
-            pooled, chosen = ms._pooled(reports), ms._fold_threshold(reports)
+            pooled = ms._pooled(reports)
+            threshold, f1 = best_threshold([rep["threshold_counts"] for rep in reports])
             lines.append(
                 f"| {name} | {seed} | {pooled['f1']:.3f} | {pooled['se']:.3f} | "
-                f"{pooled['ppv']:.3f} | {chosen['threshold']:.3f} | {chosen['threshold_f1']:.3f} |"
+                f"{pooled['ppv']:.3f} | {threshold:.3f} | {f1:.3f} |"
             )
             print(lines[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

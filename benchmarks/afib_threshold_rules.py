@@ -1,12 +1,13 @@
 """Which rule for choosing the AFIB decision threshold carries from one fold to the other.
 
-`model_study.py select_afib` chooses each configuration's threshold as the one with the
-best window F1 pooled over its two folds, and DS2 is scored there. In rounds 24 and 25 the
-transformers' chosen thresholds (0.90-0.995) lost on DS2 where their AUROC won. This
-compares RULES on the folds alone: each rule picks a threshold on one fold's curve and is
-scored at it on the other fold (both ways), for every transformer configuration in
+`model_study.py select_afib` chooses each configuration's threshold on the window F1 pooled
+over its two folds (`model_study.THRESHOLD_RULE`), and DS2 is scored there. In rounds 24
+and 25 the transformers' chosen thresholds (0.90-0.995) lost on DS2 where their AUROC won.
+This compares RULES on the folds alone: each rule picks a threshold on one fold's curve and
+is scored at it on the other fold (both ways), for every transformer configuration in
 select_afib.json (`fold_curves`, kept since 2026-11-27). The rule with the best mean
-fold-to-fold F1 wins; today's (`best`) stays unless another is strictly better.
+fold-to-fold F1 wins; the study's own rule (`best` until round 26, `plateau` since it won
+there) stays unless another is strictly better.
 
 Only then, and only with `--final`, are DS2's stored curves read (final_afib.json's
 `threshold_counts`), once, at the threshold the winning rule picks on the pooled folds of
@@ -47,7 +48,9 @@ RULES: dict[str, Callable[[Curve], float]] = {
     "plateau": _plateau,
     "default": _default,
 }
-"""Fixed before any DS2 curve is read; `best` is the model study's rule."""
+"""Fixed before any DS2 curve was read (round 26)."""
+STUDY_RULE = "plateau"
+"""The model study's rule (`model_study.THRESHOLD_RULE`): it wins ties."""
 
 
 def f1_at(curve: Curve, threshold: float) -> float:
@@ -69,7 +72,7 @@ def judge(rows: dict[str, Any]) -> tuple[str, dict[str, dict[str, float]]]:
     if not scores:
         raise ValueError("keeps no fold curves (made before 2026-11-27)")
     mean = {rule: statistics.fmean(s[rule] for s in scores.values()) for rule in RULES}
-    winner = max(RULES, key=lambda r: (mean[r], r == "best"))
+    winner = max(RULES, key=lambda r: (mean[r], r == STUDY_RULE))
     return winner, scores
 
 
@@ -80,7 +83,8 @@ def _ds2_counts(row: dict[str, Any]) -> Curve:
 
 def ds2_scores(final: dict[str, Any], rows: dict[str, Any], rule: str) -> list[dict[str, Any]]:
     """DS2 window F1 of each scored recipe and floor at 100 % of the labels, at the threshold
-    `rule` picks on its pooled fold curve (mean and sd over seeds)."""
+    `rule` picks on its pooled fold curve (mean and population sd over seeds, as the model
+    study's tables)."""
     recipes = {key.split(": ", 1)[0]: key.split(": ", 1)[1] for key in final["config"]}
     out = []
     for init in sorted({r["init"] for r in final["afib"]}):
@@ -92,7 +96,7 @@ def ds2_scores(final: dict[str, Any], rows: dict[str, Any], rule: str) -> list[d
                if r["init"] == init and r["label_fraction"] == 1.0]  # fmt: skip
         out.append({"init": init, "recipe": name, "threshold": threshold, "seeds": len(f1s),
                     "f1": statistics.fmean(f1s),
-                    "sd": statistics.stdev(f1s) if len(f1s) > 1 else 0.0})  # fmt: skip
+                    "sd": statistics.pstdev(f1s)})  # fmt: skip
     return out
 
 
