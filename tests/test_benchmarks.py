@@ -4,6 +4,7 @@ it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -698,7 +699,8 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     assert "tree floor (rhythm, context 128)" in rows
     assert "tree floor (rhythm, context 128, synthetic synth_sick/ synth_flutter/ " \
         "synth_bigeminy/)" in rows  # fmt: skip
-    # The default floor trains on what it trained on before the folder existed.
+    # The default floor (its kind sorts first: "synth/" before "synth_sick/") trains on what
+    # it trained on before the folder existed.
     default_fits = fits[:2]
     fits.clear()
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: without)
@@ -707,12 +709,22 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     model_study.select_afib(_RecordingAfib(tmp_path))
     assert fits == default_fits
     # On DS2 the default recipe names its records now: every one but the bigeminy patients.
-    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     assert model_study._afib_training_records(without, default) == []
     named = model_study._afib_training_records(data, default)
     assert named[0] == "--records" and "synth/g0000" in named and "mitdb/201" in named
     assert not any(k.startswith("synth_bigeminy/") for k in named)
     assert len(named) - 1 == len(model_study._afib_keys(data)) - 2
+
+
+def test_the_study_s_afib_recipes_name_their_synthetic_folders_and_context():
+    """The real AFIB_CONFIGS and AFIB_TRAIN_SYNTHETIC: a `_bigeminy` recipe (and only one)
+    trains on the bigeminy patients, and a recipe's `contextN` is its training window."""
+    assert model_study.AFIB_CONFIGS
+    for name, flags in model_study.AFIB_CONFIGS.items():
+        synthetic = model_study._afib_synthetic(name)
+        assert ("synth_bigeminy/" in synthetic) == name.endswith("_bigeminy"), name
+        context = int(re.search(r"context(\d+)", name).group(1))
+        assert flags[flags.index("--window") + 1] == str(context), name
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():
@@ -923,6 +935,12 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
     with pytest.raises(ValueError, match="no fold curves"):
         rules.judge({"scratch_y": {"threshold_curve": pooled}})  # a select of before
     assert scores["scratch_x"][winner] == max(scores["scratch_x"].values())
+    # Where every rule carries as well, the study's own rule stays.
+    assert model_study.THRESHOLD_RULE is metrics.plateau_threshold
+    separated = metrics.threshold_counts(labels, np.r_[np.linspace(0.6, 0.9, 10),
+                                                       np.linspace(0.0, 0.4, 30)])  # fmt: skip
+    tie, tied = rules.judge({"scratch_y": {"fold_curves": [separated, separated]}})
+    assert set(tied["scratch_y"].values()) == {1.0} and tie == rules.STUDY_RULE == "plateau"
     # DS2: each recipe (by its init) and floor at the winner's threshold on its pooled folds.
     ds2 = curve(0.7)
     final = {

@@ -93,19 +93,20 @@ def test_the_threshold_with_the_best_pooled_f1_is_chosen_over_both_folds():
 
 
 def test_the_plateau_threshold_is_the_middle_of_the_near_best_ones():
-    # 10 AF windows scored 0.62-0.98 (steps of 0.04) and 20 others 0.0-0.38: every threshold
-    # from 0.4 to 0.6 separates them (F1 1); 0.65 loses one AF window (F1 18/19 = 0.947).
-    labels = np.r_[np.ones(10), np.zeros(20)]
-    scores = np.r_[np.linspace(0.62, 0.98, 10), np.linspace(0.0, 0.38, 20)]
+    # 100 AF windows (one at 0.72, one at 0.77, the rest at 0.9) and 200 others at 0-0.48:
+    # F1 1 from 0.5 to 0.7, 0.995 at 0.75 (one miss), 0.990 from 0.8 to 0.9 (two misses).
+    labels = np.r_[np.ones(100), np.zeros(200)]
+    scores = np.r_[0.72, 0.77, np.full(98, 0.9), np.linspace(0.0, 0.48, 200)]
     curve = metrics.threshold_counts(labels, scores)
-    perfect = [0.4, 0.45, 0.5, 0.55, 0.6]
-    assert [r["threshold"] for r in metrics.pooled_curve([curve]) if r["f1"] == 1.0] == perfect
-    assert metrics.plateau_threshold([curve]) == (0.5, 1.0)
-    # Pooled with a fold whose own best is a lone spike at 0.995, the middle of the range
-    # the folds share is taken.
-    spike = metrics.threshold_counts(np.array([1, 0]), np.array([0.999, 0.99]))
-    assert metrics.best_threshold([spike])[0] == 0.995
-    assert metrics.plateau_threshold([curve, spike])[0] == 0.5
+    # The best rule breaks the tie towards 0.5, the edge of the range; the plateau takes the
+    # middle of the thresholds within 0.01 (0.5-0.75, six: the lower middle one).
+    assert metrics.best_threshold([curve]) == (0.5, 1.0)
+    assert metrics.plateau_threshold([curve]) == (0.6, 1.0)
+    # Within 0.02 the three at 0.990 join (0.5-0.9, nine): the middle moves to 0.7.
+    assert metrics.plateau_threshold([curve], within=0.02) == (0.7, 1.0)
+    # Folds pool before the rule: two halves of the set give the same choice.
+    halves = [metrics.threshold_counts(labels[i::2], scores[i::2]) for i in (0, 1)]
+    assert metrics.plateau_threshold(halves) == (0.6, 1.0)
 
 
 def test_the_pooled_curve_sums_the_folds_counts_at_each_threshold():
