@@ -190,6 +190,7 @@ assert not any(re.fullmatch(r".+_views\d+", name) for name in CONFIGS), "reserve
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
 BIGEMINY = ["--bigeminy-fraction", 1, "--afib-fraction", 0, "--paced-fraction", 0]
+"""`heartlm synth` flags of the bigeminy patients (as SICK_SINUS and FLUTTER are of theirs)."""
 PATIENTS = {
     "synth_sick": (7, SICK_SINUS),
     "synth_sick_test": (8, SICK_SINUS),
@@ -210,6 +211,8 @@ PATIENTS = {
   a fixed coupling, no AF. On the AFIB folds the transformers' false alarms fall in the
   ectopy-rich records (203, 223, 208), and RR-based AF detectors are known to call bigeminy
   AF; the rhythm inputs hide the QRS shape, so the model has to learn it from the rhythm.
+  DS2's round-25 per-record table (record 200, bigeminy: 23-49 false AFIB windows) had been
+  read too (disclosed in benchmarks/README.md).
 
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in
@@ -306,8 +309,9 @@ BIGEMINY_SUFFIX = "_bigeminy"
 """Round 27: the patients-only recipes with the steps of the others, trained on the synthetic
 bigeminy patients too (PATIENTS; AFIB_TRAIN_SYNTHETIC). The 5-epoch patients-only recipes
 (3.75 times fewer steps, and the worst fold-to-fold thresholds in round 26) and the recipes
-with the general corpus (below the patients-only floor on DS2 in rounds 24-26) are dropped,
-so that the folds compare each initialisation with and without the bigeminy patients."""
+with the general corpus (below the patients-only floor on DS2 in rounds 24-26: a choice made
+from DS2, disclosed in benchmarks/README.md) are dropped, so that the folds compare each
+initialisation with and without the bigeminy patients."""
 AFIB_CONFIGS = {
     f"{name}{extra}": [*flags]
     for name, flags in AFIB_CONFIGS.items()
@@ -331,6 +335,7 @@ def _with_context(flags: list[str], context: int) -> list[str]:
     return out
 
 
+assert all("context128" in name for name in AFIB_CONFIGS), "the 256-beat names replace it"
 AFIB_CONFIGS = {
     new: new_flags
     for name, flags in AFIB_CONFIGS.items()
@@ -866,7 +871,8 @@ def _afib_grid(
 def _afib_training_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
     """The records an AFIB model or floor trains on for DS2: every real record of the AFIB
     token folder (it holds none of DS2) and the `synthetic` folders' records, in the folder's
-    order (with every synthetic folder: all its records, as the floors of earlier rounds)."""
+    order (with SYNTHETIC: all its records but the AFIB-only ones, as the floors of earlier
+    rounds trained)."""
     keys = _afib_keys(data)
     return [k for k in keys if k.startswith(synthetic) or not k.startswith(ANY_SYNTHETIC)]
 
@@ -917,14 +923,19 @@ def _afib_floor_with_held_out(
 
 
 SYNTHETIC = ("synth/", *(f"{folder}/" for folder in TRAIN_SYNTHETIC))
-"""Token-folder keys of synthetic records: AFIB selection trains on them in both folds."""
+"""Token-folder keys of the synthetic records that every stage may train on (the general
+corpus and TRAIN_SYNTHETIC): an AFIB configuration that names no other folders trains on
+them, in both folds."""
 ANY_SYNTHETIC = (*SYNTHETIC, *(f"{folder}/" for folder in AFIB_ONLY_SYNTHETIC))
 """Token-folder keys of every synthetic record of the AFIB token folder: never scored, never
 in a fold of real records."""
 PATIENTS_ONLY = tuple(f"{folder}/" for folder in TRAIN_SYNTHETIC)
 """The synthetic patients that DS1 lacks (PATIENTS) without the general `synth` corpus."""
+BIGEMINY_PATIENTS = ("synth_bigeminy/",)
+"""The AFIB-only bigeminy patients (AFIB_ONLY_SYNTHETIC) of the `_bigeminy` recipes."""
+assert set(BIGEMINY_PATIENTS) <= set(ANY_SYNTHETIC) - set(SYNTHETIC)
 AFIB_TRAIN_SYNTHETIC: dict[str, tuple[str, ...]] = {
-    name: PATIENTS_ONLY + ((f"{AFIB_ONLY_SYNTHETIC[0]}/",) if BIGEMINY_SUFFIX in name else ())
+    name: PATIENTS_ONLY + (BIGEMINY_PATIENTS if name.endswith(BIGEMINY_SUFFIX) else ())
     for name in AFIB_CONFIGS
     if PATIENTS_SUFFIX in name
 }
@@ -959,7 +970,8 @@ def _synthetic_note(synthetic: tuple[str, ...]) -> list[str]:
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
     """Two halves of the real records outside DS2, each with AFIB: MIT-BIH 201 in one,
     203 and 217 in the other; LUDB's AFIB records and all other real records alternate.
-    Synthetic records are never scored: they train in both folds."""
+    Synthetic records (ANY_SYNTHETIC) are never scored and in no fold: a configuration's own
+    synthetic folders train in both."""
     from heartlm.labelled.windows import AFIB
 
     halves: tuple[list[str], list[str]] = ([], [])

@@ -119,7 +119,9 @@ def plateau_threshold(
     """(threshold, F1) at the middle (lower median) of the thresholds whose pooled F1 is
     within `within` of the best: a threshold that a small shift of the scores does not push
     off the edge of the good range. On the model study's AFIB folds it carried from one fold
-    to the other better than the best one (benchmarks/README.md, round 26)."""
+    to the other better than the best one (benchmarks/README.md, round 26). The middle is a
+    position among the grid's thresholds (AFIB_THRESHOLDS is denser near 0 and 1), and the
+    near-best ones need not be contiguous."""
     pooled = pooled_curve(curves)
     top = max(p["f1"] for p in pooled)
     near = [p for p in pooled if p["f1"] >= top - within]

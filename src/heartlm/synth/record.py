@@ -57,8 +57,8 @@ def synth_record(
     flutter episodes instead of AFIB (ignored when paced or sick sinus), `bigeminy` episodes of
     ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
     sinus or flutter). `noise` scales baseline wander, muscle and powerline noise (0 gives
-    a clean signal; f-waves and flutter waves stay,
-    they are cardiac). A flag left off gives the same record as before the flag existed.
+    a clean signal; f-waves and flutter waves stay, they are cardiac). A flag left off gives
+    the same record as before the flag existed.
     """
     if leads not in (1, 2):
         raise ValueError(f"leads must be 1 or 2, got {leads}")

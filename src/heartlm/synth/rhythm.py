@@ -13,7 +13,7 @@ MIN_RR_S = 0.28
 AFIB_VARIANT = 1  # templates["N"][1]: a conducted beat without a P wave
 FLUTTER_RATIOS = np.array([2, 3, 4])  # atrial cycles per conducted beat (AV block 2:1 to 4:1)
 NO_P_WAVE = ("(AFIB", "(AFL")  # rhythms whose conducted beats use AFIB_VARIANT
-BIGEMINY = "bigeminy"  # the episode kind; its rhythm annotation is bigeminy_aux's
+BIGEMINY_EPISODE = "bigeminy"  # the episode kind; its rhythm annotation is bigeminy_aux's
 
 
 @dataclass
@@ -35,7 +35,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     else:
         segments, t = [], 0.0
         episodes = [(s, e, "(AFIB") for s, e in p.afib] + [(s, e, "(AFL") for s, e in p.flutter]
-        episodes += [(s, e, BIGEMINY) for s, e in p.bigeminy]
+        episodes += [(s, e, BIGEMINY_EPISODE) for s, e in p.bigeminy]
         for start, end, aux in sorted(episodes):
             if start > t:
                 segments.append(("(N", t, start))
@@ -52,7 +52,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
             "(AFL": _flutter,
             "(P": _paced,
             "(SBR": _sick_sinus,
-            BIGEMINY: _bigeminy,
+            BIGEMINY_EPISODE: _bigeminy,
         }[aux]
         t, s = draw(rng, p, max(start, last), end)
         t, s = t[t < end], s[t < end]
@@ -60,7 +60,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
             continue
         times.append(t)
         symbols.append(s)
-        auxes.append(bigeminy_aux(p) if aux == BIGEMINY else aux)
+        auxes.append(bigeminy_aux(p) if aux == BIGEMINY_EPISODE else aux)
         last = float(t[-1])
     time = np.concatenate(times) if times else np.zeros(0)
     symbol = np.concatenate(symbols) if symbols else np.zeros(0, "<U1")
@@ -178,7 +178,10 @@ def _bigeminy(
         early = t + max(rr * (p.bigeminy_coupling + rng.normal(0.0, 0.02)), MIN_RR_S)
         times.append(early)
         symbols.append(p.bigeminy_symbol)
-        t = t + rr if p.bigeminy_symbol == "V" else early + sinus_rr * (rng.uniform(1.0, 1.1) - 1.0)
+        if p.bigeminy_symbol == "V":
+            t += rr  # the hidden sinus beat's time: the next one comes a sinus RR later
+        else:  # the node restarts at the premature beat: the next one comes 1.0-1.1 RR later
+            t = early + sinus_rr * (rng.uniform(1.0, 1.1) - 1.0)
     return np.array(times), np.array(symbols, dtype="<U1")
 
 
