@@ -212,45 +212,66 @@ def _select_afib(results: dict[str, Any]) -> list[str]:
 def _fold_records(results: dict[str, Any]) -> list[str]:
     """Each fold record's false AFIB windows and missed AFIB windows per configuration (the
     records where some configuration erred), so a failure has a name before DS2 is read."""
-    configs = [c for c, rep in results["afib"].items() if rep.get("per_record")]
-    if not configs:
+    runs = {c: [rep["per_record"]] for c, rep in results["afib"].items() if rep.get("per_record")}
+    return _record_errors("Per record on the folds", "Configurations", runs)
+
+
+def _final_afib_records(results: dict[str, Any]) -> list[str]:
+    """DS2's records at 100 % of the labels, per initialisation and floor, summed over seeds."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {}
+    for r in results["afib"]:
+        rows = r.get("per_record") or r.get("afib", {}).get("per_record")
+        if r["label_fraction"] == 1.0 and rows:
+            runs.setdefault(r["init"], []).append(rows)
+    seeds = "/".join(str(n) for n in sorted({len(v) for v in runs.values()}))
+    title = f"Per record, 100 % of the labels, summed over {seeds} seeds"
+    return _record_errors(title, "Columns", runs)
+
+
+def _record_errors(title: str, legend_name: str, runs: dict[str, list[list[dict]]]) -> list[str]:
+    """A table of each record's false AFIB windows / missed AFIB windows per column, each
+    column's per-record rows summed over its runs; only the records where some column erred."""
+    if not runs:
         return []
-    by_record: dict[str, dict[str, dict[str, int]]] = {}
-    for c in configs:
-        for row in results["afib"][c]["per_record"]:
-            by_record.setdefault(row["record"], {})[c] = row
-    erred = [r for r, per in by_record.items() if any(x["fp"] or x["fn"] for x in per.values())]
+    sizes: dict[str, tuple[int, int]] = {}
+    errors: dict[str, dict[str, list[int]]] = {}
+    for column, rows_per_run in runs.items():
+        for rows in rows_per_run:
+            for row in rows:
+                sizes.setdefault(row["record"], (row["n_windows"], row["n_afib"]))
+                fp_fn = errors.setdefault(row["record"], {}).setdefault(column, [0, 0])
+                fp_fn[0] += row["fp"]
+                fp_fn[1] += row["fn"]
+    erred = [r for r, per in errors.items() if any(fp or fn for fp, fn in per.values())]
     if not erred:
         return []
-    legend = "; ".join(f"{i} = {c}" for i, c in enumerate(configs, 1))
-    lines = ["", "## Per record on the folds: false AFIB windows / missed AFIB windows", "",
-             f"Configurations: {legend}.", "",
+    columns = list(runs)
+    legend = "; ".join(f"{i} = {c}" for i, c in enumerate(columns, 1))
+    lines = ["", f"## {title}: false AFIB windows / missed AFIB windows", "",
+             f"{legend_name}: {legend}.", "",
              "| record | windows | AFIB windows | " + " | ".join(
-                 str(i) for i in range(1, len(configs) + 1)) + " |",
-             "|" + " --- |" * (3 + len(configs))]  # fmt: skip
+                 str(i) for i in range(1, len(columns) + 1)) + " |",
+             "|" + " --- |" * (3 + len(columns))]  # fmt: skip
     for record in sorted(erred):
-        per = by_record[record]
-        first = next(iter(per.values()))
-        cells = [f"{per[c]['fp']} / {per[c]['fn']}" if c in per else "–" for c in configs]
-        lines.append(f"| {record} | {first['n_windows']} | {first['n_afib']} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
+        per = errors[record]
+        cells = [f"{per[c][0]} / {per[c][1]}" if c in per else "–" for c in columns]
+        windows, afib = sizes[record]
+        lines.append(f"| {record} | {windows} | {afib} | " + " | ".join(cells) + " |")
     return lines
 
 
 def _per_record(results: dict[str, Any]) -> list[str]:
-    """The per-record table of the first pretrained run at 100 % of the labels (seed 0)."""
-    run = next((r for r in results["afib"] or results["beats"]
+    """The per-record table of the first pretrained run at 100 % of the labels (seed 0) for
+    beats; for AFIB every initialisation's and floor's runs (`_final_afib_records`)."""
+    if results["afib"]:
+        return _final_afib_records(results)
+    run = next((r for r in results["beats"]
                 if r["init"] == "pretrained" and r["label_fraction"] == 1.0 and "per_record" in r),
                None)  # fmt: skip
     if run is None:
         return []
     rows = run["per_record"]
     lines = ["", f"## Per record: pretrained, 100 % of the labels, seed {run['seed']}", ""]
-    if results["afib"]:
-        lines += ["| record | windows | AFIB windows | tp | fp | fn |", "|" + " --- |" * 6]
-        lines += [f"| {r['record']} | {r['n_windows']} | {r['n_afib']} | {r['tp']} | {r['fp']} "
-                  f"| {r['fn']} |" for r in rows if r["n_afib"] or r["fp"]]  # fmt: skip
-        return [*lines, "", "(records with neither AFIB windows nor false alarms left out)"]
     lines += ["| record | beats | accuracy | S n | S Se | S +P | V n | V Se | V +P |",
               "|" + " --- |" * 9]  # fmt: skip
     for r in rows:

@@ -748,6 +748,26 @@ def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred()
     assert _fold_records(results) == []
 
 
+def test_the_ds2_afib_table_sums_each_record_over_seeds_for_models_and_floors():
+    from model_tables import _per_record
+
+    def row(record: str, fp: int, fn: int) -> dict:
+        return {"record": record, "n_windows": 82, "n_afib": 30, "tp": 30 - fn, "fp": fp,
+                "fn": fn}  # fmt: skip
+
+    floor = "tree floor (rhythm, context 256)"
+    runs = [{"init": "scratch", "label_fraction": 1.0, "per_record": [row("200", fp, 0)]}
+            for fp in (65, 17, 4)]  # fmt: skip
+    runs += [
+        {"init": floor, "label_fraction": 1.0, "afib": {"per_record": [row("200", 0, 1)]}},
+        {"init": "scratch", "label_fraction": 0.1, "per_record": [row("200", 9, 9)]},
+    ]
+    lines = _per_record({"afib": runs, "beats": []})
+    assert f"Columns: 1 = scratch; 2 = {floor}." in lines
+    assert "| 200 | 82 | 30 | 86 / 0 | 0 / 1 |" in lines  # 10 % of the labels left out
+    assert any("summed over 1/3 seeds" in line for line in lines)
+
+
 def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
     monkeypatch: pytest.MonkeyPatch,
 ):
