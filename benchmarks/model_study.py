@@ -604,7 +604,16 @@ def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     variants = {_variant(c) for c in [*beats, *afib]} or {
         _variant(c) for c in [*CONFIGS, *AFIB_CONFIGS]
     }
-    return sorted((v, s) for v in variants for s in {*SEEDS, *SELECT_SEEDS})
+    return sorted((v, s) for v in variants for s in _stage_seeds(stages))
+
+
+def _stage_seeds(stages: list[str]) -> set[int]:
+    """The fine-tuning seeds of the stages among `stages` (each seed starts from its own
+    pretraining run): `select` SELECT_SEEDS, `select_afib` seed 0, the final stages SEEDS;
+    with none of them, every seed some stage uses."""
+    per_stage = {"select": SELECT_SEEDS, "final": SEEDS, "select_afib": (0,), "final_afib": SEEDS}
+    seeds = {seed for stage in stages for seed in per_stage.get(stage, ())}
+    return seeds or {*SEEDS, *SELECT_SEEDS}
 
 
 def missing_pretraining(stages: list[str], work: Path) -> list[str]:

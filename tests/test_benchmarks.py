@@ -346,6 +346,9 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
                                                  "pretrained_plr_relative": []})  # fmt: skip
     monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_relative": []})
     model_study.pretrain(Pretraining(), ["pretrain", "select_afib"])
+    assert [args[args.index("--out") + 1] for args, _ in made] == ["pre"]  # seed 0 selects
+    made.clear()
+    model_study.pretrain(Pretraining(), ["pretrain", "select_afib", "final_afib"])
     outs = sorted(args[args.index("--out") + 1] for args, _ in made)
     assert outs == ["pre", "pre_s1", "pre_s2"]  # the AFIB recipes need no periodic run
     # `pretrain` alone: the variants some recipe uses, not every variant there is
@@ -364,7 +367,7 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     # A variant with a corpus of its own pretrains on that token folder.
     monkeypatch.setattr(model_study, "PRETRAIN_CORPUS", {"plr": "tok_pre_scale"})
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select"])
+    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert runs["pre_plr_s2"][1] == "tok_pre_scale" and runs["pre_s2"][1] == "tok_pre"
     assert not any("--resume" in args for args in runs.values())
@@ -374,9 +377,12 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     (tmp_path / "pre_s2").mkdir()
     (tmp_path / "pre_s2" / "model.safetensors").write_bytes(b"")
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select"])
+    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert "--resume" in runs["pre_s1"] and "--resume" not in runs["pre_s2"]
+    # `select` alone fine-tunes SELECT_SEEDS: no run for seed 2.
+    assert {s for _, s in model_study._pretraining_runs(["pretrain", "select"], tmp_path)} == {
+        0, 1}  # fmt: skip
     assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
     # `final` after a selection pretrains only what the chosen recipes start from.
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
@@ -402,12 +408,14 @@ def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
     monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "")
     monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"pretrained_plr_rhythm": []})
-    for name in ("pre", "pre_s1", "pre_s2", "pre_plr"):
+    for name in ("pre", "pre_s1", "pre_s2"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.safetensors").write_bytes(b"")
     assert model_study.missing_pretraining(["select"], tmp_path) == []
-    missing = model_study.missing_pretraining(["select_afib"], tmp_path)
-    assert missing == ["pre_plr_s1", "pre_plr_s2"]
+    # select_afib fine-tunes seed 0 only; final_afib every seed, each from its own run.
+    assert model_study.missing_pretraining(["select_afib"], tmp_path) == ["pre_plr"]
+    missing = model_study.missing_pretraining(["select_afib", "final_afib"], tmp_path)
+    assert missing == ["pre_plr", "pre_plr_s1", "pre_plr_s2"]
     assert model_study.missing_pretraining(["pretrain", "select_afib"], tmp_path) == []
     assert model_study.missing_pretraining(["prepare"], tmp_path) == []
     monkeypatch.setattr(sys, "argv", ["model_study.py", "select_afib", "--work", str(tmp_path)])
