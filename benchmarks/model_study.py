@@ -940,9 +940,8 @@ ANY_SYNTHETIC = (*SYNTHETIC, *(f"{folder}/" for folder in AFIB_ONLY_SYNTHETIC))
 in a fold of real records."""
 PATIENTS_ONLY = tuple(f"{folder}/" for folder in TRAIN_SYNTHETIC)
 """The synthetic patients that DS1 lacks (PATIENTS) without the general `synth` corpus."""
-BIGEMINY_PATIENTS = ("synth_bigeminy/",)
+BIGEMINY_PATIENTS = tuple(f"{folder}/" for folder in AFIB_ONLY_SYNTHETIC)
 """The AFIB-only bigeminy patients (AFIB_ONLY_SYNTHETIC) of the `_bigeminy` recipes."""
-assert set(BIGEMINY_PATIENTS) <= set(ANY_SYNTHETIC) - set(SYNTHETIC)
 AFIB_TRAIN_SYNTHETIC: dict[str, tuple[str, ...]] = {
     name: PATIENTS_ONLY + (BIGEMINY_PATIENTS if name.endswith(BIGEMINY_SUFFIX) else ())
     for name in AFIB_CONFIGS
