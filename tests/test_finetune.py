@@ -466,6 +466,23 @@ def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corp
         assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
+def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(
+    corpus, tmp_path, capsys
+):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft_stats"
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu", "--task", "afib",
+            "--local-stats", "4"]  # fmt: skip
+    assert _cli(*args) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["local_stats"] == 4
+    assert load_file(out / "model.safetensors")["stats_proj.weight"].shape[0] > 0
+    assert _evaluate_json(capsys, out, corpus / "tok")["task"] == "afib"
+    assert _cli(*args[:-2], "--local-stats", "-1", "--overwrite") == 2
+    assert "--local-stats must be >= 0, not -1" in capsys.readouterr().err
+
+
 def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
     rep = _evaluate_json(capsys, beats_run, corpus / "tok")
     assert {"accuracy", "per_class", "confusion", "task", "n_beats"} <= set(rep)

@@ -100,6 +100,57 @@ def test_the_only_buffer_is_a_constant_so_ddp_need_not_broadcast_buffers(embeddi
     assert all(torch.equal(b, before[name]) for name, b in model.named_buffers())
 
 
+def test_feature_statistics_are_the_mean_and_spread_of_the_real_neighbours_and_window():
+    from heartlm.model.hlm import feature_statistics
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 12, 3, generator=g, dtype=torch.float64)
+    valid = torch.arange(12) < torch.tensor([[9], [12]])
+    stats = feature_statistics(x, valid, half_width=2).double()
+    assert stats.shape == (2, 12, 12)
+    for b in range(2):
+        real = x[b, : int(valid[b].sum())]
+        for t in range(len(real)):
+            near = real[max(0, t - 2) : t + 3]
+            expected = [near.mean(0), near.std(0, correction=0),
+                        real.mean(0), real.std(0, correction=0)]  # fmt: skip
+            torch.testing.assert_close(stats[b, t], torch.cat(expected).double(), atol=1e-5,
+                                       rtol=1e-5)  # fmt: skip
+
+
+def test_local_statistics_reach_the_beats_and_padding_does_not():
+    model = _tiny(n_features=3, local_stats=2).eval()
+    morph, rhythm = _inputs()
+    features = torch.randn(2, 16, 3)
+    valid = torch.arange(16) < torch.tensor([[12], [16]])
+    padded = features.clone()
+    padded[0, 12:] = 50.0
+    a = model(morph, rhythm, valid, features_BTF=features)
+    assert torch.allclose(a[0, :12], model(morph, rhythm, valid, features_BTF=padded)[0, :12],
+                          atol=1e-5)  # fmt: skip
+    plain = _tiny(n_features=3).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    # Zero its projection and the model is the one without the statistics.
+    torch.nn.init.zeros_(model.stats_proj.weight)
+    torch.nn.init.zeros_(model.stats_proj.bias)
+    torch.testing.assert_close(model(morph, rhythm, valid, features_BTF=features),
+                               plain(morph, rhythm, valid, features_BTF=features))  # fmt: skip
+    with pytest.raises(ValueError, match="local_stats needs beat features"):
+        _tiny(local_stats=2)
+
+
+def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path: Path):
+    model = _tiny(n_features=3).eval()
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    tuned, _ = load_pretrained(tmp_path, local_stats=4)
+    assert tuned.cfg.local_stats == 4 and tuned.stats_proj.in_features == 12
+    assert torch.equal(tuned.blocks[1].qkv.weight, model.blocks[1].qkv.weight)
+    tuned.save_pretrained(tmp_path / "ft")
+    assert load_pretrained(tmp_path / "ft")[0].cfg.local_stats == 4
+    with pytest.raises(HeartlmError, match="weights do not fit"):
+        load_pretrained(tmp_path / "ft", local_stats=0)
+
+
 def test_use_heads_freezes_the_other_heads():
     model = _tiny()
     model.use_heads(("mlm",))

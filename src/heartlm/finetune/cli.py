@@ -65,6 +65,9 @@ class FinetuneConfig:
     """training only: replace this share of beats' morphology tokens by MASK"""
     dropout: float | None = setting(None, metavar="P", group=TASK)
     """the model's dropout while fine-tuning (default: the pretrained run's)"""
+    local_stats: int | None = setting(None, metavar="N", group=TASK)
+    """every beat also reads the mean and spread of each feature column over the N beats on
+    each side of it and over the whole window (default: the pretrained run's; 0 off)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -102,6 +105,8 @@ class FinetuneConfig:
             raise ValueError("--max-class-weight must be >= 1")
         if self.dropout is not None:
             check_dropout(self.dropout)
+        if self.local_stats is not None and self.local_stats < 0:
+            raise ValueError(f"--local-stats must be >= 0, not {self.local_stats}")
         for flag, value, allowed in (("--task", self.task, TASKS),
                                      ("--select", self.select, SELECT),
                                      ("--inputs", self.inputs, INPUTS)):  # fmt: skip

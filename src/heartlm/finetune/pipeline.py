@@ -75,6 +75,8 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
+    if cfg.local_stats is not None:
+        overrides["local_stats"] = cfg.local_stats
     from heartlm.inputs import model_inputs
 
     try:  # --inputs all too: an encoder pretrained on fewer inputs then reads them all

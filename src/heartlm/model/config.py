@@ -46,6 +46,11 @@ class ModelConfig:
     feature through learnt cosines and sines and a small layer of its own, then the
     projection: the PLR embeddings of `rtdl_num_embeddings`). A tree cuts a feature at sharp
     thresholds that one linear map of the row cannot draw."""
+    local_stats: int = 0
+    """beats on each side over which every beat also reads the mean and standard deviation
+    of each feature column it sees, and those of the whole window (0: off). A tree on a
+    window's column means and spreads (the AFIB floor) gets them for free; attention has to
+    learn a second moment from few AF patients."""
     relative_only: bool = False
     """every morphology id reads as MASK (fine-tuning `--inputs relative`)"""
     absolute_columns: tuple[int, ...] = ()
@@ -83,6 +88,10 @@ class ModelConfig:
                 f"feature_embedding must be one of {', '.join(FEATURE_EMBEDDINGS)}, "
                 f"not {self.feature_embedding!r}"
             )
+        if self.local_stats < 0:
+            raise ValueError(f"local_stats must be >= 0, not {self.local_stats}")
+        if self.local_stats and not self.n_features:
+            raise ValueError("local_stats needs beat features (token format v2 or later)")
         if self.n_features < 0:
             raise ValueError(f"n_features must be >= 0, not {self.n_features}")
         if self.feature_embedding != "linear" and not self.n_features:

@@ -84,6 +84,30 @@ def valid_mean(x_BTD: Tensor, valid_BT: Tensor | None) -> Tensor:
     return (x_BTD * w).sum(1) / w.sum(1).clamp_min(1.0)
 
 
+def _mean_std(sum_BTC: Tensor, square_BTC: Tensor, count_BT1: Tensor) -> list[Tensor]:
+    mean = sum_BTC / count_BT1.clamp_min(1.0)
+    return [mean, (square_BTC / count_BT1.clamp_min(1.0) - mean.square()).clamp_min(0.0).sqrt()]
+
+
+def feature_statistics(features_BTF: Tensor, valid_BT: Tensor | None, half_width: int) -> Tensor:
+    """(B, T, 4F) per beat: the mean and standard deviation of each feature column over the
+    real beats within `half_width` of it, then over the whole window's real beats (fp32)."""
+    x = features_BTF.float()
+    B, T, _ = x.shape
+    w = torch.ones(B, T, 1, device=x.device) if valid_BT is None else valid_BT[..., None].float()
+    moments = torch.cat([w, x * w, x.square() * w], dim=-1)  # count, sum, sum of squares
+    cumulative = F.pad(moments.cumsum(1), (0, 0, 1, 0))
+    t = torch.arange(T, device=x.device)
+    near = (
+        cumulative[:, (t + half_width + 1).clamp(max=T)]
+        - cumulative[:, (t - half_width).clamp(min=0)]
+    )
+    whole = moments.sum(1, keepdim=True).expand(B, T, -1)
+    n = x.shape[-1]
+    parts = [_mean_std(m[..., 1 : 1 + n], m[..., 1 + n :], m[..., :1]) for m in (near, whole)]
+    return torch.cat([part for pair in parts for part in pair], dim=-1)
+
+
 class HeartLM(nn.Module, Pretrained):
     """Morphology + rhythm + position embeddings and a projection of the beat features,
     pre-norm blocks, and task heads.
@@ -105,6 +129,7 @@ class HeartLM(nn.Module, Pretrained):
         width = cfg.n_features * (PERIODIC_DIM if self.feature_emb is not None else 1)
         self.feature_proj = nn.Linear(width, cfg.d_model) if cfg.n_features else None
         self.feature_head = nn.Linear(cfg.d_model, cfg.n_features) if cfg.n_features else None
+        self.stats_proj = nn.Linear(4 * cfg.n_features, cfg.d_model) if cfg.local_stats else None
         self.register_buffer(
             "absolute_index", torch.tensor(cfg.absolute_columns, dtype=torch.long), persistent=False
         )
@@ -160,6 +185,9 @@ class HeartLM(nn.Module, Pretrained):
             features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
             if cfg.absolute_columns:
                 features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
+            if self.stats_proj is not None:
+                stats = feature_statistics(features_BTF, valid_BT, cfg.local_stats)
+                x = x + self.stats_proj(stats.to(self.stats_proj.weight.dtype))
             if self.feature_emb is not None:
                 B, T, F_ = features_BTF.shape
                 features_BTF = self.feature_emb(features_BTF.reshape(B * T, F_)).reshape(B, T, -1)
@@ -224,6 +252,8 @@ class HeartLM(nn.Module, Pretrained):
             n -= sum(m.weight.numel() for m in (self.morph_emb, self.rhythm_emb, self.pos_emb))
             if self.feature_proj is not None:
                 n -= self.feature_proj.weight.numel()
+            if self.stats_proj is not None:
+                n -= self.stats_proj.weight.numel()
             if self.feature_emb is not None:
                 n -= sum(p.numel() for p in self.feature_emb.parameters())
         return n

@@ -62,6 +62,10 @@ def _saved_model_config(config: dict[str, Any], path: Path) -> ModelConfig:
         raise HeartlmError(f"model: {exc}", path) from None
 
 
+_ADDED_BY_OVERRIDE = ("stats_proj.",)
+"""Weights of an input that fine-tuning may add to a pretrained encoder (`local_stats`)."""
+
+
 class Pretrained:
     """`save_pretrained` / `from_pretrained` for a model class built as `cls(ModelConfig)`."""
 
@@ -95,7 +99,8 @@ def load_into(
     vocabulary.
 
     `overrides` change head-only fields (`n_beat_classes`, `n_window_classes`, `causal`,
-    `cls_token`); heads whose shape changes are left freshly initialised.
+    `cls_token`) or add an input (`local_stats`); heads whose shape changes, and an added
+    input's projection, are left freshly initialised.
     """
     run_dir = Path(run_dir)
     config = read_config(run_dir)
@@ -108,7 +113,7 @@ def load_into(
             " (tokenized with another codebook?)",
             run_dir,
         )
-    cfg = ModelConfig.from_dict({**saved.to_dict(), **overrides})
+    cfg = _saved_model_config({"model": {**saved.to_dict(), **overrides}}, run_dir / "config.json")
     model = cls(cfg)
     path = run_dir / "model.safetensors"
     if not path.is_file():
@@ -119,7 +124,10 @@ def load_into(
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise HeartlmError(f"holds non-finite weights (tensor {name})", path)
     own = model.state_dict()
-    mismatched = sorted(set(state) ^ set(own))
+    added = set()
+    if not saved.local_stats:
+        added = {k for k in own.keys() - state.keys() if k.startswith(_ADDED_BY_OVERRIDE)}
+    mismatched = sorted((set(state) ^ set(own)) - added)
     if mismatched:
         raise HeartlmError(f"weights do not fit the model config ({mismatched[:3]})", path)
     fitting = {k: v for k, v in state.items() if own[k].shape == v.shape}

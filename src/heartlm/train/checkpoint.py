@@ -274,6 +274,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "bias",
         "dropout",
         "feature_embedding",
+        "local_stats",
         "relative_only",
         "absolute_columns",
     ):
