@@ -360,6 +360,21 @@ motivated the rerun (disclosed in benchmarks/README.md). Measured: the folds cho
 without them and rhythm from `best` with them (both with four views); on DS2 0.868 +- 0.030
 and 0.870 +- 0.012, the floors with 256 beats 0.929 and 0.928, and record 200 still drew
 14-66 false AFIB windows per run."""
+LOCAL_STATS = ["--local-stats", "16"]
+STATS_SUFFIX = "_stats16"
+"""Round 30: the 256-beat recipes without the bigeminy patients (round 29's choice for
+scratch), each as it is and with `--local-stats 16`: every beat also reads the mean and
+standard deviation of each column it sees over the 33 beats around it and over the whole
+window. The floor reads exactly such window statistics (the means and spreads over the
+32-beat block and over its 256 beats of context) and has been above every transformer since
+round 24 (0.929 on DS2 in rounds 28-29); a transformer can only learn a spread through
+attention, from three AF patients. 16 beats a side make the span of the scored block."""
+AFIB_CONFIGS = {
+    f"{name}{extra}": [*flags, *more]
+    for name, flags in AFIB_CONFIGS.items()
+    if not name.endswith(BIGEMINY_SUFFIX)
+    for extra, more in (("", []), (STATS_SUFFIX, LOCAL_STATS))
+}
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
