@@ -362,18 +362,18 @@ and 0.870 +- 0.012, the floors with 256 beats 0.929 and 0.928, and record 200 st
 14-66 false AFIB windows per run."""
 LOCAL_STATS = ["--local-stats", "16"]
 STATS_SUFFIX = "_stats16"
-"""Round 30: the 256-beat recipes without the bigeminy patients (round 29's choice for
-scratch), each as it is and with `--local-stats 16`: every beat also reads the mean and
-standard deviation of each column it sees over the 33 beats around it and over the whole
-window. The floor reads exactly such window statistics (the means and spreads over the
-32-beat block and over its 256 beats of context) and has been above every transformer since
-round 24 (0.929 on DS2 in rounds 28-29); a transformer can only learn a spread through
-attention, from three AF patients. 16 beats a side make the span of the scored block.
-Measured: the statistics lost on the folds for both initialisations (scratch 0.834 against
-0.882, pretrained 0.817 against 0.887 at the fold-chosen threshold, four views each; new false
-alarms in 106's ventricular ectopy), so DS2 did not read them. The folds chose scratch's
-round-29 recipe (not scored again) and rhythm from `best` with 256 beats, one view: 0.860 +-
-0.026 on DS2 beside the floor's 0.929 +- 0.002."""
+"""Round 30: the 256-beat recipes without the bigeminy patients (round 29's choice for scratch;
+pretrained's choice there, with them, is dropped so that both initialisations compare the same
+training set), each as it is and with `--local-stats 16`: every beat also reads the mean and
+standard deviation of each column it sees over the 33 beats around it and over the whole window.
+The floor reads exactly such window statistics (the means and spreads over the 32-beat block and
+over its 256 beats of context) and has been above every transformer since round 24 (0.929 on DS2
+in rounds 28-29); a transformer can only learn a spread through attention, from three AF
+patients. 16 beats a side make the span of the scored block. Measured: the statistics lost on
+the folds for both initialisations (scratch 0.834 against 0.882, pretrained 0.817 against 0.887
+at the fold-chosen threshold, four views each; new false alarms in 106's ventricular ectopy), so
+DS2 did not read them. The folds chose scratch's round-29 recipe (not scored again) and rhythm
+from `best` with 256 beats, one view: 0.860 +- 0.026 on DS2 beside the floor's 0.929 +- 0.002."""
 AFIB_CONFIGS = {
     f"{name}{extra}": [*flags, *more]
     for name, flags in AFIB_CONFIGS.items()

@@ -477,10 +477,20 @@ def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate
             "--local-stats", "4"]  # fmt: skip
     assert _cli(*args) == 0
     assert json.loads((out / "config.json").read_text())["model"]["local_stats"] == 4
-    assert load_file(out / "model.safetensors")["stats_proj.weight"].shape[0] > 0
+    n_features = len(json.loads((corpus / "tok" / "tokens.json").read_text())["features"])
+    assert load_file(out / "model.safetensors")["stats_proj.weight"].shape == (64, 4 * n_features)
     assert _evaluate_json(capsys, out, corpus / "tok")["task"] == "afib"
     assert _cli(*args[:-2], "--local-stats", "-1", "--overwrite") == 2
     assert "--local-stats must be >= 0, not -1" in capsys.readouterr().err
+    from heartlm.model import HeartLM, model_config
+
+    featureless = HeartLM(model_config("tiny", vocab_size=45, max_len=16))
+    featureless.save_pretrained(tmp_path / "nofeat")
+    args[1], args[args.index("--out") + 1] = tmp_path / "nofeat", tmp_path / "ft_nofeat"
+    assert _cli(*args) == 2
+    err = capsys.readouterr().err
+    assert "--local-stats needs an encoder pretrained with beat features" in err
+    assert not (tmp_path / "ft_nofeat" / "model.safetensors").exists()
 
 
 def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):

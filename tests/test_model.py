@@ -130,6 +130,7 @@ def test_local_statistics_reach_the_beats_and_padding_does_not():
                           atol=1e-5)  # fmt: skip
     plain = _tiny(n_features=3).eval()
     plain.load_state_dict(model.state_dict(), strict=False)
+    assert not torch.allclose(a, plain(morph, rhythm, valid, features_BTF=features), atol=1e-3)
     # Zero its projection and the model is the one without the statistics.
     torch.nn.init.zeros_(model.stats_proj.weight)
     torch.nn.init.zeros_(model.stats_proj.bias)
@@ -137,6 +138,8 @@ def test_local_statistics_reach_the_beats_and_padding_does_not():
                                plain(morph, rhythm, valid, features_BTF=features))  # fmt: skip
     with pytest.raises(ValueError, match="local_stats needs beat features"):
         _tiny(local_stats=2)
+    with pytest.raises(ValueError, match="not for a causal model"):
+        _tiny(n_features=3, local_stats=2, causal=True)
 
 
 def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path: Path):
@@ -147,8 +150,13 @@ def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path:
     assert torch.equal(tuned.blocks[1].qkv.weight, model.blocks[1].qkv.weight)
     tuned.save_pretrained(tmp_path / "ft")
     assert load_pretrained(tmp_path / "ft")[0].cfg.local_stats == 4
-    with pytest.raises(HeartlmError, match="weights do not fit"):
+    with pytest.raises(HeartlmError, match="over 4 beats a side, not 0 \\(--local-stats\\)"):
         load_pretrained(tmp_path / "ft", local_stats=0)
+    with pytest.raises(HeartlmError, match="not 8"):
+        load_pretrained(tmp_path / "ft", local_stats=8)
+    from heartlm.train.optim import layer_depth
+
+    assert layer_depth("stats_proj.weight", 2) == layer_depth("beat_head.weight", 2) == 3
 
 
 def test_use_heads_freezes_the_other_heads():

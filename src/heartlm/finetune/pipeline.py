@@ -75,6 +75,11 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
+    if cfg.local_stats:
+        from heartlm.model.load import read_config
+
+        if not read_config(run)["model"].get("n_features"):
+            raise HeartlmError("--local-stats needs an encoder pretrained with beat features", run)
     if cfg.local_stats is not None:
         overrides["local_stats"] = cfg.local_stats
     from heartlm.inputs import model_inputs

@@ -92,6 +92,8 @@ class ModelConfig:
             raise ValueError(f"local_stats must be >= 0, not {self.local_stats}")
         if self.local_stats and not self.n_features:
             raise ValueError("local_stats needs beat features (token format v2 or later)")
+        if self.local_stats and self.causal:
+            raise ValueError("local_stats reads the beats after each one: not for a causal model")
         if self.n_features < 0:
             raise ValueError(f"n_features must be >= 0, not {self.n_features}")
         if self.feature_embedding != "linear" and not self.n_features:

@@ -85,8 +85,9 @@ def valid_mean(x_BTD: Tensor, valid_BT: Tensor | None) -> Tensor:
 
 
 def _mean_std(sum_BTC: Tensor, square_BTC: Tensor, count_BT1: Tensor) -> list[Tensor]:
-    mean = sum_BTC / count_BT1.clamp_min(1.0)
-    return [mean, (square_BTC / count_BT1.clamp_min(1.0) - mean.square()).clamp_min(0.0).sqrt()]
+    count_BT1 = count_BT1.clamp_min(1.0)
+    mean = sum_BTC / count_BT1
+    return [mean, (square_BTC / count_BT1 - mean.square()).clamp_min(0.0).sqrt()]
 
 
 def feature_statistics(features_BTF: Tensor, valid_BT: Tensor | None, half_width: int) -> Tensor:

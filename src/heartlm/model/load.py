@@ -113,6 +113,13 @@ def load_into(
             " (tokenized with another codebook?)",
             run_dir,
         )
+    span = overrides.get("local_stats", saved.local_stats)
+    if saved.local_stats and span != saved.local_stats:
+        raise HeartlmError(
+            f"was trained reading statistics over {saved.local_stats} beats a side, not {span} "
+            "(--local-stats)",
+            run_dir,
+        )
     cfg = _saved_model_config({"model": {**saved.to_dict(), **overrides}}, run_dir / "config.json")
     model = cls(cfg)
     path = run_dir / "model.safetensors"
@@ -124,7 +131,7 @@ def load_into(
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise HeartlmError(f"holds non-finite weights (tensor {name})", path)
     own = model.state_dict()
-    added = set()
+    added: set[str] = set()
     if not saved.local_stats:
         added = {k for k in own.keys() - state.keys() if k.startswith(_ADDED_BY_OVERRIDE)}
     mismatched = sorted((set(state) ^ set(own)) - added)

@@ -279,7 +279,8 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "absolute_columns",
     ):
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
-            flag = " (--inputs)" if key in ("relative_only", "absolute_columns") else ""
+            flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
+                    "local_stats": " (--local-stats)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
                 path,
