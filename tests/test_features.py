@@ -338,6 +338,72 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
         objective("forecast", feature_weight=1.0)  # it would read the next beat's timing
 
 
+def test_next_beat_choice_scores_every_real_beat_of_the_window_by_distance():
+    from heartlm.train.objectives import CHOICE_TEMPERATURE, next_beat_choice
+
+    g = torch.Generator().manual_seed(2)
+    predicted, features = torch.randn(2, 6, 3, generator=g), torch.randn(2, 6, 3, generator=g)
+    columns = torch.tensor([True, False, True])
+    real = torch.arange(6) < torch.tensor([[4], [6]])
+    logits = next_beat_choice(predicted, features, columns, real)
+    for b in range(2):
+        for t in range(6):
+            for j in range(6):
+                if real[b, j]:
+                    d = ((predicted[b, t] - features[b, j])[columns] ** 2).mean()
+                    assert logits[b, t, j].item() == pytest.approx(
+                        -d.item() / CHOICE_TEMPERATURE, rel=1e-4, abs=1e-4)  # fmt: skip
+                else:
+                    assert logits[b, t, j].item() < -1e8
+
+
+def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
+    """--objective contrastive: forecast's inputs and prediction, scored by the cross-entropy
+    of picking beat t+1 among the window's real beats; `correct` counts the picks."""
+    import torch.nn.functional as F
+
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+    from heartlm.train.objectives import make_objective, next_beat_choice
+
+    torch.manual_seed(0)
+    feats = torch.randn(3, 16, 3)
+    valid = torch.arange(16) < torch.tensor([[16], [12], [16]])
+    batch = Batch(torch.randint(5, 30, (3, 16)), torch.randint(5, 9, (3, 16)),
+                  torch.zeros(3, 16, dtype=torch.long), torch.zeros(3, 16, dtype=torch.long),
+                  valid, torch.arange(3), feats)  # fmt: skip
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=16, causal=True)).eval()  # fmt: skip
+    every = torch.ones(3, dtype=torch.bool)
+    ahead = torch.tensor([False, True, False])
+    choice = make_objective("contrastive", 30, feature_columns=every, feature_weight=1.0,
+                            code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
+    assert choice.name == "contrastive" and choice.heads == ("mlm", "masked")
+    seen = feats.clone()
+    seen[..., 1] = 0.0
+    masked = torch.full_like(batch.morph, shards.MASK)
+    with torch.no_grad():
+        loss, sums = choice(model, batch)
+        _, predicted = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
+                             head="masked", features_BTF=seen)  # fmt: skip
+        logits = next_beat_choice(predicted, feats, every, valid)
+        rows = [(b, t) for b in range(3) for t in range(15) if valid[b, t + 1]]
+        picked = torch.stack([logits[b, t] for b, t in rows])
+        target = torch.tensor([t + 1 for _, t in rows])
+        assert loss.item() == pytest.approx(F.cross_entropy(picked, target).item(), rel=1e-5)
+        assert int(sums["count"]) == len(rows) == 15 + 11 + 15
+        assert int(sums["correct"]) == int((picked.argmax(-1) == target).sum())
+        # The prediction the choice scores is forecast's: the same model output.
+        forecast = make_objective("forecast", 30, feature_columns=every, feature_weight=1.0,
+                                  code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
+        assert forecast(model, batch)[0].item() != pytest.approx(loss.item())
+    oracle = torch.zeros_like(predicted)  # a model that predicts beat t+1 exactly
+    oracle[:, :-1] = feats[:, 1:]
+    good = next_beat_choice(oracle, feats, every, valid)
+    hits = torch.stack([good[b, t] for b, t in rows]).argmax(-1)
+    assert torch.equal(hits, target)
+
+
 def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp_path):
     from heartlm.pretrain import PretrainConfig, _resolve
 
@@ -354,6 +420,9 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     assert every.span == 4 and shape.span == 1
     _, ahead = objective(objective="forecast", feature_target="all", code_weight=0.0)
     assert ahead.name == "forecast" and ahead.feature_columns.all() and ahead.code_weight == 0
+    _, choice = objective(objective="contrastive", feature_target="all", code_weight=0.0)
+    assert choice.contrastive and not ahead.contrastive
+    assert torch.equal(choice.lookahead_columns, ahead.lookahead_columns)
     names = data.meta["features"]
     read = [names[i] for i, h in enumerate(ahead.lookahead_columns.tolist()) if not h]
     assert "log_rr_prev" in read and "qrs_corr" in read and any(n.startswith("p_") for n in read)
@@ -362,8 +431,10 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     for kw, said in (
         ({"code_weight": 0.0, "feature_weight": 0.0}, "nothing to predict"),
         ({"code_weight": -1.0}, "--code-weight must be >= 0"),
-        ({"objective": "next", "feature_target": "all"}, "for --objective masked or forecast"),
+        ({"objective": "next", "feature_target": "all"}, "for --objective masked or a forecast"),
         ({"objective": "forecast", "feature_weight": 0.0}, "--feature-weight must be > 0"),
+        ({"objective": "contrastive", "feature_weight": 0.0}, "--feature-weight must be > 0"),
+        ({"objective": "contrastive", "inputs": "rhythm"}, "which --inputs rhythm hides"),
         ({"objective": "forecast", "mask_span": 2}, "--mask-span is for --objective masked"),
         ({"objective": "forecast", "inputs": "relative"}, "which --inputs relative hides"),
         ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),

@@ -410,6 +410,29 @@ def test_pretraining_reads_what_its_inputs_keep_and_fine_tuning_sets_its_own(cor
         assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
+def test_contrastive_pretraining_runs_validates_and_fine_tunes(corpus, tmp_path, capsys):
+    """`pretrain --objective contrastive`: a causal run whose validation accuracy is how
+    often it picks the next beat; fine-tuning reads it bidirectionally."""
+    pre = tmp_path / "pre_choice"
+    args = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+            "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu", "--val-every",
+            "2", "--objective", "contrastive", "--feature-target", "all", "--code-weight",
+            "0"]  # fmt: skip
+    assert _cli(*args) == 0
+    saved = json.loads((pre / "config.json").read_text())
+    assert saved["objective"] == "contrastive" and saved["model"]["causal"] is True
+    rows = [json.loads(line) for line in (pre / "metrics.jsonl").read_text().splitlines()]
+    accuracy = [r["val_acc"] for r in rows if "val_acc" in r]
+    assert accuracy and all(0.0 <= a <= 1.0 for a in accuracy)
+    out = tmp_path / "ft_choice"
+    ft = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16", "--batch",
+          "8", "--steps", "2", "--warmup", "1", "--device", "cpu", "--task", "afib",
+          "--inputs", "rhythm"]  # fmt: skip
+    assert _cli(*ft) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["causal"] is False
+    assert _evaluate_json(capsys, out, corpus / "tok")["task"] == "afib"
+
+
 def test_pretraining_dropout_is_the_model_s_and_fine_tuning_keeps_or_replaces_it(
     corpus, tmp_path, capsys
 ):

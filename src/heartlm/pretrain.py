@@ -17,8 +17,8 @@ from heartlm.train.config import LaunchConfig, TrainConfig
 MODEL = "model and objective"
 EXPORTS = ("last", "best")
 FEATURE_TARGETS = ("shape", "all")
-OBJECTIVES = ("masked", "next", "forecast")
-CAUSAL_OBJECTIVES = ("next", "forecast")
+OBJECTIVES = ("masked", "next", "forecast", "contrastive")
+CAUSAL_OBJECTIVES = ("next", "forecast", "contrastive")
 VAL_RISE = 0.10
 """A validation loss this far (relative) above its lowest at the end of a run exported with
 `--export last` is reported: the encoder is fitting its training records (the model
@@ -37,7 +37,9 @@ class PretrainConfig:
     """model size"""
     objective: str = setting("masked", choices=OBJECTIVES, group=MODEL)
     """masked: masked-beat modelling (bidirectional); next: next-beat prediction (causal);
-    forecast: next-beat prediction of the code and of the next beat's features (causal)"""
+    forecast: next-beat prediction of the code and of the next beat's features (causal);
+    contrastive: forecast's prediction scored by picking the real next beat out of the
+    window's beats (contrastive predictive coding, causal)"""
     window: int = setting(128, group=MODEL)
     """beats per window"""
     stride: int | None = setting(None, group=MODEL)
@@ -52,16 +54,17 @@ class PretrainConfig:
     label_smoothing: float = setting(0.0, group=MODEL)
     """label smoothing of the code's cross-entropy"""
     feature_weight: float = setting(1.0, group=MODEL)
-    """masked and forecast objectives: weight of predicting the masked (forecast: the next)
-    beats' features (those of --feature-target; mean squared error, standardised units)
+    """masked, forecast and contrastive objectives: weight of predicting the masked
+    (forecast, contrastive: the next) beats' features (those of --feature-target; mean squared
+    error in standardised units, contrastive: the cross-entropy of picking the next beat)
     beside the code's cross-entropy; 0 = off"""
     feature_target: str = setting("shape", choices=FEATURE_TARGETS, group=MODEL)
-    """masked and forecast objectives: the feature columns predicted: shape (the morphology
-    columns) or all (every column, RR and P wave included; masked: a replaced beat hides
-    them and its rhythm token becomes MASK too)"""
+    """masked, forecast and contrastive objectives: the feature columns predicted: shape (the
+    morphology columns) or all (every column, RR and P wave included; masked: a replaced
+    beat hides them and its rhythm token becomes MASK too)"""
     code_weight: float = setting(1.0, group=MODEL)
-    """masked and forecast objectives: weight of the code's cross-entropy beside the
-    features; 0 = only the features are predicted (the codes are partly patient-specific)"""
+    """masked, forecast and contrastive objectives: weight of the code's cross-entropy beside
+    the features; 0 = only the features are predicted (the codes are partly patient-specific)"""
     feature_embedding: str = setting("linear", choices=FEATURE_EMBEDDINGS, group=MODEL)
     """how the beat features enter the model: linear (one projection) or periodic (learnt
     cosines and sines per feature, then a small layer of its own: PLR embeddings)"""
@@ -84,6 +87,8 @@ class PretrainConfig:
 
     def validate(self) -> None:
         """The settings TrainConfig does not check (ValueError naming the flag)."""
+        from heartlm.train.objectives import FORECASTS
+
         self.train.validate()
         self.launch.validate()
         self.train.check_overwrite(self.overwrite)
@@ -109,12 +114,14 @@ class PretrainConfig:
         ):
             raise ValueError(
                 "--code-weight, --feature-target and --mask-span are for --objective masked "
-                "or forecast (--mask-span: masked only)"
+                "or a forecast (--mask-span: masked only)"
             )
-        if self.objective == "forecast" and self.mask_span != 1:
+        if self.objective in FORECASTS and self.mask_span != 1:
             raise ValueError("--mask-span is for --objective masked")
-        if self.objective == "forecast" and self.feature_weight == 0:
-            raise ValueError("--objective forecast predicts features: --feature-weight must be > 0")
+        if self.objective in FORECASTS and self.feature_weight == 0:
+            raise ValueError(
+                f"--objective {self.objective} predicts features: --feature-weight must be > 0"
+            )
         if not 1 <= self.mask_span <= self.window:
             raise ValueError(f"--mask-span must be in [1, --window], not {self.mask_span}")
         if self.export == "best" and self.val_fraction == 0:
@@ -133,7 +140,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     from heartlm.train.config import resolve_batch
     from heartlm.train.data import load_tokens
     from heartlm.train.launch import is_elastic_restart, world_size
-    from heartlm.train.objectives import make_objective
+    from heartlm.train.objectives import FORECASTS, make_objective
 
     cfg.train.require_packages()
     cfg.train.resume = cfg.train.resume or is_elastic_restart()
@@ -153,7 +160,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
-    lookahead = _forecast_hidden(cfg, data, seen) if cfg.objective == "forecast" else None
+    lookahead = _forecast_hidden(cfg, data, seen) if cfg.objective in FORECASTS else None
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -195,7 +202,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
 
 
 def _forecast_hidden(cfg: PretrainConfig, data: Any, seen: dict[str, Any]) -> Any:
-    """The bool mask of the feature columns `--objective forecast` hides from its input
+    """The bool mask of the feature columns a forecast (FORECASTS) hides from its input
     (`heartlm.inputs.lookahead_columns`); HeartlmError where the tokens have no features,
     lack the columns it reads, or `--inputs` hides the RR before each beat, its only timing
     input."""
@@ -206,17 +213,19 @@ def _forecast_hidden(cfg: PretrainConfig, data: Any, seen: dict[str, Any]) -> An
     where = cfg.tokens / "tokens.json"
     if data.shape_columns() is None:
         raise HeartlmError(
-            "--objective forecast predicts the next beat's features; these tokens have none "
-            "(tokenize with beat features)",
+            f"--objective {cfg.objective} predicts the next beat's features; these tokens have "
+            "none (tokenize with beat features)",
             where,
         )
     names = data.meta.get("features", [])
     if "log_rr_prev" not in names:
-        raise HeartlmError("--objective forecast reads log_rr_prev; these tokens lack it", where)
+        raise HeartlmError(
+            f"--objective {cfg.objective} reads log_rr_prev; these tokens lack it", where
+        )
     if names.index("log_rr_prev") in seen["absolute_columns"]:
         raise HeartlmError(
-            f"--objective forecast reads the timing through log_rr_prev only, which --inputs "
-            f"{cfg.inputs} hides (use --inputs all)"
+            f"--objective {cfg.objective} reads the timing through log_rr_prev only, which "
+            f"--inputs {cfg.inputs} hides (use --inputs all)"
         )
     mask = torch.zeros(len(names), dtype=torch.bool)
     mask[lookahead_columns(names)] = True

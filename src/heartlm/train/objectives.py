@@ -19,6 +19,8 @@ from heartlm.shards import MASK, NUM_SPECIAL, PAD
 from heartlm.train.data import Batch
 
 IGNORE = -100
+FORECASTS = ("forecast", "contrastive")
+"""The objectives that predict the next beat's features from what came before (`NextBeat`)."""
 
 
 class Objective(Protocol):
@@ -101,6 +103,53 @@ def add_feature_loss(
     mse_sum = torch.where(labels_BK != IGNORE, err_BK, torch.zeros_like(err_BK)).sum()
     loss = loss + weight * mse_sum / sums["count"].clamp_min(1)
     return loss, {**sums, "loss_sum": sums["loss_sum"] + weight * mse_sum.detach()}
+
+
+CHOICE_TEMPERATURE = 0.1
+"""`contrastive`: the scale of the squared distances that score a window's candidate beats
+(standardised units, averaged over the target columns): a candidate 0.1 further from the
+prediction is e times less likely to be the next beat."""
+_NOT_A_CANDIDATE = -1e9
+"""A finite logit for non-candidates: a row with none (a padded position) stays finite."""
+
+
+def next_beat_choice(
+    predicted_BTF: Tensor, features_BTF: Tensor, columns_F: Tensor, candidates_BT: Tensor
+) -> Tensor:
+    """(B, T, T) fp32 logits: position t's predicted features against every beat j of its own
+    window, minus their mean squared distance over `columns` / CHOICE_TEMPERATURE, where j is
+    a candidate (a real beat)."""
+    cols = columns_F.to(predicted_BTF.device).float()
+    p, f = predicted_BTF.float() * cols, features_BTF.float() * cols
+    cross = torch.bmm(p, f.transpose(1, 2))
+    d = p.square().sum(-1)[:, :, None] - 2 * cross + f.square().sum(-1)[:, None, :]
+    logits = -d.clamp_min(0.0) / (cols.sum().clamp_min(1.0) * CHOICE_TEMPERATURE)
+    return logits.masked_fill(~candidates_BT[:, None, :], _NOT_A_CANDIDATE)
+
+
+def add_choice_loss(
+    loss: Tensor,
+    sums: dict[str, Tensor],
+    predicted_BTF: Tensor,
+    features_BTF: Tensor,
+    columns: Tensor,
+    real_BT: Tensor,
+    weight: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`weight` x the cross-entropy of picking beat t+1 among the window's real beats from
+    position t's prediction (`next_beat_choice`), added to the loss and its sums; `correct`
+    becomes how often the next beat scores highest."""
+    logits_BTT = next_beat_choice(predicted_BTF, features_BTF, columns, real_BT)
+    T = real_BT.shape[1]
+    following = torch.arange(1, T + 1, device=real_BT.device).clamp(max=T - 1).expand_as(real_BT)
+    has_next = F.pad(real_BT[:, 1:], (0, 1), value=False)
+    labels_BT = torch.where(has_next, following, IGNORE)
+    flat, target = logits_BTT.reshape(-1, T), labels_BT.reshape(-1)
+    choice_sum = F.cross_entropy(flat, target, ignore_index=IGNORE, reduction="sum")
+    correct = ((flat.argmax(-1) == target) & (target != IGNORE)).sum()
+    loss = loss + weight * choice_sum / sums["count"].clamp_min(1)
+    sums = {**sums, "loss_sum": sums["loss_sum"] + weight * choice_sum.detach(), "correct": correct}
+    return loss, sums
 
 
 def _real_beats(batch: Batch) -> Tensor:
@@ -223,8 +272,13 @@ class NextBeat:
     `next` predicts the next beat's code. `forecast` (`feature_weight` > 0) also regresses
     the next beat's `feature_columns` (mean squared error, standardised units): its RR
     intervals and P wave with `--feature-target all`, so the model learns what rhythm to
-    expect, which a premature or irregular beat then departs from. `code_weight` 0 predicts
-    only the features (the codes are partly patient-specific). A forecast reads no
+    expect, which a premature or irregular beat then departs from. `contrastive` reads what
+    `forecast` reads and makes the same prediction, but scores it by how well it picks the
+    real next beat out of the window's beats (cross-entropy over `next_beat_choice`, as
+    contrastive predictive coding does with its negatives): a regression learns the mean
+    next beat, which in an irregular rhythm is no beat at all, while the choice must tell
+    this next beat from the patient's other beats. `code_weight` 0 predicts only the
+    features (the codes are partly patient-specific). A forecast reads no
     `lookahead_columns` (`heartlm.inputs.FORECAST_INPUTS` says why), no rhythm token (each
     bins the RR after its beat too) and no code (made from a window that can hold the next
     beat's onset): they would hand it what it is asked to predict.
@@ -236,6 +290,7 @@ class NextBeat:
     feature_weight: float = 0.0
     code_weight: float = 1.0
     lookahead_columns: Tensor | None = None
+    contrastive: bool = False
     name: str = "next"
     heads: tuple[str, ...] = ("next",)
 
@@ -269,6 +324,9 @@ class NextBeat:
         if recon_BTF is None:
             return loss, sums
         loss, sums = weigh_code_loss(loss, sums, self.code_weight)
+        if self.contrastive:
+            return add_choice_loss(loss, sums, recon_BTF, batch.features, self.feature_columns,
+                                   real, self.feature_weight)  # fmt: skip
         target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))
         return add_feature_loss(loss, sums, recon_BTF, target_BTF, self.feature_columns, labels,
                                 self.feature_weight)  # fmt: skip
@@ -286,12 +344,13 @@ def objective_to(objective: object, device: torch.device) -> None:
 def make_objective(name: str, vocab_size: int, **kwargs: object) -> Objective:
     if name == "masked":
         return MaskedBeats(vocab_size, **kwargs)  # type: ignore[arg-type]
-    if name in ("next", "forecast"):  # the masked objective's settings do not apply
-        accepted = {f.name for f in fields(NextBeat)} - {"name", "heads"}
+    if name in ("next", *FORECASTS):  # the masked objective's settings do not apply
+        accepted = {f.name for f in fields(NextBeat)} - {"name", "heads", "contrastive"}
         kwargs = {key: value for key, value in kwargs.items() if key in accepted}
         if name == "next":  # the code alone, as before `forecast` existed
             kwargs = {**kwargs, "feature_weight": 0.0, "code_weight": 1.0}
         elif kwargs.get("lookahead_columns") is None:
             raise ValueError("a forecast needs its lookahead_columns (heartlm.inputs)")
+        kwargs["contrastive"] = name == "contrastive"
         return NextBeat(vocab_size, name=name, **kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"--objective must be masked, next or forecast, not {name!r}")
+    raise ValueError(f"--objective must be masked, next, {' or '.join(FORECASTS)}, not {name!r}")
