@@ -105,10 +105,12 @@ def add_feature_loss(
     return loss, {**sums, "loss_sum": sums["loss_sum"] + weight * mse_sum.detach()}
 
 
-CHOICE_TEMPERATURE = 0.1
+CHOICE_TEMPERATURE = 1.0
 """`contrastive`: the scale of the squared distances that score a window's candidate beats
-(standardised units, averaged over the target columns): a candidate 0.1 further from the
-prediction is e times less likely to be the next beat."""
+(standardised units, averaged over the target columns): a candidate 1 further from the
+prediction is e times less likely to be the next beat. Of 0.1, 0.3, 1 and 3, 1 gave the
+lowest validation loss after 300 steps of `tiny` on the model study's pretraining corpus
+(CPU, benchmarks/README.md); at 0.1 and 0.3 it stayed above the uniform guess's."""
 _NOT_A_CANDIDATE = -1e9
 """A finite logit for non-candidates: a row with none (a padded position) stays finite."""
 
