@@ -155,12 +155,13 @@ run (from scratch: takes its architecture).
   paid beyond the re-run spread (benchmarks/README.md, round 23).
 - `contrastive` (round 32): `forecast`'s inputs and prediction of the next beat's every
   feature column, scored by picking the real next beat out of the window's beats
-  (`pretrain --objective contrastive`, new; contrastive predictive coding with the window's
-  other beats as negatives) and no code (`--code-weight 0`). The forecast regressed the mean
-  next beat, which in an irregular rhythm is no beat at all; the predictive objectives that
-  paid at 1-10 % of the labels in the literature are contrastive (CPC: benchmarks/README.md),
-  and negatives from the same window and patient leave nothing to learn from who the patient
-  is."""
+  (`pretrain --objective contrastive`, new: contrastive predictive coding with the window's
+  other beats as negatives and a squared-distance critic) and no code (`--code-weight 0`).
+  Like the regression it aims at the next beat's conditional mean, but columns alike in
+  every beat of the window cancel: the loss counts what tells the next beat from its
+  neighbours, its timing and P wave, which S beats and AF are made of. The predictive
+  objectives that paid at 1-10 % of the labels in the literature are contrastive
+  (benchmarks/README.md)."""
 SCALE = {
     "folder": "synth_scale",
     "records": 1000,
@@ -422,9 +423,12 @@ AFIB_CONFIGS["pretrained_contrastive_rhythm_beat_loss_all_context256_patients_ep
     *AFIB_CONFIGS["pretrained_best_rhythm_beat_loss_all_context256_patients_epochs19"]
 ]
 """Round 32 (prepared, not run): the 256-beat recipes as they are, and rhythm from the
-`contrastive` encoder (PRETRAIN_VARIANTS) with the same fine-tuning flags. The issue's
-"pretraining pays at 10 % and 1 %" has failed for every objective so far; `final_afib`
-scores each initialisation's fold winner at 100, 10 and 1 % of the labels."""
+`contrastive` encoder (PRETRAIN_VARIANTS) with the same fine-tuning flags; round 31's
+`--ema 0.99` recipes are dropped (its pretrained winner scored 0.830 on DS2, below the plain
+recipe), so that the folds compare the encoders alone. The issue's "pretraining pays at 10 %
+and 1 %" has failed for every objective so far; `final_afib` scores each initialisation's
+fold winner at 100, 10 and 1 % of the labels, unless DS2_LEDGER lists it (scratch's
+round-29 recipe is listed)."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,

@@ -355,6 +355,11 @@ def test_next_beat_choice_scores_every_real_beat_of_the_window_by_distance():
                         -d.item() / CHOICE_TEMPERATURE, rel=1e-4, abs=1e-4)  # fmt: skip
                 else:
                     assert logits[b, t, j].item() < -1e8
+    offset = torch.full((1, 1, 3), 3.0)  # beats far from the mean, where bf16 rounding tells
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_bf16 = next_beat_choice(predicted + offset, features + offset, columns, real)
+    assert under_bf16.dtype == torch.float32
+    torch.testing.assert_close(under_bf16, logits, rtol=1e-5, atol=1e-4)
 
 
 def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
@@ -393,10 +398,8 @@ def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
         assert loss.item() == pytest.approx(F.cross_entropy(picked, target).item(), rel=1e-5)
         assert int(sums["count"]) == len(rows) == 15 + 11 + 15
         assert int(sums["correct"]) == int((picked.argmax(-1) == target).sum())
-        # The prediction the choice scores is forecast's: the same model output.
-        forecast = make_objective("forecast", 30, feature_columns=every, feature_weight=1.0,
-                                  code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
-        assert forecast(model, batch)[0].item() != pytest.approx(loss.item())
+    with pytest.raises(ValueError, match="needs feature_columns and feature_weight > 0"):
+        make_objective("contrastive", 30, lookahead_columns=ahead)
     oracle = torch.zeros_like(predicted)  # a model that predicts beat t+1 exactly
     oracle[:, :-1] = feats[:, 1:]
     good = next_beat_choice(oracle, feats, every, valid)
@@ -422,6 +425,12 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
     assert ahead.name == "forecast" and ahead.feature_columns.all() and ahead.code_weight == 0
     _, choice = objective(objective="contrastive", feature_target="all", code_weight=0.0)
     assert choice.contrastive and not ahead.contrastive
+    from heartlm.pretrain import objective_settings
+    from heartlm.train.objectives import CHOICE_TEMPERATURE
+
+    settings = objective_settings(PretrainConfig(tokens=tokens / "tok", objective="contrastive"))
+    assert settings["choice_temperature"] == CHOICE_TEMPERATURE
+    assert "choice_temperature" not in objective_settings(PretrainConfig(tokens=tokens / "tok"))
     assert torch.equal(choice.lookahead_columns, ahead.lookahead_columns)
     names = data.meta["features"]
     read = [names[i] for i, h in enumerate(ahead.lookahead_columns.tolist()) if not h]

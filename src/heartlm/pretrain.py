@@ -251,8 +251,14 @@ validation so far would be compared with losses of another objective."""
 
 
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
-    """`cfg`'s OBJECTIVE_SETTINGS, by name."""
-    return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
+    """`cfg`'s OBJECTIVE_SETTINGS, by name; a contrastive run also records its temperature
+    (`heartlm.train.objectives.CHOICE_TEMPERATURE`), so a resume under another is refused."""
+    settings = {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
+    if cfg.objective == "contrastive":
+        from heartlm.train.objectives import CHOICE_TEMPERATURE
+
+        settings["choice_temperature"] = CHOICE_TEMPERATURE
+    return settings
 
 
 def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict) -> str | None:

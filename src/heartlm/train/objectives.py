@@ -120,13 +120,20 @@ def next_beat_choice(
 ) -> Tensor:
     """(B, T, T) fp32 logits: position t's predicted features against every beat j of its own
     window, minus their mean squared distance over `columns` / CHOICE_TEMPERATURE, where j is
-    a candidate (a real beat)."""
-    cols = columns_F.to(predicted_BTF.device).float()
-    p, f = predicted_BTF.float() * cols, features_BTF.float() * cols
-    cross = torch.bmm(p, f.transpose(1, 2))
-    d = p.square().sum(-1)[:, :, None] - 2 * cross + f.square().sum(-1)[:, None, :]
-    logits = -d.clamp_min(0.0) / (cols.sum().clamp_min(1.0) * CHOICE_TEMPERATURE)
-    return logits.masked_fill(~candidates_BT[:, None, :], _NOT_A_CANDIDATE)
+    a candidate (a real beat). Computed in fp32 outside autocast (bf16 would round the cross
+    term), both sides centred on the window's mean candidate, which leaves every distance as
+    it is and keeps the terms small."""
+    with torch.autocast(predicted_BTF.device.type, enabled=False):
+        cols = columns_F.to(predicted_BTF.device).float()
+        weight_BT1 = candidates_BT[..., None].float()
+        centre = (features_BTF.float() * weight_BT1).sum(1, keepdim=True)
+        centre = centre / weight_BT1.sum(1, keepdim=True).clamp_min(1.0)
+        p = (predicted_BTF.float() - centre) * cols
+        f = (features_BTF.float() - centre) * cols
+        cross = torch.bmm(p, f.transpose(1, 2))
+        d = p.square().sum(-1)[:, :, None] - 2 * cross + f.square().sum(-1)[:, None, :]
+        logits = -d.clamp_min(0.0) / (cols.sum().clamp_min(1.0) * CHOICE_TEMPERATURE)
+        return logits.masked_fill(~candidates_BT[:, None, :], _NOT_A_CANDIDATE)
 
 
 def add_choice_loss(
@@ -277,10 +284,14 @@ class NextBeat:
     expect, which a premature or irregular beat then departs from. `contrastive` reads what
     `forecast` reads and makes the same prediction, but scores it by how well it picks the
     real next beat out of the window's beats (cross-entropy over `next_beat_choice`, as
-    contrastive predictive coding does with its negatives): a regression learns the mean
-    next beat, which in an irregular rhythm is no beat at all, while the choice must tell
-    this next beat from the patient's other beats. `code_weight` 0 predicts only the
-    features (the codes are partly patient-specific). A forecast reads no
+    contrastive predictive coding does with its negatives; its accuracy, `val_acc`, is the
+    choice's, not the code's). The critic is a fixed Gaussian one (squared distance), so,
+    like the regression, it still aims at the next beat's conditional mean; what differs is
+    the weighting: columns alike in every beat of the window cancel, and the loss counts only
+    what tells the next beat from its neighbours (its timing and P wave in a regular rhythm).
+    A learnt critic (a target encoder and a dot product, as CPC has) would not be tied to the
+    mean; it is not built. `code_weight` 0 predicts only the features (the codes are partly
+    patient-specific). A forecast reads no
     `lookahead_columns` (`heartlm.inputs.FORECAST_INPUTS` says why), no rhythm token (each
     bins the RR after its beat too) and no code (made from a window that can hold the next
     beat's onset): they would hand it what it is asked to predict.
@@ -297,6 +308,8 @@ class NextBeat:
     heads: tuple[str, ...] = ("next",)
 
     def __post_init__(self) -> None:
+        if self.contrastive and not self.forecasts:
+            raise ValueError("a contrastive forecast needs feature_columns and feature_weight > 0")
         if self.forecasts:
             self.heads = ("mlm", "masked")
 
