@@ -273,23 +273,32 @@ def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the
     assert torch.equal(seen[-1], batch.rhythm)
 
 
+def _causal_forecast_case(B: int, T: int, valid: torch.Tensor | None = None):
+    """A batch of B windows of T beats with 3 random feature columns, and an untrained
+    causal `tiny` model over a vocabulary of 30 that reads them (seeded)."""
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+
+    torch.manual_seed(0)
+    feats = torch.randn(B, T, 3)
+    batch = Batch(torch.randint(5, 30, (B, T)), torch.randint(5, 9, (B, T)),
+                  torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long),
+                  valid, torch.arange(B), feats)  # fmt: skip
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=T, causal=True)).eval()  # fmt: skip
+    return batch, model
+
+
 def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only():
     """--objective forecast: position t predicts beat t+1's features (and code) through a
     causal model; its loss is the code's cross-entropy plus that squared error. What
     position t predicts does not change when beat t+1 does, and the forecast reads neither
     the columns that look ahead (the RR after a beat), nor the rhythm tokens (which bin it,
     UNK included), nor the codes (made from a window that can hold the next beat)."""
-    from heartlm.model import HeartLM, model_config
-    from heartlm.train.data import Batch
     from heartlm.train.objectives import make_objective
 
-    torch.manual_seed(0)
-    feats = torch.randn(4, 32, 3)
-    batch = Batch(torch.randint(5, 30, (4, 32)), torch.randint(5, 9, (4, 32)),
-                  torch.zeros(4, 32, dtype=torch.long), torch.zeros(4, 32, dtype=torch.long),
-                  None, torch.arange(4), feats)  # fmt: skip
-    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
-                                 max_len=32, causal=True)).eval()  # fmt: skip
+    batch, model = _causal_forecast_case(4, 32)
+    feats = batch.features
     every = torch.ones(3, dtype=torch.bool)
     ahead = torch.tensor([False, True, False])  # column 1: the RR after each beat
 
@@ -367,18 +376,11 @@ def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
     of picking beat t+1 among the window's real beats; `correct` counts the picks."""
     import torch.nn.functional as F
 
-    from heartlm.model import HeartLM, model_config
-    from heartlm.train.data import Batch
     from heartlm.train.objectives import make_objective, next_beat_choice
 
-    torch.manual_seed(0)
-    feats = torch.randn(3, 16, 3)
     valid = torch.arange(16) < torch.tensor([[16], [12], [16]])
-    batch = Batch(torch.randint(5, 30, (3, 16)), torch.randint(5, 9, (3, 16)),
-                  torch.zeros(3, 16, dtype=torch.long), torch.zeros(3, 16, dtype=torch.long),
-                  valid, torch.arange(3), feats)  # fmt: skip
-    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
-                                 max_len=16, causal=True)).eval()  # fmt: skip
+    batch, model = _causal_forecast_case(3, 16, valid)
+    feats = batch.features
     every = torch.ones(3, dtype=torch.bool)
     ahead = torch.tensor([False, True, False])
     choice = make_objective("contrastive", 30, feature_columns=every, feature_weight=1.0,
