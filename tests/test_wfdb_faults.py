@@ -342,6 +342,15 @@ def _kill_left(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def ctrl_c_deliverable():
+    """SIGINT handled as Python's default for the test, and so by the runs it starts: a shell
+    starts a background job with SIGINT ignored, which a child inherits and keeps."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def _interrupted(proc: subprocess.Popen, err: bytes) -> None:
     """Exit 130 and one line on stderr: no worker's traceback."""
     text = err.decode()
@@ -351,7 +360,7 @@ def _interrupted(proc: subprocess.Popen, err: bytes) -> None:
 
 @FORKED_WORKERS
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
+def test_ctrl_c_under_workers_is_one_line(tmp_path, command, ctrl_c_deliverable):
     proc = _slow_first_record(tmp_path, command, slow_s=1)
     try:
         _read_lines(proc.stdout.fileno(), 4)  # one worker in record a, the other done
@@ -367,7 +376,7 @@ def test_ctrl_c_under_workers_is_one_line(tmp_path, command):
 
 @FORKED_WORKERS
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command):
+def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command, ctrl_c_deliverable):
     """The first Ctrl-C waits for the records being read (a Holter record takes minutes);
     a second one ends their workers at once: one line, and an earlier result kept."""
     previous = tmp_path / "out" / "kept"
@@ -394,7 +403,9 @@ def test_a_second_ctrl_c_ends_the_records_being_read(tmp_path, command):
 
 
 @pytest.mark.parametrize("command", ["qrs", "ingest"])
-def test_ctrl_c_in_process_waits_for_the_record_being_read(tmp_path, capsys, monkeypatch, command):
+def test_ctrl_c_in_process_waits_for_the_record_being_read(
+    tmp_path, capsys, monkeypatch, command, ctrl_c_deliverable
+):
     """A Ctrl-C inside a record (where a C library's callback could swallow it) is held
     until the record is read, then stops the run."""
     from heartlm.ingest import pipeline
