@@ -153,15 +153,13 @@ run (from scratch: takes its architecture).
   value fine-tuning already uses; it is not tuned here. Measured: `bestdrop`'s best
   validation moved to step 900-1300 (`best`: 400-600), `nextdrop`'s stayed at 300; neither
   paid beyond the re-run spread (benchmarks/README.md, round 23).
-- `contrastive` (round 32): `forecast`'s inputs and prediction of the next beat's every
-  feature column, scored by picking the real next beat out of the window's beats
+- `contrastive` (round 32): `forecast`'s inputs; instead of regressing the next beat's
+  features, a learnt critic (a query from each position's state, a key from each beat's
+  every feature column) learns to pick the real next beat out of the window's beats
   (`pretrain --objective contrastive`, new: contrastive predictive coding with the window's
-  other beats as negatives and a squared-distance critic) and no code (`--code-weight 0`).
-  Like the regression it aims at the next beat's conditional mean, but columns alike in
-  every beat of the window cancel: the loss counts what tells the next beat from its
-  neighbours, its timing and P wave, which S beats and AF are made of. The predictive
-  objectives that paid at 1-10 % of the labels in the literature are contrastive
-  (benchmarks/README.md)."""
+  other beats as negatives), and no code (`--code-weight 0`). A regression aims at the mean
+  next beat, which in an irregular rhythm is no beat at all; the predictive objectives that
+  paid at 1-10 % of the labels in the literature are contrastive (benchmarks/README.md)."""
 SCALE = {
     "folder": "synth_scale",
     "records": 1000,

@@ -273,9 +273,10 @@ def test_continuous_target_hides_every_column_and_the_rhythm_token_and_drops_the
     assert torch.equal(seen[-1], batch.rhythm)
 
 
-def _causal_forecast_case(B: int, T: int, valid: torch.Tensor | None = None):
+def _causal_forecast_case(B: int, T: int, valid: torch.Tensor | None = None, **model_kw: object):
     """A batch of B windows of T beats with 3 random feature columns, and an untrained
-    causal `tiny` model over a vocabulary of 30 that reads them (seeded)."""
+    causal `tiny` model over a vocabulary of 30 that reads them (seeded; `model_kw`: more
+    ModelConfig settings)."""
     from heartlm.model import HeartLM, model_config
     from heartlm.train.data import Batch
 
@@ -285,7 +286,7 @@ def _causal_forecast_case(B: int, T: int, valid: torch.Tensor | None = None):
                   torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long),
                   valid, torch.arange(B), feats)  # fmt: skip
     model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
-                                 max_len=T, causal=True)).eval()  # fmt: skip
+                                 max_len=T, causal=True, **model_kw)).eval()  # fmt: skip
     return batch, model
 
 
@@ -347,66 +348,95 @@ def test_forecast_objective_regresses_the_next_beats_features_from_the_past_only
         objective("forecast", feature_weight=1.0)  # it would read the next beat's timing
 
 
-def test_next_beat_choice_scores_every_real_beat_of_the_window_by_distance():
+def test_next_beat_choice_scores_every_real_beat_of_the_window_by_cosine():
     from heartlm.train.objectives import CHOICE_TEMPERATURE, next_beat_choice
 
     g = torch.Generator().manual_seed(2)
-    predicted, features = torch.randn(2, 6, 3, generator=g), torch.randn(2, 6, 3, generator=g)
-    columns = torch.tensor([True, False, True])
+    query, key = torch.randn(2, 6, 4, generator=g), torch.randn(2, 6, 4, generator=g)
     real = torch.arange(6) < torch.tensor([[4], [6]])
-    logits = next_beat_choice(predicted, features, columns, real)
+    logits = next_beat_choice(query, key, real)
     for b in range(2):
         for t in range(6):
             for j in range(6):
                 if real[b, j]:
-                    d = ((predicted[b, t] - features[b, j])[columns] ** 2).mean()
+                    cosine = torch.nn.functional.cosine_similarity(query[b, t], key[b, j], dim=0)
                     assert logits[b, t, j].item() == pytest.approx(
-                        -d.item() / CHOICE_TEMPERATURE, rel=1e-4, abs=1e-4)  # fmt: skip
+                        cosine.item() / CHOICE_TEMPERATURE, rel=1e-4, abs=1e-4)  # fmt: skip
                 else:
                     assert logits[b, t, j].item() < -1e8
-    offset = torch.full((1, 1, 3), 3.0)  # beats far from the mean, where bf16 rounding tells
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        under_bf16 = next_beat_choice(predicted + offset, features + offset, columns, real)
+        under_bf16 = next_beat_choice(query, key, real)
     assert under_bf16.dtype == torch.float32
-    torch.testing.assert_close(under_bf16, logits, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(under_bf16, logits, rtol=1e-5, atol=1e-5)
 
 
 def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
-    """--objective contrastive: forecast's inputs and prediction, scored by the cross-entropy
-    of picking beat t+1 among the window's real beats; `correct` counts the picks."""
+    """--objective contrastive: forecast's inputs; the critic's query at t and the keys of
+    the window's real beats (their target columns, whole: the future is a candidate, not an
+    input), scored by the cross-entropy of picking beat t+1; `correct` counts the picks."""
     import torch.nn.functional as F
 
     from heartlm.train.objectives import make_objective, next_beat_choice
 
     valid = torch.arange(16) < torch.tensor([[16], [12], [16]])
-    batch, model = _causal_forecast_case(3, 16, valid)
+    batch, model = _causal_forecast_case(3, 16, valid, choice_critic=True)
     feats = batch.features
     every = torch.ones(3, dtype=torch.bool)
     ahead = torch.tensor([False, True, False])
     choice = make_objective("contrastive", 30, feature_columns=every, feature_weight=1.0,
                             code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
-    assert choice.name == "contrastive" and choice.heads == ("mlm", "masked")
+    assert choice.name == "contrastive" and choice.heads == ("mlm", "choice")
     seen = feats.clone()
     seen[..., 1] = 0.0
     masked = torch.full_like(batch.morph, shards.MASK)
     with torch.no_grad():
         loss, sums = choice(model, batch)
-        _, predicted = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
-                             head="masked", features_BTF=seen)  # fmt: skip
-        logits = next_beat_choice(predicted, feats, every, valid)
+        _, query, key = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
+                              head="choice", features_BTF=seen, targets_BTF=feats)  # fmt: skip
+        logits = next_beat_choice(query, key, valid)
         rows = [(b, t) for b in range(3) for t in range(15) if valid[b, t + 1]]
         picked = torch.stack([logits[b, t] for b, t in rows])
         target = torch.tensor([t + 1 for _, t in rows])
         assert loss.item() == pytest.approx(F.cross_entropy(picked, target).item(), rel=1e-5)
         assert int(sums["count"]) == len(rows) == 15 + 11 + 15
         assert int(sums["correct"]) == int((picked.argmax(-1) == target).sum())
+        later = seen.clone()
+        later[:, 10:] += 5.0  # what position t queries does not move with the beats after it
+        _, moved, _ = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
+                            head="choice", features_BTF=later, targets_BTF=feats)  # fmt: skip
+        assert torch.allclose(moved[:, :10], query[:, :10], atol=1e-5)
     with pytest.raises(ValueError, match="needs feature_columns and feature_weight > 0"):
         make_objective("contrastive", 30, lookahead_columns=ahead)
-    oracle = torch.zeros_like(predicted)  # a model that predicts beat t+1 exactly
-    oracle[:, :-1] = feats[:, 1:]
-    good = next_beat_choice(oracle, feats, every, valid)
-    hits = torch.stack([good[b, t] for b, t in rows]).argmax(-1)
-    assert torch.equal(hits, target)
+    with pytest.raises(ValueError, match="head 'choice' needs a model with choice_critic"):
+        _causal_forecast_case(3, 16)[1](masked, batch.rhythm, head="choice", features_BTF=seen)
+
+
+def test_the_contrastive_critic_learns_to_pick_the_next_beat():
+    """A few optimiser steps on one batch: the critic ranks the real next beat higher."""
+    from heartlm.train.objectives import make_objective
+
+    batch, model = _causal_forecast_case(4, 16, choice_critic=True)
+    every = torch.ones(3, dtype=torch.bool)
+    choice = make_objective(
+        "contrastive",
+        30,
+        feature_columns=every,
+        feature_weight=1.0,
+        code_weight=0.0,
+        lookahead_columns=torch.tensor([False, True, False]),
+    )
+    model.train()
+    model.use_heads(choice.heads)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    first = None
+    for _ in range(60):
+        loss, _ = choice(model, batch)
+        first = loss.item() if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.8 * first
+    assert model.choice_key[0].weight.requires_grad and not model.beat_head.weight.requires_grad
 
 
 def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp_path):

@@ -429,7 +429,13 @@ def test_contrastive_pretraining_runs_validates_and_fine_tunes(corpus, tmp_path,
           "8", "--steps", "2", "--warmup", "1", "--device", "cpu", "--task", "afib",
           "--inputs", "rhythm"]  # fmt: skip
     assert _cli(*ft) == 0
-    assert json.loads((out / "config.json").read_text())["model"]["causal"] is False
+    tuned = json.loads((out / "config.json").read_text())["model"]
+    assert tuned["causal"] is False and tuned["choice_critic"] is True
+    from safetensors.torch import load_file
+
+    before, after = load_file(pre / "model.safetensors"), load_file(out / "model.safetensors")
+    assert torch.equal(before["choice_key.0.weight"], after["choice_key.0.weight"])  # still
+    assert not torch.equal(before["window_head.weight"], after["window_head.weight"])
     assert _evaluate_json(capsys, out, corpus / "tok")["task"] == "afib"
 
 

@@ -186,6 +186,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             feature_embedding=cfg.feature_embedding,
             max_len=cfg.window,
             causal=cfg.objective in CAUSAL_OBJECTIVES,
+            choice_critic=cfg.objective == "contrastive",
             dropout=cfg.dropout,
             **seen,
         )

@@ -51,6 +51,10 @@ class ModelConfig:
     of each feature column it sees, and those of the whole window (0: off). A tree on a
     window's column means and spreads (the AFIB floor) gets them for free; attention has to
     learn a second moment from few AF patients."""
+    choice_critic: bool = False
+    """the critic of `pretrain --objective contrastive`: a query from each position's state
+    and a key from each candidate beat's features (a small MLP), both d_model wide; head
+    `choice`. Fine-tuning keeps the weights and leaves them still."""
     relative_only: bool = False
     """every morphology id reads as MASK (fine-tuning `--inputs relative`)"""
     absolute_columns: tuple[int, ...] = ()
@@ -92,6 +96,8 @@ class ModelConfig:
             raise ValueError(f"local_stats must be >= 0, not {self.local_stats}")
         if self.local_stats and not self.n_features:
             raise ValueError("local_stats needs beat features (token format v2 or later)")
+        if self.choice_critic and not self.n_features:
+            raise ValueError("choice_critic needs beat features (token format v2 or later)")
         if self.local_stats and self.causal:
             raise ValueError("local_stats reads the beats after each one: not for a causal model")
         if self.n_features < 0:

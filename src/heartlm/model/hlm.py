@@ -18,7 +18,7 @@ from heartlm.model.config import (
 from heartlm.model.load import Pretrained, load_into
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
-HEADS = ("hidden", "mlm", "masked", "next", "beat", "window", "window_beats")
+HEADS = ("hidden", "mlm", "masked", "next", "choice", "beat", "window", "window_beats")
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -115,7 +115,8 @@ class HeartLM(nn.Module, Pretrained):
 
     `forward(..., head=...)` computes only the requested head, so the masked-token
     vocabulary projection runs only at the positions that carry a loss. Head `masked` is
-    `mlm` plus the reconstruction of the beat features at those positions.
+    `mlm` plus the reconstruction of the beat features at those positions; head `choice`
+    (`choice_critic`) is `next` plus the contrastive critic's queries and keys.
     `save_pretrained(folder, codebook_hash=...)` / `HeartLM.from_pretrained(folder)` write
     and read a local folder (`heartlm.model.load`).
     """
@@ -131,6 +132,16 @@ class HeartLM(nn.Module, Pretrained):
         self.feature_proj = nn.Linear(width, cfg.d_model) if cfg.n_features else None
         self.feature_head = nn.Linear(cfg.d_model, cfg.n_features) if cfg.n_features else None
         self.stats_proj = nn.Linear(4 * cfg.n_features, cfg.d_model) if cfg.local_stats else None
+        self.choice_query = nn.Linear(cfg.d_model, cfg.d_model) if cfg.choice_critic else None
+        self.choice_key = (
+            nn.Sequential(
+                nn.Linear(cfg.n_features, cfg.d_model),
+                nn.GELU(),
+                nn.Linear(cfg.d_model, cfg.d_model),
+            )
+            if cfg.choice_critic
+            else None
+        )
         self.register_buffer(
             "absolute_index", torch.tensor(cfg.absolute_columns, dtype=torch.long), persistent=False
         )
@@ -156,6 +167,12 @@ class HeartLM(nn.Module, Pretrained):
         return {
             "mlm": list(self.lm_head.parameters()),
             "masked": [] if self.feature_head is None else list(self.feature_head.parameters()),
+            "choice": [
+                p
+                for m in (self.choice_query, self.choice_key)
+                if m is not None
+                for p in m.parameters()
+            ],
             "beat": list(self.beat_head.parameters()),
             "window": list(self.window_head.parameters()),
         }
@@ -163,7 +180,7 @@ class HeartLM(nn.Module, Pretrained):
     def use_heads(self, heads: tuple[str, ...]) -> None:
         """Freeze the heads an objective does not use (DDP then needs no unused search)."""
         wanted = {"mlm" if h == "next" else h for h in heads}
-        if "masked" in wanted:
+        if wanted & {"masked", "choice"}:
             wanted.add("mlm")
         for name, params in self.head_parameters().items():
             for p in params:
@@ -221,7 +238,8 @@ class HeartLM(nn.Module, Pretrained):
         head: str = "hidden",
         positions_BK: Tensor | None = None,
         features_BTF: Tensor | None = None,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+        targets_BTF: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, ...]:
         h = self.encode(morph_BT, rhythm_BT, valid_BT, features_BTF)
         if head == "hidden":
             return h
@@ -237,6 +255,11 @@ class HeartLM(nn.Module, Pretrained):
             return self.lm_head(h), self.feature_head(h)
         if head == "next":
             return self.lm_head(h)
+        if head == "choice":  # the code logits, each position's query, each beat's key
+            if self.choice_query is None or self.choice_key is None or targets_BTF is None:
+                raise ValueError("head 'choice' needs a model with choice_critic and targets_BTF")
+            key = self.choice_key(targets_BTF.to(self.choice_query.weight.dtype))
+            return self.lm_head(h), self.choice_query(h), key
         if head == "beat":
             return self.beat_head(h)
         if head == "window_beats":  # the window head on each beat; their valid mean is "window"

@@ -275,6 +275,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "dropout",
         "feature_embedding",
         "local_stats",
+        "choice_critic",
         "relative_only",
         "absolute_columns",
     ):

@@ -105,50 +105,37 @@ def add_feature_loss(
     return loss, {**sums, "loss_sum": sums["loss_sum"] + weight * mse_sum.detach()}
 
 
-CHOICE_TEMPERATURE = 1.0
-"""`contrastive`: the scale of the squared distances that score a window's candidate beats
-(standardised units, averaged over the target columns): a candidate 1 further from the
-prediction is e times less likely to be the next beat. Of 0.1, 0.3, 1 and 3, 1 gave the
-lowest validation loss after 300 steps of `tiny` on the model study's pretraining corpus
-(CPU, benchmarks/README.md); at 0.1 and 0.3 it stayed above the uniform guess's."""
+CHOICE_TEMPERATURE = 0.1
+"""`contrastive`: the temperature of the critic's cosine similarities, as SimCLR and MoCo
+use for theirs."""
 _NOT_A_CANDIDATE = -1e9
 """A finite logit for non-candidates: a row with none (a padded position) stays finite."""
 
 
-def next_beat_choice(
-    predicted_BTF: Tensor, features_BTF: Tensor, columns_F: Tensor, candidates_BT: Tensor
-) -> Tensor:
-    """(B, T, T) fp32 logits: position t's predicted features against every beat j of its own
-    window, minus their mean squared distance over `columns` / CHOICE_TEMPERATURE, where j is
-    a candidate (a real beat). Computed in fp32 outside autocast (bf16 would round the cross
-    term), both sides centred on the window's mean candidate, which leaves every distance as
-    it is and keeps the terms small."""
-    with torch.autocast(predicted_BTF.device.type, enabled=False):
-        cols = columns_F.to(predicted_BTF.device).float()
-        weight_BT1 = candidates_BT[..., None].float()
-        centre = (features_BTF.float() * weight_BT1).sum(1, keepdim=True)
-        centre = centre / weight_BT1.sum(1, keepdim=True).clamp_min(1.0)
-        p = (predicted_BTF.float() - centre) * cols
-        f = (features_BTF.float() - centre) * cols
-        cross = torch.bmm(p, f.transpose(1, 2))
-        d = p.square().sum(-1)[:, :, None] - 2 * cross + f.square().sum(-1)[:, None, :]
-        logits = -d.clamp_min(0.0) / (cols.sum().clamp_min(1.0) * CHOICE_TEMPERATURE)
+def next_beat_choice(query_BTC: Tensor, key_BTC: Tensor, candidates_BT: Tensor) -> Tensor:
+    """(B, T, T) fp32 logits: the cosine similarity of position t's query and beat j's key,
+    over CHOICE_TEMPERATURE, where j is a candidate (a real beat of the same window);
+    computed outside autocast."""
+    with torch.autocast(query_BTC.device.type, enabled=False):
+        q = F.normalize(query_BTC.float(), dim=-1)
+        k = F.normalize(key_BTC.float(), dim=-1)
+        logits = torch.bmm(q, k.transpose(1, 2)) / CHOICE_TEMPERATURE
         return logits.masked_fill(~candidates_BT[:, None, :], _NOT_A_CANDIDATE)
 
 
 def add_choice_loss(
     loss: Tensor,
     sums: dict[str, Tensor],
-    predicted_BTF: Tensor,
-    features_BTF: Tensor,
-    columns: Tensor,
+    query_BTC: Tensor,
+    key_BTC: Tensor,
     real_BT: Tensor,
     weight: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """`weight` x the cross-entropy of picking beat t+1 among the window's real beats from
-    position t's prediction (`next_beat_choice`), added to the loss and its sums; `correct`
-    becomes how often the next beat scores highest."""
-    logits_BTT = next_beat_choice(predicted_BTF, features_BTF, columns, real_BT)
+    position t's query (`next_beat_choice`), added to the loss and its sums; `correct`
+    becomes how often the next beat scores highest. Labelled where beat t+1 is real: the
+    positions the code's cross-entropy counts (`count`)."""
+    logits_BTT = next_beat_choice(query_BTC, key_BTC, real_BT)
     T = real_BT.shape[1]
     following = torch.arange(1, T + 1, device=real_BT.device).clamp(max=T - 1).expand_as(real_BT)
     has_next = F.pad(real_BT[:, 1:], (0, 1), value=False)
@@ -282,16 +269,14 @@ class NextBeat:
     the next beat's `feature_columns` (mean squared error, standardised units): its RR
     intervals and P wave with `--feature-target all`, so the model learns what rhythm to
     expect, which a premature or irregular beat then departs from. `contrastive` reads what
-    `forecast` reads and makes the same prediction, but scores it by how well it picks the
-    real next beat out of the window's beats (cross-entropy over `next_beat_choice`, as
-    contrastive predictive coding does with its negatives; its accuracy, `val_acc`, is the
-    choice's, not the code's). The critic is a fixed Gaussian one (squared distance), so,
-    like the regression, it still aims at the next beat's conditional mean; what differs is
-    the weighting: columns alike in every beat of the window cancel, and the loss counts only
-    what tells the next beat from its neighbours (its timing and P wave in a regular rhythm).
-    A learnt critic (a target encoder and a dot product, as CPC has) would not be tied to the
-    mean; it is not built. `code_weight` 0 predicts only the features (the codes are partly
-    patient-specific). A forecast reads no
+    `forecast` reads and, instead of regressing the next beat's features, learns to pick the
+    real next beat out of the window's real beats (contrastive predictive coding with
+    negatives from the same window): a query from position t's state and a key from each
+    beat's `feature_columns` (a small MLP; the model's `choice_critic`), scored by their
+    cosine similarity (`next_beat_choice`). A regression aims at the mean next beat, which in
+    an irregular rhythm is no beat at all; the learnt critic can score any next beat the past
+    makes likely. Its accuracy (`val_acc`) is the choice's, not the code's. `code_weight` 0
+    predicts only the features (the codes are partly patient-specific). A forecast reads no
     `lookahead_columns` (`heartlm.inputs.FORECAST_INPUTS` says why), no rhythm token (each
     bins the RR after its beat too) and no code (made from a window that can hold the next
     beat's onset): they would hand it what it is asked to predict.
@@ -311,7 +296,7 @@ class NextBeat:
         if self.contrastive and not self.forecasts:
             raise ValueError("a contrastive forecast needs feature_columns and feature_weight > 0")
         if self.forecasts:
-            self.heads = ("mlm", "masked")
+            self.heads = ("mlm", "choice") if self.contrastive else ("mlm", "masked")
 
     @property
     def forecasts(self) -> bool:
@@ -329,19 +314,26 @@ class NextBeat:
             features = hide_features(features, everywhere, self.lookahead_columns)
             rhythm = torch.where(rhythm != PAD, MASK, rhythm)  # UNK too: it marks a gap after
             morph = torch.where(morph >= NUM_SPECIAL, MASK, morph)
-        out = model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
-                    features_BTF=features)  # fmt: skip
-        logits, recon_BTF = out if forecast else (out, None)
+        if forecast and self.contrastive:
+            targets = hide_features(batch.features, torch.ones_like(batch.morph, dtype=torch.bool),
+                                    ~self.feature_columns)  # fmt: skip
+            logits, query, key = model(morph, rhythm, batch.valid, head="choice",
+                                       features_BTF=features, targets_BTF=targets)  # fmt: skip
+            recon_BTF = None
+        else:
+            out = model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
+                        features_BTF=features)  # fmt: skip
+            logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
         labels = torch.where(real, batch.morph.long(), IGNORE)
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        if forecast and self.contrastive:
+            loss, sums = weigh_code_loss(loss, sums, self.code_weight)
+            return add_choice_loss(loss, sums, query, key, real, self.feature_weight)
         if recon_BTF is None:
             return loss, sums
         loss, sums = weigh_code_loss(loss, sums, self.code_weight)
-        if self.contrastive:
-            return add_choice_loss(loss, sums, recon_BTF, batch.features, self.feature_columns,
-                                   real, self.feature_weight)  # fmt: skip
         target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))
         return add_feature_loss(loss, sums, recon_BTF, target_BTF, self.feature_columns, labels,
                                 self.feature_weight)  # fmt: skip
