@@ -155,7 +155,7 @@ run (from scratch: takes its architecture).
   paid beyond the re-run spread (benchmarks/README.md, round 23).
 - `contrastive` (round 32): `forecast`'s inputs; instead of regressing the next beat's
   features, a learnt critic (a query from each position's state, a key from each beat's
-  every feature column) learns to pick the real next beat out of the window's beats
+  every feature column) learns to pick the real next beat out of the window's later beats
   (`pretrain --objective contrastive`, new: contrastive predictive coding with the window's
   other beats as negatives), and no code (`--code-weight 0`). A regression aims at the mean
   next beat, which in an irregular rhythm is no beat at all; the predictive objectives that

@@ -358,7 +358,7 @@ def test_next_beat_choice_scores_every_real_beat_of_the_window_by_cosine():
     for b in range(2):
         for t in range(6):
             for j in range(6):
-                if real[b, j]:
+                if real[b, j] and j > t:
                     cosine = torch.nn.functional.cosine_similarity(query[b, t], key[b, j], dim=0)
                     assert logits[b, t, j].item() == pytest.approx(
                         cosine.item() / CHOICE_TEMPERATURE, rel=1e-4, abs=1e-4)  # fmt: skip
@@ -403,8 +403,22 @@ def test_contrastive_objective_picks_the_next_beat_out_of_the_window():
         later = seen.clone()
         later[:, 10:] += 5.0  # what position t queries does not move with the beats after it
         _, moved, _ = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
-                            head="choice", features_BTF=later, targets_BTF=feats)  # fmt: skip
-        assert torch.allclose(moved[:, :10], query[:, :10], atol=1e-5)
+                            head="choice", features_BTF=later,
+                            targets_BTF=feats + 5.0)  # fmt: skip
+        assert torch.allclose(moved[:, :10], query[:, :10], atol=1e-5)  # nor with the keys
+        future = feats.clone()
+        future[:, 10:] += 5.0  # every column of the later beats, the lookahead one too
+        _, mixed, _ = model(masked, torch.full_like(batch.rhythm, shards.MASK), valid,
+                            head="choice", features_BTF=future * ~ahead,
+                            targets_BTF=feats)  # fmt: skip
+        assert torch.allclose(mixed[:, :10], query[:, :10], atol=1e-5)
+        # Columns the key does not read (here the lookahead one) change nothing at all.
+        rr_only = make_objective("contrastive", 30, feature_columns=~ahead, feature_weight=1.0,
+                                 code_weight=0.0, lookahead_columns=ahead)  # fmt: skip
+        shifted = feats.clone()
+        shifted[..., 1] += 3.0
+        assert rr_only(model, dataclasses.replace(batch, features=shifted))[0].item() == (
+            pytest.approx(rr_only(model, batch)[0].item(), rel=1e-6))  # fmt: skip
     with pytest.raises(ValueError, match="needs feature_columns and feature_weight > 0"):
         make_objective("contrastive", 30, lookahead_columns=ahead)
     with pytest.raises(ValueError, match="head 'choice' needs a model with choice_critic"):

@@ -38,8 +38,8 @@ class PretrainConfig:
     objective: str = setting("masked", choices=OBJECTIVES, group=MODEL)
     """masked: masked-beat modelling (bidirectional); next: next-beat prediction (causal);
     forecast: next-beat prediction of the code and of the next beat's features (causal);
-    contrastive: forecast's prediction scored by picking the real next beat out of the
-    window's beats (contrastive predictive coding, causal)"""
+    contrastive: forecast's inputs, and a learnt critic that picks the real next beat out of
+    the window's later beats (contrastive predictive coding, causal)"""
     window: int = setting(128, group=MODEL)
     """beats per window"""
     stride: int | None = setting(None, group=MODEL)
@@ -59,9 +59,10 @@ class PretrainConfig:
     error in standardised units, contrastive: the cross-entropy of picking the next beat)
     beside the code's cross-entropy; 0 = off"""
     feature_target: str = setting("shape", choices=FEATURE_TARGETS, group=MODEL)
-    """masked, forecast and contrastive objectives: the feature columns predicted: shape (the
-    morphology columns) or all (every column, RR and P wave included; masked: a replaced
-    beat hides them and its rhythm token becomes MASK too)"""
+    """masked, forecast and contrastive objectives: the feature columns predicted (contrastive:
+    those the critic's key reads): shape (the morphology columns) or all (every column, RR
+    and P wave included; masked: a replaced beat hides them and its rhythm token becomes
+    MASK too)"""
     code_weight: float = setting(1.0, group=MODEL)
     """masked, forecast and contrastive objectives: weight of the code's cross-entropy beside
     the features; 0 = only the features are predicted (the codes are partly patient-specific)"""

@@ -281,7 +281,8 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
     ):
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
-                    "local_stats": " (--local-stats)"}.get(key, "")  # fmt: skip
+                    "local_stats": " (--local-stats)",
+                    "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
                 path,

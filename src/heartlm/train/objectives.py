@@ -114,13 +114,16 @@ _NOT_A_CANDIDATE = -1e9
 
 def next_beat_choice(query_BTC: Tensor, key_BTC: Tensor, candidates_BT: Tensor) -> Tensor:
     """(B, T, T) fp32 logits: the cosine similarity of position t's query and beat j's key,
-    over CHOICE_TEMPERATURE, where j is a candidate (a real beat of the same window);
-    computed outside autocast."""
+    over CHOICE_TEMPERATURE, where j is a candidate: a real beat of the same window after t
+    (the beats up to t the query has read: it could rule them out without predicting
+    anything); computed outside autocast."""
     with torch.autocast(query_BTC.device.type, enabled=False):
         q = F.normalize(query_BTC.float(), dim=-1)
         k = F.normalize(key_BTC.float(), dim=-1)
         logits = torch.bmm(q, k.transpose(1, 2)) / CHOICE_TEMPERATURE
-        return logits.masked_fill(~candidates_BT[:, None, :], _NOT_A_CANDIDATE)
+        T = candidates_BT.shape[1]
+        later = torch.ones(T, T, dtype=torch.bool, device=logits.device).triu(1)
+        return logits.masked_fill(~(candidates_BT[:, None, :] & later), _NOT_A_CANDIDATE)
 
 
 def add_choice_loss(
@@ -131,8 +134,8 @@ def add_choice_loss(
     real_BT: Tensor,
     weight: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """`weight` x the cross-entropy of picking beat t+1 among the window's real beats from
-    position t's query (`next_beat_choice`), added to the loss and its sums; `correct`
+    """`weight` x the cross-entropy of picking beat t+1 among the window's later real beats
+    from position t's query (`next_beat_choice`), added to the loss and its sums; `correct`
     becomes how often the next beat scores highest. Labelled where beat t+1 is real: the
     positions the code's cross-entropy counts (`count`)."""
     logits_BTT = next_beat_choice(query_BTC, key_BTC, real_BT)
@@ -270,7 +273,7 @@ class NextBeat:
     intervals and P wave with `--feature-target all`, so the model learns what rhythm to
     expect, which a premature or irregular beat then departs from. `contrastive` reads what
     `forecast` reads and, instead of regressing the next beat's features, learns to pick the
-    real next beat out of the window's real beats (contrastive predictive coding with
+    real next beat out of the window's later real beats (contrastive predictive coding with
     negatives from the same window): a query from position t's state and a key from each
     beat's `feature_columns` (a small MLP; the model's `choice_critic`), scored by their
     cosine similarity (`next_beat_choice`). A regression aims at the mean next beat, which in
