@@ -318,11 +318,9 @@ class NextBeat:
             rhythm = torch.where(rhythm != PAD, MASK, rhythm)  # UNK too: it marks a gap after
             morph = torch.where(morph >= NUM_SPECIAL, MASK, morph)
         if forecast and self.contrastive:
-            targets = hide_features(batch.features, torch.ones_like(batch.morph, dtype=torch.bool),
-                                    ~self.feature_columns)  # fmt: skip
+            targets = hide_features(batch.features, everywhere, ~self.feature_columns)
             logits, query, key = model(morph, rhythm, batch.valid, head="choice",
                                        features_BTF=features, targets_BTF=targets)  # fmt: skip
-            recon_BTF = None
         else:
             out = model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
                         features_BTF=features)  # fmt: skip
@@ -331,12 +329,11 @@ class NextBeat:
         labels = torch.where(real, batch.morph.long(), IGNORE)
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
-        if forecast and self.contrastive:
-            loss, sums = weigh_code_loss(loss, sums, self.code_weight)
-            return add_choice_loss(loss, sums, query, key, real, self.feature_weight)
-        if recon_BTF is None:
+        if not forecast:
             return loss, sums
         loss, sums = weigh_code_loss(loss, sums, self.code_weight)
+        if self.contrastive:
+            return add_choice_loss(loss, sums, query, key, real, self.feature_weight)
         target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))
         return add_feature_loss(loss, sums, recon_BTF, target_BTF, self.feature_columns, labels,
                                 self.feature_weight)  # fmt: skip
