@@ -29,8 +29,10 @@ def column_sets(names: list[str]) -> dict[str, list[int]]:
     """Hidden columns of each set, by name."""
     rhythm = hidden_columns(names, "rhythm")
     p_columns = {i for i, name in enumerate(names) if name.startswith("p_")}
+    unpatterned = {i for i, name in enumerate(names) if name == "rr_unpatterned"}
     return {
         "rhythm (--inputs rhythm)": rhythm,
+        "rhythm without rr_unpatterned": sorted(set(rhythm) | unpatterned),
         "rhythm without the P columns": sorted(set(rhythm) | p_columns),
         "rhythm + ectopy columns (--inputs rhythm-ectopy)": hidden_columns(names, "rhythm-ectopy"),
         "relative (--inputs relative)": hidden_columns(names, "relative"),

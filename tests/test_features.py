@@ -76,6 +76,30 @@ def test_rr_features_are_relative_to_means_so_a_premature_majority_stays_prematu
     assert np.isnan(rr_features(np.array([np.nan, 0.8]), np.array([0.8, np.nan]))[0, 0])
 
 
+def test_rr_unpatterned_tells_regular_ectopy_from_atrial_fibrillation():
+    # Bigeminy and trigeminy jump between intervals as much as AF does, but repeat every
+    # second or third beat; AF repeats at no lag, and sinus rhythm barely jumps at all.
+    rng = np.random.default_rng(0)
+    jitter = 0.02 * rng.standard_normal(600)
+    rhythms = {
+        "sinus": 0.8 + jitter,
+        "bigeminy": np.tile([0.5, 1.1], 300) + jitter,
+        "trigeminy": np.tile([0.8, 0.5, 1.1], 200) + jitter,
+        "af": rng.uniform(0.4, 1.2, 600),
+    }
+    jumpy, unpatterned = RR_FEATURES.index("rr_irregularity"), RR_FEATURES.index("rr_unpatterned")
+    got = {}
+    for name, rr in rhythms.items():
+        f = rr_features(rr, np.roll(rr, -1))[40:-40]
+        got[name] = (f[:, jumpy].mean(), f[:, unpatterned].mean())
+    assert got["bigeminy"][0] > got["af"][0] > 5 * got["sinus"][0]
+    assert got["trigeminy"][0] > got["af"][0] / 2
+    assert got["bigeminy"][1] < got["af"][1] / 5 and got["trigeminy"][1] < got["af"][1] / 5
+    assert got["af"][1] > 0.8 * got["af"][0]
+    short = rr_features(np.array([np.nan, np.nan, 0.8]), np.full(3, 0.8))
+    assert np.isnan(short[:, unpatterned]).all()
+
+
 def test_code_share_counts_the_code_in_the_surrounding_beats():
     codes = np.array([5, 5, 6, 5, 7, 7, 7, 5], dtype=np.int64)
     got = patient.code_share(codes, 10, 2)

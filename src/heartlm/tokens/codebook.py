@@ -31,7 +31,7 @@ from heartlm.tokens.features import FeatureSpace
 from heartlm.tokens.normalize import Normalization
 
 FORMAT = "heartlm.codebook"
-VERSION = 3
+VERSION = 4
 SEEDING_PER_CODE = 16  # k-means++ seeds from 16·K sample beats: cost O(K²·W), not O(K·n·W)
 
 

@@ -63,10 +63,17 @@ RR_FEATURES: tuple[str, ...] = (
     "log_rr_prev",  # log seconds: the heart rate itself
     "rr_irregularity",  # mean |successive RR difference| / local mean, IRREGULARITY_WINDOW beats
     "rr_next_over_prev",  # compensatory pause after a premature beat
+    "rr_unpatterned",  # rr_irregularity at the best lag of PATTERN_LAGS: low in bigeminy, not AF
 )
 LOCAL_WINDOW = 16
 RECORD_WINDOW = 256
 IRREGULARITY_WINDOW = 32
+PATTERN_LAGS: tuple[int, ...] = (2, 3)
+"""Lags at which a regular ectopic rhythm repeats its RR: ventricular or atrial bigeminy
+alternates short and long intervals (lag 2), trigeminy repeats every third (lag 3). Their
+successive differences are as large as atrial fibrillation's, but compared with the interval
+two or three beats back they vanish; in AF no lag helps, so `rr_unpatterned` stays near
+`rr_irregularity` there."""
 
 
 def rr_features(rr_prev: np.ndarray, rr_next: np.ndarray) -> np.ndarray:
@@ -79,9 +86,9 @@ def rr_features(rr_prev: np.ndarray, rr_next: np.ndarray) -> np.ndarray:
     one = np.array([0, len(prev)])
     local = local_mean(prev, one, LOCAL_WINDOW)
     record = local_mean(prev, one, RECORD_WINDOW)
-    jumps = np.abs(np.diff(prev, prepend=np.nan))
     with np.errstate(invalid="ignore", divide="ignore"):
-        irregular = local_mean(jumps, one, IRREGULARITY_WINDOW) / local
+        irregular = _irregularity(prev, 1, one) / local
+        unpatterned = np.fmin.reduce([_irregularity(prev, lag, one) for lag in PATTERN_LAGS])
         columns = [
             prev / local,
             after / local,
@@ -90,5 +97,13 @@ def rr_features(rr_prev: np.ndarray, rr_next: np.ndarray) -> np.ndarray:
             np.log(prev),
             irregular,
             after / prev,
+            unpatterned / local,
         ]
     return np.stack(columns, axis=1).astype(np.float32)
+
+
+def _irregularity(prev: np.ndarray, lag: int, one: np.ndarray) -> np.ndarray:
+    """Centred mean of |RR_i - RR_(i-lag)| over IRREGULARITY_WINDOW + 1 beats."""
+    jumps = np.full(len(prev), np.nan)
+    jumps[lag:] = np.abs(prev[lag:] - prev[:-lag])
+    return local_mean(jumps, one, IRREGULARITY_WINDOW)
