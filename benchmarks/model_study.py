@@ -42,6 +42,7 @@ import numpy as np
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2, MITDB_PACED
 from heartlm.labelled.metrics import plateau_threshold, pooled_curve
 from heartlm.runinfo import versions
+from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -181,7 +182,6 @@ EMA = ["--ema", "0.999"]
 """Fine-tuning validates and exports an exponential moving average of its weights (round 20)."""
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_next_relative_window32_epochs60_all": NEXT_RECIPE,
-    "pretrained_nextdrop_relative_window32_epochs60_all": NEXT_RECIPE,
     "scratch_relative": ["--from-scratch", *REL],
 }
 """Round 20 (prepared from round 19, where `nextrel` lost to `next` on the folds, S F1 0.418
@@ -195,7 +195,8 @@ DS2_LEDGER now stops that. Round 22: the `next` recipe from the `forecast` encod
 (same fine-tuning flags; PRETRAIN_VARIANTS), and scratch; the EMA variants are dropped. Round
 23: the `next` recipe from `nextdrop` (pretrained with dropout) beside the one from `next`,
 and scratch; `next` with four views won on the folds again (S and V F1 0.643 against 0.635),
-so `final` stopped on the ledger."""
+so `final` stopped on the ledger. Round 33: the same recipes on codebook format 4 (the
+`rr_unpatterned` column), which the ledger counts as new recipes; `nextdrop` is dropped."""
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
@@ -454,7 +455,16 @@ chose a recipe listed there (the other initialisation's is still scored; both li
 stage stops): rounds 16-20 re-scored one recipe five times, each time from new pretraining
 runs, and DS2 is a test set. `--replicate` scores it again on purpose (pool the rounds with
 pool_rounds.py). A recipe is its name and fine-tuning flags: a pretraining variant changed
-under the same name would need `--replicate` (a stop, never a silent re-read of DS2)."""
+under the same name would need `--replicate` (a stop, never a silent re-read of DS2). The
+codebook format is part of the recipe: a new format brings new feature columns, so a recipe
+scored on an older one is a new recipe on this one (entries without `codebook_version` were
+scored on format 3)."""
+LEDGER_DEFAULT_CODEBOOK = 3
+
+
+def _ledger_key(entry: dict[str, Any]) -> tuple[str, str, list[str], int]:
+    return (entry["stage"], entry["config"], entry["flags"],
+            entry.get("codebook_version", LEDGER_DEFAULT_CODEBOOK))  # fmt: skip
 
 
 def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],
@@ -467,8 +477,8 @@ def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],
     ledger = json.loads(DS2_LEDGER.read_text())
     left = {}
     for init, name in chosen.items():
-        key = (stage, f"{init}: {name}", flags[init])
-        rounds = [e["round"] for e in ledger if (e["stage"], e["config"], e["flags"]) == key]
+        key = (stage, f"{init}: {name}", flags[init], CODEBOOK_VERSION)
+        rounds = [e["round"] for e in ledger if _ledger_key(e) == key]
         if rounds:
             print(f"{stage}: {init}: {name} was scored on DS2 in round {', '.join(rounds)} "
                   f"({DS2_LEDGER.name}): not scored again", file=sys.stderr)  # fmt: skip
@@ -1271,6 +1281,7 @@ def main() -> int:
             "command": shlex.join([Path(sys.executable).name, *sys.argv]),
             "machine": machine(),
             "versions": versions(),
+            "codebook_version": CODEBOOK_VERSION,
             "goals": GOALS,
             "pretrain": PRETRAIN,
             "pretrain_variants": PRETRAIN_VARIANTS,

@@ -58,7 +58,8 @@ def ledger(paths: list[Path]) -> list[dict]:
         result = json.loads(path.read_text())
         for config, flags in result.get("config", {}).items():
             entries.append({"round": _round(path), "stage": result.get("stage", "final"),
-                            "config": config, "flags": flags})  # fmt: skip
+                            "config": config, "flags": flags,
+                            "codebook_version": result.get("codebook_version", 3)})  # fmt: skip
     return sorted(entries, key=lambda e: (int(e["round"]) if e["round"].isdigit() else 0,
                                           e["stage"], e["config"]))  # fmt: skip
 

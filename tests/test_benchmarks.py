@@ -877,7 +877,8 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     flags = ["--inputs", "relative", "(evaluate --views", "4)"]
-    result = {"stage": "final", "config": {"pretrained: rec_views4": flags}, "beats": []}
+    result = {"stage": "final", "config": {"pretrained: rec_views4": flags}, "beats": [],
+              "codebook_version": model_study.CODEBOOK_VERSION}  # fmt: skip
     (tmp_path / "final_round20.json").write_text(json.dumps(result))
     ledger = tmp_path / "ds2_scored.json"
     ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
@@ -891,6 +892,12 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
     assert model_study.unscored("final_afib", chosen, both, replicate=False) == chosen
     with pytest.raises(SystemExit, match="every recipe the folds chose was scored on DS2"):
         model_study.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)
+    # A recipe scored on an older codebook format read other feature columns: a new recipe.
+    del result["codebook_version"]
+    (tmp_path / "final_round20.json").write_text(json.dumps(result))
+    ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
+    assert model_study.CODEBOOK_VERSION > model_study.LEDGER_DEFAULT_CODEBOOK
+    assert model_study.unscored("final", chosen, both, replicate=False) == chosen
 
 
 def test_pooling_refuses_beat_and_afib_rounds_together(tmp_path: Path):
