@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -30,3 +31,19 @@ def test_console_entry_point_runs():
         [sys.executable, "-m", "heartlm", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "ingest" in out.stdout
+
+
+def test_a_torchrun_worker_leaves_with_its_exit_code_and_its_output(tmp_path):
+    # A worker (LOCAL_RANK set) skips interpreter finalisation: what it printed to a pipe
+    # must still arrive, and its exit code must still be the command's.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"LOCAL_RANK": "0"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "heartlm", "synth", str(tmp_path / "s"), "--print-config"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert shown.returncode == 0 and "records:" in shown.stdout
+    failed = subprocess.run(
+        [sys.executable, "-m", "heartlm", "qrs", str(tmp_path / "nope")],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert failed.returncode == 2 and str(tmp_path / "nope") in failed.stderr
