@@ -421,13 +421,13 @@ AFIB_CONFIGS = {
 AFIB_CONFIGS["pretrained_contrastive_rhythm_beat_loss_all_context256_patients_epochs19"] = [
     *AFIB_CONFIGS["pretrained_best_rhythm_beat_loss_all_context256_patients_epochs19"]
 ]
-"""Round 32 (prepared, not run): the 256-beat recipes as they are, and rhythm from the
-`contrastive` encoder (PRETRAIN_VARIANTS) with the same fine-tuning flags; round 31's
-`--ema 0.99` recipes are dropped (its pretrained winner scored 0.830 on DS2, below the plain
-recipe), so that the folds compare the encoders alone. The issue's "pretraining pays at 10 %
-and 1 %" has failed for every objective so far; `final_afib` scores each initialisation's
-fold winner at 100, 10 and 1 % of the labels, unless DS2_LEDGER lists it (scratch's
-round-29 recipe is listed)."""
+"""Round 32: the 256-beat recipes as they are, and rhythm from the `contrastive` encoder
+(PRETRAIN_VARIANTS) with the same fine-tuning flags; round 31's `--ema 0.99` recipes are
+dropped (its pretrained winner scored 0.830 on DS2, below the plain recipe), so that the folds
+compare the encoders alone. It ran on codebook format 4 (`rr_unpatterned`). Measured: rhythm
+from `best` with four views won on the folds (0.908; `contrastive` 0.872, scratch 0.856) and
+scored 0.913 +- 0.011 on DS2 at the folds' threshold 0.99 (floor 0.929 +- 0.002); record 200's
+bigeminy false alarms fell from 181 to 14 (benchmarks/README.md, round 32)."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
