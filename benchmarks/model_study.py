@@ -458,13 +458,14 @@ pool_rounds.py). A recipe is its name and fine-tuning flags: a pretraining varia
 under the same name would need `--replicate` (a stop, never a silent re-read of DS2). The
 codebook format is part of the recipe: a new format brings new feature columns, so a recipe
 scored on an older one is a new recipe on this one (entries without `codebook_version` were
-scored on format 3)."""
-LEDGER_DEFAULT_CODEBOOK = 3
+scored on format 3: pool_rounds.UNRECORDED_CODEBOOK)."""
 
 
 def _ledger_key(entry: dict[str, Any]) -> tuple[str, str, list[str], int]:
+    from pool_rounds import UNRECORDED_CODEBOOK
+
     return (entry["stage"], entry["config"], entry["flags"],
-            entry.get("codebook_version", LEDGER_DEFAULT_CODEBOOK))  # fmt: skip
+            entry.get("codebook_version", UNRECORDED_CODEBOOK))  # fmt: skip
 
 
 def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],
@@ -514,9 +515,27 @@ def quick() -> None:
             flags[flags.index("--epochs") : flags.index("--epochs") + 2] = ["--steps", "6"]
 
 
+def stale_codebook(work: Path) -> str | None:
+    """A sentence when `work`'s token folders were made with another codebook format than
+    this heartlm writes: the stages would reuse them (and the runs trained on them) and the
+    results would claim CODEBOOK_VERSION."""
+    meta = work / "tok_pre" / "codebook.json"
+    if not meta.is_file():
+        return None
+    try:
+        version = json.loads(meta.read_text()).get("version")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"{meta}: unreadable ({exc})"
+    if version != CODEBOOK_VERSION:
+        return (f"{meta}: codebook format {version}, this heartlm writes {CODEBOOK_VERSION}; "
+                "use a fresh --work")  # fmt: skip
+    return None
+
+
 def _tag(*parts: Any) -> str:
     """Short digest of what a run was trained with (flags, records, label share) for its
     folder name: a work folder reused after a change never passes an old run off as new."""
+    parts = (*parts, f"codebook {CODEBOOK_VERSION}")
     text = json.dumps([PRETRAIN, BEATS, AFIB, TRAIN_SYNTHETIC, *parts], default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
@@ -1262,6 +1281,9 @@ def main() -> int:
     if args.quick:
         quick()
     args.work.mkdir(parents=True, exist_ok=True)
+    if stale := stale_codebook(args.work):
+        print(f"model_study: {stale}", file=sys.stderr)
+        return 2
     # Before any fine-tuning starts, so that a device call does not spend minutes on the
     # stages' other runs before the first one that needs a missing encoder fails.
     if missing := missing_pretraining(args.stages, args.work.resolve()):

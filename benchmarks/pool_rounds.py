@@ -31,6 +31,9 @@ import numpy as np
 
 from heartlm.outdir import atomic_write_text
 
+UNRECORDED_CODEBOOK = 3
+"""The codebook format of a round file without `codebook_version` (written before format 4)."""
+
 BEAT_COLUMNS = ("accuracy", "S", "V", "F")
 VIEWS_SUFFIX = re.compile(r"_views\d+$")
 
@@ -56,10 +59,11 @@ def ledger(paths: list[Path]) -> list[dict]:
     entries = []
     for path in paths:
         result = json.loads(path.read_text())
+        codebook = result.get("codebook_version", UNRECORDED_CODEBOOK)
         for config, flags in result.get("config", {}).items():
             entries.append({"round": _round(path), "stage": result.get("stage", "final"),
                             "config": config, "flags": flags,
-                            "codebook_version": result.get("codebook_version", 3)})  # fmt: skip
+                            "codebook_version": codebook})  # fmt: skip
     return sorted(entries, key=lambda e: (int(e["round"]) if e["round"].isdigit() else 0,
                                           e["stage"], e["config"]))  # fmt: skip
 
@@ -73,7 +77,7 @@ def _values(entry: dict, task: str) -> dict[str, float]:
 
 
 def pool(paths: list[Path]) -> tuple[str, dict]:
-    task = ""
+    task, codebook = "", None
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for path in paths:
         result = json.loads(path.read_text())
@@ -81,6 +85,12 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
         if task and kind != task:
             raise ValueError(f"{path.name} holds {kind} scores, the files before it {task}")
         task = kind
+        # Another codebook format reads other feature columns: another recipe (the ledger too).
+        version = result.get("codebook_version", UNRECORDED_CODEBOOK)
+        if codebook is not None and version != codebook:
+            raise ValueError(f"{path.name} was scored on codebook format {version}, the files "
+                             f"before it on {codebook}")  # fmt: skip
+        codebook = version
         recipes = _recipes(result)
         label = _round(path)
         for entry in result[task]:

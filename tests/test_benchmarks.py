@@ -892,12 +892,37 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
     assert model_study.unscored("final_afib", chosen, both, replicate=False) == chosen
     with pytest.raises(SystemExit, match="every recipe the folds chose was scored on DS2"):
         model_study.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)
-    # A recipe scored on an older codebook format read other feature columns: a new recipe.
+    # A recipe scored on an older codebook format read other feature columns: a new recipe,
+    # whether the round file or the ledger entry leaves the format out.
+    assert model_study.CODEBOOK_VERSION > pool_rounds.UNRECORDED_CODEBOOK
     del result["codebook_version"]
     (tmp_path / "final_round20.json").write_text(json.dumps(result))
     ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
-    assert model_study.CODEBOOK_VERSION > model_study.LEDGER_DEFAULT_CODEBOOK
     assert model_study.unscored("final", chosen, both, replicate=False) == chosen
+    entries = pool_rounds.ledger([tmp_path / "final_round20.json"])
+    for entry in entries:
+        del entry["codebook_version"]
+    ledger.write_text(json.dumps(entries))
+    assert model_study.unscored("final", chosen, both, replicate=False) == chosen
+
+
+def test_pooling_refuses_rounds_of_two_codebook_formats(tmp_path: Path):
+    (tmp_path / "final_round1.json").write_text(json.dumps({"config": {}, "beats": []}))
+    four = {"config": {}, "beats": [], "codebook_version": 4}
+    (tmp_path / "final_round2.json").write_text(json.dumps(four))
+    files = [tmp_path / "final_round1.json", tmp_path / "final_round2.json"]
+    with pytest.raises(ValueError, match="codebook format 4, the files before it on 3"):
+        pool_rounds.pool(files)
+
+
+def test_a_work_folder_of_another_codebook_format_is_refused(tmp_path: Path):
+    assert model_study.stale_codebook(tmp_path) is None
+    (tmp_path / "tok_pre").mkdir()
+    meta = tmp_path / "tok_pre" / "codebook.json"
+    meta.write_text(json.dumps({"version": model_study.CODEBOOK_VERSION}))
+    assert model_study.stale_codebook(tmp_path) is None
+    meta.write_text(json.dumps({"version": model_study.CODEBOOK_VERSION - 1}))
+    assert "use a fresh --work" in model_study.stale_codebook(tmp_path)
 
 
 def test_pooling_refuses_beat_and_afib_rounds_together(tmp_path: Path):
