@@ -16,7 +16,7 @@ from heartlm.errors import HeartlmError
 from heartlm.inputs import ECTOPY_FEATURES, RATE_FEATURES, absolute_columns, hidden_columns
 from heartlm.tokens import Codebook, TokenizeConfig, TokenSet, patient, tokenize
 from heartlm.tokens.features import FEATURES, FeatureSpace, morphology_columns
-from heartlm.tokens.rhythm import RR_FEATURES, rr_features
+from heartlm.tokens.rhythm import PATTERN_LAGS, RR_FEATURES, rr_features
 
 FS, PRE, W = 250.0, 63, 163
 QRS = patient.TEMPLATE_FEATURES.index("qrs_corr")
@@ -98,6 +98,28 @@ def test_rr_unpatterned_tells_regular_ectopy_from_atrial_fibrillation():
     assert got["af"][1] > 0.8 * got["af"][0]
     short = rr_features(np.array([np.nan, np.nan, 0.8]), np.full(3, 0.8))
     assert np.isnan(short[:, unpatterned]).all()
+
+
+def test_rr_unpatterned_is_relative_to_the_local_rate_and_skips_lag_one():
+    # A bigeminy that speeds up halfway: the column follows the local mean RR, so the same
+    # pattern at another rate gives the same values, away from where the rate changes.
+    rng = np.random.default_rng(1)
+    pattern = np.tile([0.5, 1.1], 300) * (1 + 0.05 * rng.standard_normal(600))
+    col = RR_FEATURES.index("rr_unpatterned")
+    slow = rr_features(pattern, np.roll(pattern, -1))[:, col]
+    mixed_rr = np.concatenate([pattern[:300], 0.6 * pattern[300:]])
+    mixed = rr_features(mixed_rr, np.roll(mixed_rr, -1))[:, col]
+    np.testing.assert_allclose(mixed[20:260], slow[20:260], rtol=1e-5)
+    np.testing.assert_allclose(mixed[340:580], slow[340:580], rtol=1e-5)
+    # Alternation is exactly what lag 1 would call irregular.
+    assert (
+        1 not in PATTERN_LAGS
+        and slow[40:-40].mean()
+        < 0.5
+        * rr_features(pattern, np.roll(pattern, -1))[
+            40:-40, RR_FEATURES.index("rr_irregularity")
+        ].mean()
+    )
 
 
 def test_code_share_counts_the_code_in_the_surrounding_beats():
