@@ -5,6 +5,7 @@
     python benchmarks/model_study.py select   --work W      # beats: DS1, two record-wise folds
     python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, FRACTIONS
     python benchmarks/model_study.py select_afib final_afib --work W   # the same for AFIB
+    python benchmarks/model_study.py crossfit_afib --work W   # AFIB: how to call DS2 (round 34)
 
 Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
 builds the token folders: the codebook and feature space are learnt on the unlabelled
@@ -46,6 +47,9 @@ from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+# Run as a script, this module is __main__: the stage modules that `import model_study` must
+# get this one, with --quick's settings, not a fresh copy.
+sys.modules.setdefault("model_study", sys.modules[__name__])
 
 # Two record-wise folds of DS1, balanced by hand for S (209/118/124 vs 201/207/220/223),
 # V (208/203 vs 106/119/223/201) and AF (203 vs 201), so each fold trains on every class
@@ -696,7 +700,11 @@ def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
     elif "final" in stages:
         beats = [_config_of(_best_selected(work / "select.json", init))
                  for init in ("pretrained", "scratch")]  # fmt: skip
-    afib = AFIB_CONFIGS if {"select_afib", "final_afib"} & set(stages) else {}
+    afib: list[str] = list(AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
+    if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
+        rows = json.loads((work / "select_afib.json").read_text())["afib"]
+        afib = [_config_of(_best_afib(rows, init), AFIB_CONFIGS)
+                for init in ("pretrained", "scratch")]  # fmt: skip
     variants = {_variant(c) for c in [*beats, *afib]} or {
         _variant(c) for c in [*CONFIGS, *AFIB_CONFIGS]
     }
@@ -707,7 +715,8 @@ def _stage_seeds(stages: list[str]) -> set[int]:
     """The fine-tuning seeds of the stages among `stages` (each seed starts from its own
     pretraining run): `select` SELECT_SEEDS, `select_afib` seed 0, the final stages SEEDS;
     with none of them, every seed some stage uses."""
-    per_stage = {"select": SELECT_SEEDS, "final": SEEDS, "select_afib": (0,), "final_afib": SEEDS}
+    per_stage = {"select": SELECT_SEEDS, "final": SEEDS, "select_afib": (0,), "final_afib": SEEDS,
+                 "crossfit_afib": SEEDS}  # fmt: skip
     seeds = {seed for stage in stages for seed in per_stage.get(stage, ())}
     return seeds or {*SEEDS, *SELECT_SEEDS}
 
@@ -715,7 +724,7 @@ def _stage_seeds(stages: list[str]) -> set[int]:
 def missing_pretraining(stages: list[str], work: Path) -> list[str]:
     """The pretraining runs that the fine-tuning stages among `stages` start from and that
     `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
-    if "pretrain" in stages or not set(stages) & {"select", "final", "select_afib", "final_afib"}:
+    if "pretrain" in stages or not set(stages) & {"select", "final", *AFIB_STAGES}:
         return []
     names = [_pre(seed, variant) for variant, seed in _pretraining_runs(stages, work)]
     return [n for n in names if not (work / n / "model.safetensors").is_file()]
@@ -1258,8 +1267,17 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def crossfit_afib(r: Runner) -> dict[str, Any]:
+    """How the chosen AFIB recipes call DS2's windows, decided outside DS2 (afib_crossfit.py)."""
+    from afib_crossfit import crossfit_afib as stage
+
+    return stage(r)
+
+
 STAGES = {"prepare": None, "pretrain": None, "select": select, "final": final,
-          "select_afib": select_afib, "final_afib": final_afib}  # fmt: skip
+          "select_afib": select_afib, "final_afib": final_afib,
+          "crossfit_afib": crossfit_afib}  # fmt: skip
+AFIB_STAGES = {"select_afib", "final_afib", "crossfit_afib"}
 
 
 def main() -> int:

@@ -8,7 +8,8 @@
 # (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 fine-tuning runs at once),
 # LIMIT_S (560: seconds before the stages are stopped), SELECT (a select.json an earlier call
 # brought back, e.g. benchmarks/results/h100/model_study/select_round13.json: `final` on a
-# fresh machine then scores that selection without running `select` again).
+# fresh machine then scores that selection without running `select` again), SELECT_AFIB (the
+# same for `select_afib.json`: `final_afib` and `crossfit_afib`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
@@ -20,14 +21,18 @@ if [ ! -e /tmp/hlm-wheels.done ]; then
     --root-user-action=ignore .carry/wheels/*.whl && touch /tmp/hlm-wheels.done
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-if [ -n "${SELECT:-}" ]; then
-  if [ -e "$WORK/select.json" ]; then
-    echo "SELECT: $WORK/select.json exists (a warm machine's own selection); $SELECT not used" >&2
+carry_selection() {  # VARIABLE FILE: an earlier call's selection, unless the machine has one
+  local from=$1 to=$WORK/$2
+  [ -n "$from" ] || return 0
+  if [ -e "$to" ]; then
+    echo "$to exists (a warm machine's own selection); $from not used" >&2
   else
-    mkdir -p "$WORK" && cp "$SELECT" "$WORK/select.json" || { echo "SELECT: cannot copy $SELECT" >&2; exit 2; }
-    echo "SELECT: scoring the selection in $SELECT" >&2
+    mkdir -p "$WORK" && cp "$from" "$to" || { echo "cannot copy $from" >&2; exit 2; }
+    echo "scoring the selection in $from" >&2
   fi
-fi
+}
+carry_selection "${SELECT:-}" select.json
+carry_selection "${SELECT_AFIB:-}" select_afib.json
 # Stopped before the call's limit, so the stages that finished still come back.
 timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
   --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1

@@ -292,6 +292,28 @@ def _pretrain(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _crossfit(results: dict[str, Any]) -> list[str]:
+    """crossfit_afib's nested comparison of the rules (outside DS2), before its DS2 table."""
+    from afib_crossfit import RULES
+
+    lines = ["", "## How to call DS2's windows, chosen outside DS2 (nested)", ""]
+    lines += ["Three groups of the real records outside DS2, one AF patient each: "
+              + "; ".join(f"group {i}: {', '.join(g[:3])} ... ({len(g)} records)"
+                          for i, g in enumerate(results["groups"]))
+              + ". Each group is the test set in turn, the other two the folds; window "
+              "counts on the test groups pooled over groups and seeds (F1 / Se / +P). "
+              "The rule with the best F1 (ties: the earlier column) scores DS2.", ""]  # fmt: skip
+    lines += ["| model | " + " | ".join(RULES) + " | folds' thresholds | chosen |",
+              "|" + " --- |" * (len(RULES) + 3)]  # fmt: skip
+    for who, nested in results["nested"].items():
+        cells = [f"{nested[r]['f1']:.3f} / {nested[r]['se']:.3f} / {nested[r]['ppv']:.3f}"
+                 for r in RULES]  # fmt: skip
+        thresholds = ", ".join(f"{t:g}" for t in nested["thresholds"].values())
+        lines.append(f"| {who} | " + " | ".join(cells)
+                     + f" | {thresholds} | {results['rules'][who]} |")  # fmt: skip
+    return [*lines, "", f"Recipes: {results['chosen']}.", ""]
+
+
 def markdown(results: dict[str, Any]) -> str:
     stage = results["stage"]
     if stage == "pretrain":
@@ -300,6 +322,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines = _select(results) + _sick(results)
     elif stage == "select_afib":
         lines = _select_afib(results)
+    elif stage == "crossfit_afib":
+        lines = _final(results) + _crossfit(results) + _per_record(results)
     else:
         lines = _final(results) + _sick(results) + _per_record(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]

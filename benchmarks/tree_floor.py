@@ -192,23 +192,51 @@ def afib_floors(
     trained on `train` (record names) with a seeded `fraction` of the training windows'
     labels; windows called AFIB from `threshold`, and counted at every threshold of
     `metrics.AFIB_THRESHOLDS` (`threshold_counts`), as `heartlm evaluate` does."""
+    scored = afib_floor_scores(train_data, train, tests, window=window, seed=seed,
+                               threads=threads, fraction=fraction, inputs=inputs,
+                               context=context)  # fmt: skip
+    return [afib_report(labels, scores, record, test_data, threshold)
+            for (labels, scores, record), (test_data, _)
+            in zip(scored, tests, strict=True)]  # fmt: skip
+
+
+def afib_floor_scores(
+    train_data: TokenData,
+    train: list[str],
+    tests: list[tuple[TokenData, list[str]]],
+    window: int = 32,
+    seed: int = 0,
+    threads: int = 0,
+    fraction: float = 1.0,
+    inputs: str = "all",
+    context: int = 0,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(labels, AFIB probabilities, record index) of every labelled window of each test set,
+    from one tree trained as `afib_floors` trains it; the windows come in the same order for
+    every tree, so that several trees' probabilities can be averaged."""
     x_tr, y_tr, _ = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
     model = _fit(x_tr, y_tr, 2, seed, threads)
-    reports = []
+    out = []
     for test_data, test in tests:
         x_te, y_te, record = window_inputs(
             test_data, _indices(test_data, test), window, inputs, context
         )
-        scores = model.predict(x_te)
-        report = metrics.binary_scores(y_te, scores, threshold)
-        per_record = metrics.per_record_afib(y_te, scores >= threshold, record,
-                                             _record_names(test_data))  # fmt: skip
-        reports.append({**report, "threshold_counts": metrics.threshold_counts(y_te, scores),
-                        "per_record": per_record})  # fmt: skip
-    return reports
+        out.append((y_te, model.predict(x_te), record))
+    return out
+
+
+def afib_report(
+    labels: np.ndarray, scores: np.ndarray, record: np.ndarray, data: TokenData, threshold: float
+) -> dict[str, Any]:
+    """Window scores of AFIB probabilities called from `threshold`, with the counts at every
+    threshold and per record, as `heartlm evaluate` reports them."""
+    report = metrics.binary_scores(labels, scores, threshold)
+    per_record = metrics.per_record_afib(labels, scores >= threshold, record, _record_names(data))
+    return {**report, "threshold_counts": metrics.threshold_counts(labels, scores),
+            "per_record": per_record}  # fmt: skip
 
 
 def main() -> int:

@@ -1017,3 +1017,53 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
     assert got["scratch"]["recipe"] == "scratch_x" and got[floor]["recipe"] == floor
     assert got["scratch"]["f1"] == pytest.approx(rules.f1_at(ds2, threshold))
     assert got[floor]["threshold"] == rules.RULES[winner](rows[floor]["threshold_curve"])
+
+
+def test_nested_afib_groups_hold_one_af_patient_each_and_no_synthetic_record():
+    import afib_crossfit
+
+    names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "217"), ("mitdb", "101"),
+             ("ludb", "1"), ("ludb", "2"), ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
+    n = len(names) * BEATS
+    data = TokenData(
+        morph=np.zeros(n, np.int32), rhythm=np.zeros(n, np.int32), aami=np.zeros(n, np.int8),
+        rhythm_label=np.zeros(n, np.int8), boundaries=np.arange(0, n + 1, BEATS, dtype=np.int64),
+        records=[name for _, name in names], vocab_size=20, rhythm_vocab_size=9,
+        meta={"records": [{"name": name, "db": db} for db, name in names]},
+    )  # fmt: skip
+    groups = afib_crossfit.afib_groups(data)
+    assert [g[0] for g in groups] == list(afib_crossfit.AF_PATIENTS)
+    assert sorted(k for g in groups for k in g) == sorted(
+        f"{db}/{name}" for db, name in names if not db.startswith("synth"))  # fmt: skip
+    assert [len(g) for g in groups] == [2, 2, 2]
+
+
+def _curve(scores_by_threshold: dict[float, tuple[int, int, int]]) -> list[dict]:
+    from heartlm.labelled.metrics import AFIB_THRESHOLDS
+
+    out = []
+    for t in AFIB_THRESHOLDS:
+        tp, fp, fn = next(v for k, v in sorted(scores_by_threshold.items()) if t <= k)
+        out.append({"threshold": t, "tp": tp, "fp": fp, "fn": fn, "tn": 0})
+    return out
+
+
+def test_nested_rules_read_each_test_curve_at_its_groups_fold_threshold():
+    import afib_crossfit
+
+    # Out of fold: F1 best from 0.9 up (false alarms below it); the test curves: the full
+    # model's AF scores fall under 0.9 (missed there), the ensemble's do not.
+    oof = _curve({0.85: (10, 10, 0), 1.0: (10, 0, 0)})
+    full = _curve({0.5: (10, 4, 0), 0.85: (10, 0, 0), 1.0: (2, 0, 8)})
+    ensemble = _curve({0.5: (10, 6, 0), 1.0: (9, 0, 1)})
+    cells = [{"group": g, "seed": s, "out_of_fold": [oof, oof], "full": full,
+              "ensemble": ensemble} for g in range(3) for s in range(2)]  # fmt: skip
+    nested = afib_crossfit.nested_scores(cells)
+    threshold = nested["thresholds"]["0"]
+    assert 0.9 <= threshold < 1.0 and set(nested["thresholds"]) == {"0", "1", "2"}
+    assert nested["full_fold"]["se"] == pytest.approx(0.2)  # 2 of 10 per cell
+    assert nested["full_0.5"]["ppv"] == pytest.approx(10 / 14)
+    assert nested["ensemble_fold"]["f1"] == pytest.approx(2 * 9 / (2 * 9 + 1))
+    assert afib_crossfit.best_rule(nested) == "ensemble_fold"
+    tied = {rule: {"f1": 0.5} for rule in afib_crossfit.RULES}
+    assert afib_crossfit.best_rule(tied) == "full_fold"  # ties keep the earlier protocol

@@ -733,6 +733,27 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert "--afib-threshold must be strictly between 0 and 1" in capsys.readouterr().err
 
 
+def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path, capsys):
+    from heartlm.evaluate.scoring import evaluate
+
+    a, b = tmp_path / "afib_a", tmp_path / "afib_b"
+    for run, seed in ((a, "0"), (b, "1")):
+        assert _finetune(corpus, run, "--task", "afib", "--from-scratch", "--seed", seed) == 0
+    kw = {"device": "cpu", "all_records": True}
+    one, other = evaluate(a, corpus / "tok", **kw), evaluate(b, corpus / "tok", **kw)
+    assert not np.allclose(one["scores"], other["scores"])  # two different models
+    both = evaluate(a, corpus / "tok", ensemble=[b], **kw)
+    np.testing.assert_allclose(both["scores"], (one["scores"] + other["scores"]) / 2, atol=1e-6)
+    assert both["report"]["ensemble"] == [str(b)] and "ensemble" not in one["report"]
+    # A beats run averaged with itself is the run; with an AFIB run it is refused.
+    alone = _evaluate_json(capsys, beats_run, corpus / "tok")
+    twice = _evaluate_json(capsys, beats_run, corpus / "tok", "--ensemble", beats_run)
+    assert twice.pop("ensemble") == [str(beats_run)] and twice == alone
+    assert _cli("evaluate", beats_run, corpus / "tok", "--ensemble", a) == 2
+    err = capsys.readouterr().err
+    assert "--ensemble: its task is afib, the first run's is beats" in err and "\n" not in err.strip()
+
+
 def test_a_block_spanning_the_window_scores_as_the_window(corpus):
     """The window head is linear after a mean pool: the block pool over every real beat gives
     the plain window score, so context scoring changes only what the block averages."""

@@ -44,6 +44,10 @@ class EvaluateConfig:
     """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T
     (default 0.5; the report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95,
     0.98 ... 0.999, to choose T on other records)"""
+    ensemble: list[Path] | None = setting(None, metavar="FT")
+    """more fine-tuned runs of FT's task, window and codebook (e.g. the fold models of a
+    cross-validation): their outputs are averaged with FT's before a beat's class is taken or
+    a window is called (beats: class probabilities; AFIB: window probabilities)"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"
@@ -70,7 +74,7 @@ def run(cfg: EvaluateConfig) -> int:
         from heartlm.outdir import check_separate, check_writable
 
         check_writable(cfg.out, cfg.overwrite)
-        check_separate(cfg.out, [cfg.run, cfg.data])
+        check_separate(cfg.out, [cfg.run, cfg.data, *(cfg.ensemble or [])])
     t0 = time.perf_counter()
     result = evaluate(
         cfg.run,
@@ -83,6 +87,7 @@ def run(cfg: EvaluateConfig) -> int:
         afib_window=cfg.afib_window,
         views=cfg.views,
         afib_threshold=cfg.afib_threshold,
+        ensemble=cfg.ensemble,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:

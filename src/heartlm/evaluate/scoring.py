@@ -13,8 +13,7 @@ from heartlm.labelled.lineage import read_finetune_info, read_lineage
 from heartlm.labelled.predict import (
     afib_scores,
     averaged_beat_outputs,
-    averaged_beat_predictions,
-    beat_predictions,
+    beat_probabilities,
     block_afib_scores,
 )
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
@@ -101,6 +100,28 @@ def _afib_window(info: dict[str, Any], afib_window: int | None, model: Any, run:
     return afib_window
 
 
+def _ensemble_member(run: Path, info: dict[str, Any], data: Any) -> Any:
+    """The model of one `--ensemble` run, refused unless its task and window are the main
+    run's and `data` is tokenized with its codebook."""
+    from heartlm.model import load_pretrained
+
+    other = read_finetune_info(run)
+    for key in ("task", "window"):
+        if other.get(key) != info.get(key):
+            raise HeartlmError(
+                f"--ensemble: its {key} is {other.get(key)}, the first run's is {info.get(key)}",
+                run,
+            )
+    _check_same_tokens(read_lineage(run), data, run)
+    model, _ = load_pretrained(run)
+    return model
+
+
+def _ensemble_note(ensemble: list[Path] | None) -> dict[str, Any]:
+    """The report's record of the runs averaged with the first (none: nothing)."""
+    return {"ensemble": [str(p) for p in ensemble]} if ensemble else {}
+
+
 def _views(info: dict[str, Any], views: int, model: Any, run: Path) -> int:
     """How many overlapping windows each beat's output is averaged over."""
     window = int(info["window"])
@@ -134,8 +155,13 @@ def evaluate(
     afib_window: int | None = None,
     views: int = 1,
     afib_threshold: float | None = None,
+    ensemble: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
+
+    With `ensemble` (more fine-tuned runs of the same task, window and codebook), the outputs
+    of `run` and of every `ensemble` run are averaged before a class is taken or a window is
+    called: beats their class probabilities, AFIB their window probabilities.
 
     Beats: each beat's class from the one window whose centre is nearest (`views` 1), or from
     the averaged probabilities of `views` overlapping windows (stride window / views).
@@ -156,6 +182,7 @@ def evaluate(
     with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
         data = load_tokens(folder)
     _check_same_tokens(lineage, data, data_path)
+    members = [model, *(_ensemble_member(other, info, data) for other in ensemble or [])]
     refs = [
         RecordRef(index=i, name=str(r.get("name", i)), db=str(r.get("db", "")),
                   n_beats=int(r.get("n_beats", 0)))
@@ -183,28 +210,37 @@ def evaluate(
     repeated = len({r.name for r in refs}) < len(refs)
     names = [r.key for r in refs] if repeated else list(data.records)
     if task == "beats":
-        predict = averaged_beat_predictions if views > 1 else beat_predictions
-        beat, pred = predict(model, windows, batch, dev)
+        predict = averaged_beat_outputs if views > 1 else beat_probabilities
+        outputs = [predict(m, windows, batch, dev) for m in members]
+        beat = outputs[0][0]
+        pred = np.mean([prob for _, prob in outputs], axis=0).argmax(axis=1)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
             raise HeartlmError("the scored records have no AAMI beat labels", data_path)
         ref, pred = reference[labelled], pred[labelled]
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
-        report = {**common, "views": views, **metrics.beat_report(ref, pred)}
+        report = {**common, "views": views, **_ensemble_note(ensemble),
+                  **metrics.beat_report(ref, pred)}  # fmt: skip
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
     if views > 1:
         # Each beat's AFIB logits averaged over `views` overlapping windows of context, then
         # pooled over each scored block as one window's would be.
         overlapping = cut_windows(streams, indices, window, max(1, window // views), task)
-        beat, logits = averaged_beat_outputs(
-            model, overlapping, batch, dev, head="window_beats", probabilities=False
-        )
-        members = windows.scored & ~windows.pad if scored < window else ~windows.pad
-        scores = block_afib_scores(windows, members, beat, logits)
+        pooled = windows.scored & ~windows.pad if scored < window else ~windows.pad
+
+        def window_scores(m: Any) -> np.ndarray:
+            beat, logits = averaged_beat_outputs(
+                m, overlapping, batch, dev, head="window_beats", probabilities=False
+            )
+            return block_afib_scores(windows, pooled, beat, logits)
     else:
-        scores = afib_scores(model, windows, batch, dev, scored_block=scored < window)
+
+        def window_scores(m: Any) -> np.ndarray:
+            return afib_scores(m, windows, batch, dev, scored_block=scored < window)
+
+    scores = np.mean([window_scores(m) for m in members], axis=0)
     labelled = windows.window_label != IGNORE
     if not labelled.any():
         raise HeartlmError(
@@ -221,6 +257,7 @@ def evaluate(
         "window": scored,
         "context": window,
         "views": views,
+        **_ensemble_note(ensemble),
         "rule": AFIB_RULE,
         "counts": {k: binary[k] for k in ("tp", "fp", "fn", "tn")},
         "threshold": afib_threshold,

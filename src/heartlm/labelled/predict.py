@@ -33,24 +33,33 @@ def _autocast(device: torch.device):
 
 
 @torch.no_grad()
+def beat_probabilities(
+    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    """(beat index, (beats, C) class probabilities) for every beat, each from its scoring
+    window."""
+    model.eval().to(device)
+    beats, probs = [], []
+    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
+        with _autocast(device):
+            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
+        prob = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        scored = windows.scored[lo:hi]
+        beats.append(windows.beat[lo:hi][scored])
+        probs.append(prob[scored])
+    if not beats:
+        return np.zeros(0, np.int64), np.zeros((0, 0))
+    beat, prob = np.concatenate(beats), np.concatenate(probs)
+    order = np.argsort(beat, kind="stable")
+    return beat[order], prob[order]
+
+
 def beat_predictions(
     model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, predicted class) for every beat, each taken from its scoring window."""
-    model.eval().to(device)
-    beats, classes = [], []
-    for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
-        with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
-        pred = logits.float().argmax(-1).cpu().numpy()
-        scored = windows.scored[lo:hi]
-        beats.append(windows.beat[lo:hi][scored])
-        classes.append(pred[scored])
-    if not beats:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    beat, cls = np.concatenate(beats), np.concatenate(classes)
-    order = np.argsort(beat, kind="stable")
-    return beat[order], cls[order]
+    beat, prob = beat_probabilities(model, windows, batch, device)
+    return beat, prob.argmax(axis=1) if len(beat) else np.zeros(0, np.int64)
 
 
 def centre_weights(window: int) -> np.ndarray:
