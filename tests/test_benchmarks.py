@@ -270,16 +270,21 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
         "(evaluate --views", f"{model_study.VIEWS})"]  # fmt: skip
 
 
-def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
-    names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "101"), ("ludb", "1"),
-             ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
+def _records_only(names: list[tuple[str, str]]) -> TokenData:
+    """A token folder of BEATS unlabelled beats per (db, name) record."""
     n = len(names) * BEATS
-    data = TokenData(
+    return TokenData(
         morph=np.zeros(n, np.int32), rhythm=np.zeros(n, np.int32), aami=np.zeros(n, np.int8),
         rhythm_label=np.zeros(n, np.int8), boundaries=np.arange(0, n + 1, BEATS, dtype=np.int64),
         records=[name for _, name in names], vocab_size=20, rhythm_vocab_size=9,
         meta={"records": [{"name": name, "db": db} for db, name in names]},
     )  # fmt: skip
+
+
+def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
+    names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "101"), ("ludb", "1"),
+             ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
+    data = _records_only(names)
     first, second = model_study.afib_folds(data)
     assert "mitdb/201" in first and "mitdb/203" in second
     assert not {k for k in first + second if k.startswith(model_study.SYNTHETIC)}
@@ -1024,13 +1029,7 @@ def test_nested_afib_groups_hold_one_af_patient_each_and_no_synthetic_record():
 
     names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "217"), ("mitdb", "101"),
              ("ludb", "1"), ("ludb", "2"), ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
-    n = len(names) * BEATS
-    data = TokenData(
-        morph=np.zeros(n, np.int32), rhythm=np.zeros(n, np.int32), aami=np.zeros(n, np.int8),
-        rhythm_label=np.zeros(n, np.int8), boundaries=np.arange(0, n + 1, BEATS, dtype=np.int64),
-        records=[name for _, name in names], vocab_size=20, rhythm_vocab_size=9,
-        meta={"records": [{"name": name, "db": db} for db, name in names]},
-    )  # fmt: skip
+    data = _records_only(names)
     groups = afib_crossfit.afib_groups(data)
     assert [g[0] for g in groups] == list(afib_crossfit.AF_PATIENTS)
     assert sorted(k for g in groups for k in g) == sorted(

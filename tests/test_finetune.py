@@ -751,7 +751,8 @@ def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path
     assert twice.pop("ensemble") == [str(beats_run)] and twice == alone
     assert _cli("evaluate", beats_run, corpus / "tok", "--ensemble", a) == 2
     err = capsys.readouterr().err
-    assert "--ensemble: its task is afib, the first run's is beats" in err and "\n" not in err.strip()
+    assert "--ensemble: its task is afib, the first run's is beats" in err
+    assert "\n" not in err.strip()
 
 
 def test_a_block_spanning_the_window_scores_as_the_window(corpus):
