@@ -996,3 +996,13 @@ def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys)
     assert sorted(info["train_records"] + info["val_records"]) == [
         f"syn/s000{i}" for i in range(3)]  # fmt: skip
     assert "train_records" not in json.loads((out / "config.json").read_text())
+
+
+def test_evaluate_without_scored_beats_says_so_in_one_line(beats_run, corpus, monkeypatch):
+    from heartlm.errors import HeartlmError
+    from heartlm.evaluate import scoring
+
+    empty = (np.zeros(0, np.int64), np.zeros((0, 0)))
+    monkeypatch.setattr(scoring, "beat_probabilities", lambda *_: empty)
+    with pytest.raises(HeartlmError, match="no AAMI beat labels"):
+        scoring.evaluate(beats_run, corpus / "tok", device="cpu", ensemble=[beats_run])

@@ -213,7 +213,8 @@ def evaluate(
         predict = averaged_beat_outputs if views > 1 else beat_probabilities
         outputs = [predict(m, windows, batch, dev) for m in members]
         beat = outputs[0][0]
-        pred = np.mean([prob for _, prob in outputs], axis=0).argmax(axis=1)
+        pred = (np.mean([prob for _, prob in outputs], axis=0).argmax(axis=1) if len(beat)
+                else np.zeros(0, np.int64))  # fmt: skip
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
