@@ -24,6 +24,7 @@ with the two halves of `model_study.afib_folds` as its folds; a recipe whose rul
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -48,9 +49,12 @@ def afib_groups(data: Any) -> list[list[str]]:
     each, the other records dealt in turn (those with AF first, as `afib_folds` deals)."""
     from heartlm.labelled.windows import AFIB
 
+    keys = ms._afib_keys(data)
+    if missing := [patient for patient in AF_PATIENTS if patient not in keys]:
+        raise SystemExit(f"crossfit_afib: the AFIB token folder lacks {', '.join(missing)}")
     groups = [[patient] for patient in AF_PATIENTS]
     rest = []
-    for i, key in enumerate(ms._afib_keys(data)):
+    for i, key in enumerate(keys):
         if key.startswith(ms.ANY_SYNTHETIC) or key in AF_PATIENTS:
             continue
         lo, hi = data.boundaries[i], data.boundaries[i + 1]
@@ -123,6 +127,7 @@ class Transformer:
         return f"xfit_afib_{self.config}_s{seed}_{tag}"
 
     def train(self, records: list[str], seed: int) -> str:
+        records = sorted(records)  # one set, one run, whatever order it comes in
         name = self.name(records, seed)
         self.r.finetune(name, "afib", "tok_afib", "--records", *records,
                         *ms._afib_synthetic_keys(self.data, self.synthetic),
@@ -323,7 +328,11 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
     scored = {init: f"{chosen[init]}_{rules[init]}" for init in chosen
               if rules[init] != "full_fold"}  # fmt: skip
     flags = {init: ms._afib_recipe_flags(chosen[init]) for init in scored}
-    left = ms.unscored("crossfit_afib", scored, flags, r.replicate) if scored else {}
+    try:
+        left = ms.unscored("crossfit_afib", scored, flags, r.replicate) if scored else {}
+    except SystemExit as listed:  # the nested results and the floors are still written
+        print(listed, file=sys.stderr)
+        left = {}
     afib_rows: list[dict[str, Any]] = []
     for init in left:
         afib_rows += _ds2_transformer(transformers[init], halves, rules[init], init)

@@ -1066,3 +1066,20 @@ def test_nested_rules_read_each_test_curve_at_its_groups_fold_threshold():
     assert afib_crossfit.best_rule(nested) == "ensemble_fold"
     tied = {rule: {"f1": 0.5} for rule in afib_crossfit.RULES}
     assert afib_crossfit.best_rule(tied) == "full_fold"  # ties keep the earlier protocol
+
+
+def test_each_nested_group_is_read_at_its_own_fold_threshold():
+    import afib_crossfit
+
+    # Groups 0 and 1: their folds' F1 is best near 1, group 2's below 0.3; each test curve
+    # is perfect at its own group's threshold and wrong at the other groups'.
+    high, low = (
+        _curve({0.85: (10, 10, 0), 1.0: (10, 0, 0)}),
+        _curve({0.3: (10, 0, 0), 1.0: (0, 0, 10)}),
+    )
+    cells = [{"group": g, "seed": 0, "out_of_fold": [c, c], "full": c, "ensemble": c}
+             for g, c in ((0, high), (1, high), (2, low))]  # fmt: skip
+    nested = afib_crossfit.nested_scores(cells)
+    assert nested["thresholds"]["2"] <= 0.3 < 0.9 <= nested["thresholds"]["0"]
+    assert nested["full_fold"]["f1"] == nested["ensemble_fold"]["f1"] == 1.0
+    assert nested["full_0.5"]["f1"] < 1.0

@@ -1006,3 +1006,33 @@ def test_evaluate_without_scored_beats_says_so_in_one_line(beats_run, corpus, mo
     monkeypatch.setattr(scoring, "beat_probabilities", lambda *_: empty)
     with pytest.raises(HeartlmError, match="no AAMI beat labels"):
         scoring.evaluate(beats_run, corpus / "tok", device="cpu", ensemble=[beats_run])
+
+
+def test_a_beats_ensemble_averages_probabilities_not_votes(beats_run, corpus, monkeypatch):
+    from heartlm.evaluate import scoring
+
+    # One member sure of N between two leaning to S: the mean says N; a vote, or either
+    # outer member alone, says S.
+    lean, sure = [0.4, 0.6, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]
+    shares = iter([lean, sure, lean])
+
+    def member(model, windows, batch, device):
+        beat = np.sort(windows.beat[windows.scored])
+        return beat, np.tile(next(shares), (len(beat), 1))
+
+    monkeypatch.setattr(scoring, "beat_probabilities", member)
+    both = scoring.evaluate(beats_run, corpus / "tok", device="cpu", ensemble=[beats_run] * 2)
+    assert len(both["scores"]) > 0 and (both["scores"] == 0).all()
+
+
+def test_ensemble_members_get_the_first_runs_checks(corpus, tmp_path, capsys):
+    beat_loss, whole = tmp_path / "beat_loss", tmp_path / "whole"
+    assert _finetune(corpus, beat_loss, "--task", "afib", "--from-scratch",
+                     "--afib-beat-loss", "1") == 0  # fmt: skip
+    assert _finetune(corpus, whole, "--task", "afib", "--from-scratch") == 0
+    capsys.readouterr()
+    args = ["evaluate", beat_loss, corpus / "tok", "--views", "4", "--json"]
+    assert _cli(*args) == 0
+    assert "trained without --afib-beat-loss" not in capsys.readouterr().err
+    assert _cli(*args, "--ensemble", whole) == 0
+    assert "trained without --afib-beat-loss" in capsys.readouterr().err  # the member's

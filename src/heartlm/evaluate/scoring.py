@@ -100,9 +100,12 @@ def _afib_window(info: dict[str, Any], afib_window: int | None, model: Any, run:
     return afib_window
 
 
-def _ensemble_member(run: Path, info: dict[str, Any], data: Any) -> Any:
+def _ensemble_member(
+    run: Path, info: dict[str, Any], data: Any, afib_window: int | None, views: int
+) -> Any:
     """The model of one `--ensemble` run, refused unless its task and window are the main
-    run's and `data` is tokenized with its codebook."""
+    run's, `data` is tokenized with its codebook, and it takes `--afib-window` and `--views`
+    as the first run does (the same checks, the same warnings)."""
     from heartlm.model import load_pretrained
 
     other = read_finetune_info(run)
@@ -114,6 +117,8 @@ def _ensemble_member(run: Path, info: dict[str, Any], data: Any) -> Any:
             )
     _check_same_tokens(read_lineage(run), data, run)
     model, _ = load_pretrained(run)
+    _afib_window(other, afib_window, model, run)
+    _views(other, views, model, run)
     return model
 
 
@@ -182,7 +187,6 @@ def evaluate(
     with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
         data = load_tokens(folder)
     _check_same_tokens(lineage, data, data_path)
-    members = [model, *(_ensemble_member(other, info, data) for other in ensemble or [])]
     refs = [
         RecordRef(index=i, name=str(r.get("name", i)), db=str(r.get("db", "")),
                   n_beats=int(r.get("n_beats", 0)))
@@ -195,6 +199,8 @@ def evaluate(
     task, window = info["task"], int(info["window"])
     scored = _afib_window(info, afib_window, model, run)
     views = _views(info, views, model, run)
+    members = [model, *(_ensemble_member(other, info, data, afib_window, views)
+                        for other in ensemble or [])]  # fmt: skip
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
