@@ -174,6 +174,12 @@ def _nested_cells(t: Transformer, groups: list[list[str]]) -> list[Callable[[], 
     return [lambda c=c, s=s: cell(*c, s) for c in _splits(groups) for s in ms.SEEDS]
 
 
+def _real_records(data: Any) -> list[str]:
+    """The AFIB token folder's real records (all outside DS2): what a full model trains on
+    beside its synthetic folders."""
+    return [k for k in ms._afib_keys(data) if not k.startswith(ms.ANY_SYNTHETIC)]
+
+
 def _needs_halves(rule: str) -> bool:
     """Whether `rule` trains the two halves' fold models on DS2's side (to score with, or to
     choose its threshold)."""
@@ -184,8 +190,7 @@ def _ds2_transformer(t: Transformer, halves: tuple[list[str], list[str]], rule: 
                      init: str) -> list[dict[str, Any]]:  # fmt: skip
     """DS2 at 100 % of the labels, `rule`'s way (not `full_fold`)."""
     r = t.r
-    real = [k for k in ms._afib_training_keys(t.data, t.synthetic)
-            if not k.startswith(ms.ANY_SYNTHETIC)]  # fmt: skip
+    real = _real_records(t.data)
     needed = [(half, s) for s in ms.SEEDS for half in halves] if _needs_halves(rule) else []
     needed += [(real, s) for s in ms.SEEDS] if rule.startswith("full") else []
     r.parallel([lambda recs=recs, s=s: t.train(recs, s) for recs, s in needed])
@@ -227,10 +232,6 @@ class Floor:
                                  context=self.context)  # fmt: skip
 
 
-def _curve(labels: np.ndarray, scores: np.ndarray) -> Curve:
-    return metrics.threshold_counts(labels, scores)
-
-
 def _nested_floor(f: Floor, groups: list[list[str]]) -> list[dict[str, Any]]:
     cells = []
     for g, a, b in _splits(groups):
@@ -241,10 +242,11 @@ def _nested_floor(f: Floor, groups: list[list[str]]) -> list[dict[str, Any]]:
             )
             (full,) = f.scores(a + b, test, seed)
             ensemble = (test_a[1] + test_b[1]) / 2
+            curve = metrics.threshold_counts
             cells.append({"group": g, "seed": seed,
-                          "out_of_fold": [_curve(*oof_a[:2]), _curve(*oof_b[:2])],
-                          "full": _curve(*full[:2]),
-                          "ensemble": _curve(test_a[0], ensemble)})  # fmt: skip
+                          "out_of_fold": [curve(*oof_a[:2]), curve(*oof_b[:2])],
+                          "full": curve(*full[:2]),
+                          "ensemble": curve(test_a[0], ensemble)})  # fmt: skip
     return cells
 
 
@@ -252,8 +254,7 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
     """The floor on DS2 (and the held-out synthetic patients), `rule`'s way."""
     from tree_floor import afib_report
 
-    real = [k for k in ms._afib_training_keys(f.data, f.synthetic)
-            if not k.startswith(ms.ANY_SYNTHETIC)]  # fmt: skip
+    real = _real_records(f.data)
     tests = [(f.mitdb, list(ms.TEST)), *((d, ms._afib_keys(d)) for d in f.held)]
     oof: list[Curve] = []
     members: dict[int, list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]] = {}
@@ -261,7 +262,7 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
         if _needs_halves(rule):
             for k in (0, 1):
                 first, *rest = f.scores(halves[k], [(f.data, halves[1 - k]), *tests], seed)
-                oof.append(_curve(*first[:2]))
+                oof.append(metrics.threshold_counts(*first[:2]))
                 members.setdefault(seed, []).append(rest)
         if rule.startswith("full"):
             members[seed] = [f.scores(real, tests, seed)]

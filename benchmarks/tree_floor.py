@@ -180,21 +180,14 @@ def afib_floors(
     train_data: TokenData,
     train: list[str],
     tests: list[tuple[TokenData, list[str]]],
-    window: int = 32,
-    seed: int = 0,
-    threads: int = 0,
-    fraction: float = 1.0,
-    inputs: str = "all",
-    context: int = 0,
     threshold: float = 0.5,
+    **kw: Any,
 ) -> list[dict[str, Any]]:
     """The tree's AFIB window scores on each test set (token data, record names), one tree
-    trained on `train` (record names) with a seeded `fraction` of the training windows'
-    labels; windows called AFIB from `threshold`, and counted at every threshold of
+    trained as `afib_floor_scores` trains it (`kw`: its window, seed, threads, fraction,
+    inputs, context); windows called AFIB from `threshold`, and counted at every threshold of
     `metrics.AFIB_THRESHOLDS` (`threshold_counts`), as `heartlm evaluate` does."""
-    scored = afib_floor_scores(train_data, train, tests, window=window, seed=seed,
-                               threads=threads, fraction=fraction, inputs=inputs,
-                               context=context)  # fmt: skip
+    scored = afib_floor_scores(train_data, train, tests, **kw)
     return [afib_report(labels, scores, record, test_data, threshold)
             for (labels, scores, record), (test_data, _)
             in zip(scored, tests, strict=True)]  # fmt: skip
@@ -212,8 +205,9 @@ def afib_floor_scores(
     context: int = 0,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(labels, AFIB probabilities, record index) of every labelled window of each test set,
-    from one tree trained as `afib_floors` trains it; the windows come in the same order for
-    every tree, so that several trees' probabilities can be averaged."""
+    from one tree trained on `train` (record names) with a seeded `fraction` of the training
+    windows' labels; the windows come in the same order for every tree, so that several
+    trees' probabilities can be averaged."""
     x_tr, y_tr, _ = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
