@@ -1083,3 +1083,63 @@ def test_each_nested_group_is_read_at_its_own_fold_threshold():
     assert nested["thresholds"]["2"] <= 0.3 < 0.9 <= nested["thresholds"]["0"]
     assert nested["full_fold"]["f1"] == nested["ensemble_fold"]["f1"] == 1.0
     assert nested["full_0.5"]["f1"] < 1.0
+
+
+def test_lead_copies_write_every_lead_ingest_leaves_out_with_its_beats(tmp_path: Path):
+    import wfdb
+    from lead_copies import write_all
+
+    from heartlm.synth import write_corpus
+
+    write_corpus(tmp_path / "two", records=1, minutes=0.5, fs=360, seed=3, leads=2, workers=1)
+    digital = np.arange(-600, 600, dtype=np.int16).reshape(-1, 3) * np.int16(7)
+    (tmp_path / "twelve").mkdir()
+    wfdb.wrsamp("9", fs=500, units=["mV"] * 3, sig_name=["i", "ii", "noise"], d_signal=digital,
+                fmt=["16"] * 3, adc_gain=[200.0] * 3, baseline=[0] * 3,
+                write_dir=str(tmp_path / "twelve"))  # fmt: skip
+    folders = write_all([tmp_path / "two", tmp_path / "twelve"], tmp_path / "out")
+    assert [f.name for f in folders] == ["twelve_I", "two_V1"]
+    original = wfdb.rdrecord(str(tmp_path / "two" / "s0000"), physical=False)
+    copy = wfdb.rdrecord(str(tmp_path / "out" / "two_V1" / "s0000"), physical=False)
+    assert copy.sig_name == ["V1"] and original.sig_name == ["MLII", "V1"]
+    assert np.array_equal(copy.d_signal[:, 0], original.d_signal[:, 1])
+    assert copy.adc_gain == [original.adc_gain[1]] and copy.fs == original.fs
+    beats = wfdb.rdann(str(tmp_path / "two" / "s0000"), "atr")
+    copied = wfdb.rdann(str(tmp_path / "out" / "two_V1" / "s0000"), "atr")
+    assert np.array_equal(copied.sample, beats.sample) and copied.symbol == beats.symbol
+    assert copied.aux_note == beats.aux_note
+    # lead ii is the one ingest keeps, the noise channel is no lead, and no .atr is made up
+    limb = tmp_path / "out" / "twelve_I"
+    assert sorted(p.name for p in limb.iterdir()) == ["9.dat", "9.hea"]
+    assert np.array_equal(wfdb.rdrecord(str(limb / "9"), physical=False).d_signal[:, 0],
+                          digital[:, 0])  # fmt: skip
+
+
+def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_on_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    made: list[tuple] = []
+
+    class Preparing:
+        work = tmp_path
+
+        def heartlm(self, *args, done=None) -> str:
+            made.append(tuple(map(str, args)))
+            return ""
+
+    monkeypatch.setattr(model_study, "write_lead_copies",
+                        lambda r, sources: ["leads/mitdb_V1", "leads/ludb_I"])  # fmt: skip
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {})
+    monkeypatch.setattr(model_study, "CONFIGS", {"pretrained_next_relative": []})
+    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    assert not any("store_pre_leads" in args for args in made)
+    monkeypatch.setattr(model_study, "CONFIGS", {"pretrained_nextleads_relative": []})
+    made.clear()
+    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    ingest = next(a for a in made if a[0] == "ingest" and "store_pre_leads" in a)
+    plain = next(a for a in made if a[0] == "ingest" and "store_pre" in a)
+    # the leads come beside every source of tok_pre, and their codes are tok_pre's
+    assert ingest[: len(plain) - 2] == plain[:-2] and ingest[-4:-2] == ("leads/mitdb_V1",
+                                                                      "leads/ludb_I")  # fmt: skip
+    tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_pre_leads")
+    assert tokenize[tokenize.index("--codebook") + 1] == "tok_pre"
