@@ -114,6 +114,24 @@ def test_finetune_has_every_engine_flag_pretrain_has_with_the_same_help():
     assert all(pre[f].split(" (default")[0] == fine[f].split(" (default")[0] for f in differ)
 
 
+def test_a_percent_sign_in_a_docstring_or_default_is_help_text_not_a_format():
+    import argparse
+    from dataclasses import dataclass
+
+    @dataclass
+    class Shares:
+        share: float = 0.1
+        """a tenth (10 % of the beats)"""
+        pattern: str = "%d-%m"
+        """a date pattern"""
+
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser, Shares)
+    text = " ".join(parser.format_help().split())
+    assert "a tenth (10 % of the beats) (default: 0.1)" in text
+    assert "a date pattern (default: %d-%m)" in text
+
+
 def test_help_and_defaults_come_from_the_dataclass():
     help_ = _flags("pretrain")
     assert help_["--lr"] == "peak learning rate (default: 0.0003)"

@@ -155,13 +155,14 @@ def _inner(hint: Any) -> tuple[Any, bool]:
 
 
 def _help(leaf: _Leaf) -> str:
-    text = leaf.help
+    text = leaf.help.replace("%", "%%")  # argparse formats help with %: a docstring's 10 % is text
     shown = leaf.default
     nothing = shown is None or shown is False or shown in ((), [])
     if nothing or leaf.meta("positional") or leaf.meta("required"):
         return text or " "
     if isinstance(shown, tuple | list):
         shown = ",".join(map(str, shown))
+    shown = str(shown).replace("%", "%%")
     return f"{text} (default: {shown})" if text else f"default: {shown}"
 
 
