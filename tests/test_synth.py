@@ -387,7 +387,7 @@ def test_flutter_records_have_no_afib_and_no_pacing(afib_fraction):
     kinds = np.array([record_kind(i, config) for i in range(100)])
     assert kinds.sum(axis=1).max() == 1  # at most one kind per record
     # Pacing displaces flutter, sick sinus displaces AFIB, flutter displaces AFIB.
-    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40, 0]  # afib, paced, sick, flutter, …
+    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40, 0, 0]  # afib, paced, sick, flutter, …
 
 
 def test_ingest_labels_flutter_beats_afl_and_not_afib(tmp_path):
@@ -484,3 +484,41 @@ def test_ingest_labels_ventricular_bigeminy_b_and_not_afib(tmp_path):
     bigeminy = rhythm == RHYTHMS.index("B")
     assert bigeminy.sum() >= 60 and set(rhythm.tolist()) == {RHYTHMS.index("N"), RHYTHMS.index("B")}
     assert afib_window_label(rhythm[bigeminy]) == 0
+
+
+def test_afib_with_ectopy_leaves_every_other_record_byte_identical(tmp_path):
+    ectopy = SynthConfig(**GOLDEN_CONFIG, afib_ectopy_fraction=0.25)
+    chosen = [i for i in range(4) if record_kind(i, ectopy).afib_ectopy]
+    assert len(chosen) == 1 and not record_kind(chosen[0], ectopy).afib
+    changed, on, counts = _changed_by(tmp_path, afib_ectopy_fraction=0.25)
+    name = f"s{chosen[0]:04d}"
+    assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
+    assert "afib_ectopy=True" in on[f"{name}.hea"].decode()
+    assert counts["afib_ectopy_records"] == 1
+
+
+def _v_share_in_af(rec) -> tuple[float, int]:
+    """The share of V beats among the beats inside AFIB episodes, and how many beats those are."""
+    rhythm, in_af, v = "", 0, 0
+    for symbol, aux in zip(rec.ann_symbol, rec.ann_aux, strict=True):
+        if symbol == "+":
+            rhythm = aux
+        elif rhythm == "(AFIB":
+            in_af, v = in_af + 1, v + (symbol == "V")
+    return v / max(in_af, 1), in_af
+
+
+def test_afib_with_ectopy_puts_frequent_ventricular_beats_inside_its_af():
+    shares = []
+    for i in range(6):
+        rec = synth_record(5.0, 250, (3, i), afib_ectopy=True)
+        patient = draw_patient(np.random.default_rng((3, i)), 300.0, 2, False, False,
+                               afib_ectopy=True)  # fmt: skip
+        share, beats = _v_share_in_af(rec)
+        assert beats >= 100 and patient.afib and 0.1 <= patient.afib_v <= 0.25
+        assert abs(share - patient.afib_v) < 0.08  # drawn per beat at the patient's share
+        shares.append(share)
+    assert min(shares) > 0.05 and max(shares) < 0.33
+    # The usual AF patient's ventricular beats in AF stay at half its sinus rate.
+    usual = [_v_share_in_af(synth_record(5.0, 250, (3, i), afib=True))[0] for i in range(6)]
+    assert np.median(usual) < np.median(shares)

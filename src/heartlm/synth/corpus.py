@@ -58,6 +58,10 @@ class SynthConfig:
     """share of records with episodes of bigeminy or trigeminy (every 2nd or 3rd beat a
     premature ventricular or atrial one, at a fixed coupling), labelled (B, (T or (N: an RR
     that is irregular but regularly so, which is not AF"""
+    afib_ectopy_fraction: float = 0.0
+    """share of records with AFIB episodes in which ventricular ectopic beats are frequent
+    (a tenth to a quarter of the beats in AF; elsewhere the patient's usual rate), labelled
+    (AFIB: the wide beats among the narrow ones make it no less AF"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:
@@ -89,6 +93,10 @@ class SynthConfig:
             raise HeartlmError(
                 f"--bigeminy-fraction must be in [0, 1], got {self.bigeminy_fraction:g}"
             )
+        if not 0 <= self.afib_ectopy_fraction <= 1:
+            raise HeartlmError(
+                f"--afib-ectopy-fraction must be in [0, 1], got {self.afib_ectopy_fraction:g}"
+            )
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
 
@@ -108,22 +116,29 @@ class RecordKind(NamedTuple):
     sick: bool
     flutter: bool
     bigeminy: bool
+    afib_ectopy: bool
 
 
 def record_kind(i: int, config: SynthConfig) -> RecordKind:
     """What record i is; a paced, sick-sinus, flutter or bigeminy record has no AFIB, a paced
-    or sick-sinus record no flutter, and a paced, sick-sinus or flutter record no bigeminy."""
+    or sick-sinus record no flutter, a paced, sick-sinus or flutter record no bigeminy, and
+    an AF-with-ectopy record is none of those and not an AFIB record of the usual kind."""
     paced = _share(i, config.paced_fraction, 0.5)
     sick = _share(i, config.sick_sinus_fraction, 0.25) and not paced
     flutter = _share(i, config.flutter_fraction, 0.75) and not (paced or sick)
     bigeminy = _share(i, config.bigeminy_fraction, 0.9) and not (paced or sick or flutter)
-    afib = _share(i, config.afib_fraction, 0.0) and not (paced or sick or flutter or bigeminy)
-    return RecordKind(afib, paced, sick, flutter, bigeminy)
+    ectopy = _share(i, config.afib_ectopy_fraction, 0.1) and not (
+        paced or sick or flutter or bigeminy
+    )
+    afib = _share(i, config.afib_fraction, 0.0) and not (
+        paced or sick or flutter or bigeminy or ectopy
+    )
+    return RecordKind(afib, paced, sick, flutter, bigeminy, ectopy)
 
 
 def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     """Draw record i and write it into `folder`; returns its annotation symbol counts."""
-    afib, paced, sick, flutter, bigeminy = record_kind(i, config)
+    afib, paced, sick, flutter, bigeminy, ectopy = record_kind(i, config)
     rec = synth_record(
         config.minutes,
         config.fs,
@@ -135,6 +150,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         sick_sinus=sick,
         flutter=flutter,
         bigeminy=bigeminy,
+        afib_ectopy=ectopy,
     )
     name = record_name(i)
     write_signal(
@@ -148,6 +164,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
             + (" sick_sinus=True" if sick else "")
             + (" flutter=True" if flutter else "")
             + (" bigeminy=True" if bigeminy else "")
+            + (" afib_ectopy=True" if ectopy else "")
         ],
     )
     wfdb.wrann(
@@ -164,6 +181,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     counts["sick_sinus_records"] = int(sick)
     counts["flutter_records"] = int(flutter)
     counts["bigeminy_records"] = int(bigeminy)
+    counts["afib_ectopy_records"] = int(ectopy)
     counts["afib_episodes"] = rec.ann_aux.count("(AFIB")
     counts["flutter_episodes"] = rec.ann_aux.count("(AFL")
     counts["samples"] = len(rec.signal)
@@ -275,6 +293,7 @@ def _summarise(totals: Counter[str], records: int) -> dict:
         "flutter_records": totals["flutter_records"],
         "flutter_episodes": totals["flutter_episodes"],
         "bigeminy_records": totals["bigeminy_records"],
+        "afib_ectopy_records": totals["afib_ectopy_records"],
     }
 
 

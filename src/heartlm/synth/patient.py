@@ -88,6 +88,8 @@ class Patient:
     bigeminy_every: int = 2  # 2: bigeminy, 3: trigeminy
     bigeminy_symbol: str = "V"  # "V" (ventricular) or "A" (atrial)
     bigeminy_coupling: float = 0.65  # premature beat's RR as a share of the sinus RR
+    afib_v: float | None = None
+    """share of ventricular ectopic beats in AFIB episodes (None: half the sinus rate's)"""
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
     emg_mv: float = 0.02
@@ -107,6 +109,7 @@ def draw_patient(
     sick_sinus: bool = False,
     flutter: bool = False,
     bigeminy: bool = False,
+    afib_ectopy: bool = False,
 ) -> Patient:
     u = rng.uniform
     # Ectopic burden is patchy across patients, as in MIT-BIH: many have almost none, a few many.
@@ -159,6 +162,9 @@ def draw_patient(
         p.bigeminy_every = 2 if u() < 0.6 else 3
         p.bigeminy_symbol = "V" if u() < 0.7 else "A"
         p.bigeminy_coupling = u(0.55, 0.75) if p.bigeminy_symbol == "V" else u(0.6, 0.8)
+    elif afib_ectopy and not paced:  # also drawn last
+        p.afib = _afib_episodes(rng, duration_s)
+        p.afib_v = u(0.1, 0.25)
     return p
 
 

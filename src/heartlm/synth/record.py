@@ -48,6 +48,7 @@ def synth_record(
     sick_sinus: bool = False,
     flutter: bool = False,
     bigeminy: bool = False,
+    afib_ectopy: bool = False,
 ) -> SynthRecord:
     """Draw one patient and one recording of `minutes` at `fs` Hz.
 
@@ -56,9 +57,10 @@ def synth_record(
     with a slow, pausing sinus node and atrial ectopic beats in the majority, `flutter` atrial
     flutter episodes instead of AFIB (ignored when paced or sick sinus), `bigeminy` episodes of
     ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
-    sinus or flutter). `noise` scales baseline wander, muscle and powerline noise (0 gives
-    a clean signal; f-waves and flutter waves stay, they are cardiac). A flag left off gives
-    the same record as before the flag existed.
+    sinus or flutter), `afib_ectopy` AFIB episodes with frequent ventricular ectopic beats
+    (ignored when paced, sick sinus, flutter or bigeminy). `noise` scales baseline wander,
+    muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay, they
+    are cardiac). A flag left off gives the same record as before the flag existed.
     """
     if leads not in (1, 2):
         raise ValueError(f"leads must be 1 or 2, got {leads}")
@@ -66,7 +68,8 @@ def synth_record(
     duration = float(minutes) * 60.0
     n = round(duration * fs)
     patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus,
-                           flutter=flutter, bigeminy=bigeminy)  # fmt: skip
+                           flutter=flutter, bigeminy=bigeminy,
+                           afib_ectopy=afib_ectopy)  # fmt: skip
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
 

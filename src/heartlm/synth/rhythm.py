@@ -193,7 +193,8 @@ def _afib(
     n = int((end - last) / (p.afib_rr * 0.8)) + 2
     rr = p.afib_rr * rng.lognormal(-0.5 * sigma**2, sigma, n)
     t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
-    symbol = np.where(rng.uniform(size=n) < p.p_ectopic["V"] * 0.5, "V", "N").astype("<U1")
+    v_share = p.p_ectopic["V"] * 0.5 if p.afib_v is None else p.afib_v
+    symbol = np.where(rng.uniform(size=n) < v_share, "V", "N").astype("<U1")
     return t, symbol
 
 
