@@ -1143,3 +1143,17 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
                                                                       "leads/ludb_I")  # fmt: skip
     tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_pre_leads")
     assert tokenize[tokenize.index("--codebook") + 1] == "tok_pre"
+
+
+@pytest.mark.parametrize(
+    ("round_file", "says", "not_said"),
+    [("final_round35.json", "beat classes", "AFIB"),
+     ("final_afib_round36.json", "AFIB windows", "beat classes"),
+     ("final_crossfit_afib_round34.json", "chosen outside DS2", "beat classes")],
+)  # fmt: skip
+def test_each_final_stage_s_table_is_headed_by_what_it_scored(round_file, says, not_said):
+    from model_tables import markdown
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks/results/h100/model_study"
+    heading = markdown(json.loads((results / round_file).read_text())).splitlines()[0]
+    assert says in heading and not_said not in heading
