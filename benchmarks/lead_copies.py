@@ -14,12 +14,14 @@ own gain and baseline). Copies go to a work folder, never into the repository.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import wfdb
 
 from heartlm.ecg.wfdbio import find_records
+from heartlm.errors import HeartlmError
 from heartlm.ingest.leads import lead_key, pick_lead
 
 
@@ -79,7 +81,15 @@ def main() -> int:
     ap.add_argument("sources", nargs="+", type=Path, help="WFDB records or folders of them")
     ap.add_argument("--out", type=Path, required=True, help="folder for the copies")
     args = ap.parse_args()
-    for folder in write_all(args.sources, args.out):
+    try:
+        folders = write_all(args.sources, args.out)
+    except HeartlmError as exc:
+        print(f"lead_copies: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # wfdb on a damaged record
+        print(f"lead_copies: cannot copy ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    for folder in folders:
         print(folder, len(list(folder.glob("*.hea"))), "records")
     return 0
 
