@@ -31,27 +31,26 @@ def other_leads(record: Path, out: Path) -> list[Path]:
     A record without beat annotations is copied without them (ingest then detects its
     beats); signals that are not ECG leads (a name without a lead, such as `noise1`) are
     skipped."""
-    header = wfdb.rdheader(str(record))
-    kept = pick_lead(header.sig_name)
+    signal = wfdb.rdrecord(str(record), physical=False)
+    kept = pick_lead(signal.sig_name)
     annotated = record.with_suffix(".atr").is_file()
     ann = wfdb.rdann(str(record), "atr") if annotated else None
     written = []
-    for index, name in enumerate(header.sig_name):
+    for index, name in enumerate(signal.sig_name):
         if index == kept or not _is_lead(name):
             continue
-        signal = wfdb.rdrecord(str(record), channels=[index], physical=False)
         folder = out / f"{record.parent.name}_{lead_key(name)}"
         folder.mkdir(parents=True, exist_ok=True)
-        digital = np.asarray(signal.d_signal, dtype=np.int64)
+        digital = np.asarray(signal.d_signal[:, index : index + 1], dtype=np.int64)
         wfdb.wrsamp(
             record.name,
             fs=signal.fs,
-            units=signal.units,
+            units=[signal.units[index]],
             sig_name=[name],
             d_signal=np.clip(digital, -32767, 32767).astype(np.int16),
             fmt=["16"],
-            adc_gain=signal.adc_gain,
-            baseline=signal.baseline,
+            adc_gain=[signal.adc_gain[index]],
+            baseline=[signal.baseline[index]],
             write_dir=str(folder),
         )
         if ann is not None:

@@ -699,18 +699,20 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     )
     corpora = _extra_corpora()
     if "tok_pre_leads" in corpora:
-        leads = write_lead_copies(r, [*real, nstdb])
-        r.heartlm("ingest", *pre, *leads, "--out", "store_pre_leads", done="store_pre_leads")
-        r.heartlm("tokenize", "store_pre_leads", "--out", "tok_pre_leads", "--codebook",
-                  "tok_pre", done="tok_pre_leads")  # fmt: skip
-    if "tok_pre_scale" not in corpora:
-        return
-    scale = SCALE["folder"]
-    r.heartlm("synth", scale, "--records", SCALE["records"], "--minutes", SCALE["minutes"],
-              "--fs", 360, "--seed", SCALE["seed"], *SCALE["flags"], done=scale)  # fmt: skip
-    r.heartlm("ingest", *pre, scale, "--out", "store_pre_scale", done="store_pre_scale")
-    r.heartlm("tokenize", "store_pre_scale", "--out", "tok_pre_scale", "--codebook", "tok_pre",
-              done="tok_pre_scale")  # fmt: skip
+        _extended_corpus(r, "leads", [*pre, *write_lead_copies(r, [*real, nstdb])])
+    if "tok_pre_scale" in corpora:
+        scale = SCALE["folder"]
+        r.heartlm("synth", scale, "--records", SCALE["records"], "--minutes", SCALE["minutes"],
+                  "--fs", 360, "--seed", SCALE["seed"], *SCALE["flags"], done=scale)  # fmt: skip
+        _extended_corpus(r, "scale", [*pre, scale])
+
+
+def _extended_corpus(r: Runner, suffix: str, sources: list[Any]) -> None:
+    """tok_pre_<suffix>: `sources` ingested and tokenized with tok_pre's codebook, so that the
+    codes mean what they mean in tok_pre."""
+    store, tokens = f"store_pre_{suffix}", f"tok_pre_{suffix}"
+    r.heartlm("ingest", *sources, "--out", store, done=store)
+    r.heartlm("tokenize", store, "--out", tokens, "--codebook", "tok_pre", done=tokens)
 
 
 def _extra_corpora() -> set[str]:

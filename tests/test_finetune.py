@@ -575,7 +575,7 @@ def test_per_record_names_carry_the_database_where_two_records_share_a_name(
 def test_averaged_predictions_follow_each_beat_across_windows():
     """A stand-in model whose beat logits depend on the beat's own token only: averaging over
     any overlapping windows must give every beat its own token's class."""
-    from heartlm.labelled.predict import averaged_beat_predictions, centre_weights
+    from heartlm.labelled.predict import averaged_beat_outputs, centre_weights, predicted_classes
 
     class OwnToken(torch.nn.Module):
         def forward(self, morph, rhythm, valid_BT=None, head="beat", features_BTF=None):
@@ -592,7 +592,8 @@ def test_averaged_predictions_follow_each_beat_across_windows():
         boundaries=boundaries,
     )
     w = data.cut_windows(streams, [0, 1], window=8, stride=2, task="beats")
-    beat, cls = averaged_beat_predictions(OwnToken(), w, 3, torch.device("cpu"))
+    beat, prob = averaged_beat_outputs(OwnToken(), w, 3, torch.device("cpu"))
+    cls = predicted_classes(prob)
     np.testing.assert_array_equal(beat, np.arange(total))
     np.testing.assert_array_equal(cls, streams.morph.astype(np.int64) % 5)
     weight = centre_weights(8)
@@ -615,7 +616,7 @@ def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
     """A stand-in model that calls class 3 in the middle half of every window and class 2 at
     its edges: each interior beat sits twice in the middle and twice at an edge of its 4
     windows, so only the centre weighting decides, and it must decide for the middle."""
-    from heartlm.labelled.predict import averaged_beat_predictions
+    from heartlm.labelled.predict import averaged_beat_outputs, predicted_classes
 
     class ByPosition(torch.nn.Module):
         def forward(self, morph, rhythm, valid_BT=None, head="beat", features_BTF=None):
@@ -627,7 +628,7 @@ def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
     total = 40
     streams = _one_record(total)
     w = data.cut_windows(streams, [0], window=8, stride=2, task="beats")
-    _, cls = averaged_beat_predictions(ByPosition(), w, 4, torch.device("cpu"))
+    cls = predicted_classes(averaged_beat_outputs(ByPosition(), w, 4, torch.device("cpu"))[1])
     assert (cls[8:-8] == 3).all()  # interior beats: the centring windows' class
     assert (cls[:2] == 2).all()  # the record's first beats are only ever at an edge
 

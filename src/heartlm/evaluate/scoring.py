@@ -15,6 +15,7 @@ from heartlm.labelled.predict import (
     averaged_beat_outputs,
     beat_probabilities,
     block_afib_scores,
+    predicted_classes,
 )
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
@@ -219,8 +220,7 @@ def evaluate(
         predict = averaged_beat_outputs if views > 1 else beat_probabilities
         outputs = [predict(m, windows, batch, dev) for m in members]
         beat = outputs[0][0]
-        pred = (np.mean([prob for _, prob in outputs], axis=0).argmax(axis=1) if len(beat)
-                else np.zeros(0, np.int64))  # fmt: skip
+        pred = predicted_classes(np.mean([prob for _, prob in outputs], axis=0))
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():

@@ -54,12 +54,17 @@ def beat_probabilities(
     return beat[order], prob[order]
 
 
+def predicted_classes(prob: np.ndarray) -> np.ndarray:
+    """Each beat's most probable class from its (beats, C) probabilities (none for no beats)."""
+    return prob.argmax(axis=1) if len(prob) else np.zeros(0, np.int64)
+
+
 def beat_predictions(
     model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, predicted class) for every beat, each taken from its scoring window."""
     beat, prob = beat_probabilities(model, windows, batch, device)
-    return beat, prob.argmax(axis=1) if len(beat) else np.zeros(0, np.int64)
+    return beat, predicted_classes(prob)
 
 
 def centre_weights(window: int) -> np.ndarray:
@@ -101,15 +106,6 @@ def averaged_beat_outputs(
         np.add.at(total, rows, out[real] * w[:, None])
         np.add.at(weights, rows, w)
     return beat, total / weights[:, None]
-
-
-def averaged_beat_predictions(
-    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
-) -> tuple[np.ndarray, np.ndarray]:
-    """(beat index, predicted class) for every beat covered by `windows`, from the class
-    probabilities of every window that holds it, weighted by `centre_weights`."""
-    beat, prob = averaged_beat_outputs(model, windows, batch, device)
-    return beat, prob.argmax(axis=1) if len(beat) else np.zeros(0, np.int64)
 
 
 def block_afib_scores(
