@@ -146,9 +146,9 @@ class Transformer:
         return self.r.evaluate(names[0], folder, *chosen, *self.called(threshold), *ensemble)
 
     def held_out(self, names: list[str], threshold: float) -> dict[str, float]:
-        sick, flutter = (self.evaluate(names, folder, threshold=threshold)["counts"]
-                         for folder in ms.HELD_OUT.values())  # fmt: skip
-        return ms._held_out_scores(sick, flutter)
+        counts = {kind: self.evaluate(names, folder, threshold=threshold)["counts"]
+                  for kind, folder in ms.HELD_OUT.items()}  # fmt: skip
+        return ms._held_out_scores(counts)
 
 
 def _nested_trainings(t: Transformer, groups: list[list[str]]) -> list[Callable[[], str]]:
@@ -274,10 +274,11 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
             labels, _, record = models[0][i]
             averaged = np.mean([model[i][1] for model in models], axis=0)
             reports.append(afib_report(labels, averaged, record, data, threshold))
-        ds2, sick, flutter = reports
+        ds2, *held = reports
+        held_out = {kind: _counts(rep) for kind, rep in zip(ms.HELD_OUT, held, strict=True)}
         rows.append({"init": f"{f.name} ({rule})", "label_fraction": 1.0, "seed": seed,
                      "afib": ds2, "threshold": threshold,
-                     **ms._held_out_scores(_counts(sick), _counts(flutter))})  # fmt: skip
+                     **ms._held_out_scores(held_out)})  # fmt: skip
     return rows
 
 

@@ -32,12 +32,16 @@ BEATS = 50
 SICK = ("s0000", "s0001")
 
 
-def _mitdb(general_synth: int = 0, bigeminy: int = 0) -> TokenData:
+def _mitdb(general_synth: int = 0, bigeminy: int = 0, lead_copies: bool = False) -> TokenData:
     """A MIT-BIH-shaped token set: every DS1 and DS2 record and two synthetic sick-sinus
     training records (and `general_synth` records of the general `synth` corpus, `bigeminy`
-    of the synthetic bigeminy patients), every beat labelled."""
+    of the synthetic bigeminy patients, with `lead_copies` a second-lead copy of every DS1
+    record as `mitdb_V1/NAME`), every beat labelled."""
     general = [f"g{i:04d}" for i in range(general_synth)]
     names = [*MITDB_DS1, *MITDB_DS2, *SICK, *general, *(f"b{i:04d}" for i in range(bigeminy))]
+    dbs = [_db(r, general) for r in names]
+    if lead_copies:
+        names, dbs = [*names, *MITDB_DS1], [*dbs, *["mitdb_V1"] * len(MITDB_DS1)]
     n = len(names) * BEATS
     rng = np.random.default_rng(0)
     return TokenData(
@@ -50,7 +54,7 @@ def _mitdb(general_synth: int = 0, bigeminy: int = 0) -> TokenData:
         vocab_size=20,
         rhythm_vocab_size=9,
         meta={
-            "records": [{"name": r, "db": _db(r, general)} for r in names],
+            "records": [{"name": r, "db": db} for r, db in zip(names, dbs, strict=True)],
             "features": ["beat_pc0", "rr_prev_local", "log_rr_prev"],
         },
         features=rng.standard_normal((n, 3)).astype(np.float16),
@@ -268,6 +272,55 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     assert set(result["sick_test"]) == set(model_study.CONFIGS) | views
     assert result["configs"][f"scratch_relative_views{model_study.VIEWS}"][-2:] == [
         "(evaluate --views", f"{model_study.VIEWS})"]  # fmt: skip
+
+
+def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_mlii_alone(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    plain, copies = _mitdb(), _mitdb(lead_copies=True)
+    fits: list[int] = []
+    tuned: dict[str, str] = {}
+    scored: set[str] = set()
+
+    class Recording(_Transformers):
+        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+            tuned[name] = folder
+
+        def evaluate(self, name, folder, *args) -> dict:
+            scored.add(folder)
+            return super().evaluate()
+
+    def load(folder) -> TokenData:
+        return copies if Path(folder).name == model_study.BEATS_LEADS else plain
+
+    monkeypatch.setattr(tree_floor, "_fit", _counting_fit(fits))
+    monkeypatch.setattr("heartlm.train.data.load_tokens", load)
+    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0,))
+    monkeypatch.setattr(model_study, "SELECT_FRACTION", 1.0)
+    relative = ["--from-scratch", "--inputs", "relative"]
+    monkeypatch.setattr(model_study, "CONFIGS", {
+        "scratch_relative": relative,
+        f"scratch_relative{model_study.LEAD_COPIES_SUFFIX}": relative,
+    })  # fmt: skip
+    result = model_study.select(Recording())
+    # the lead-copy recipe trains on the folder with the copies, the other on tok_beats ...
+    copied = {folder for name, folder in tuned.items() if "leadcopies" in name}
+    as_before = {folder for name, folder in tuned.items() if "leadcopies" not in name}
+    assert copied == {model_study.BEATS_LEADS} and as_before == {"tok_beats"}
+    # ... and every model is scored on MLII alone, as the rounds before
+    assert scored == {"tok_beats", "tok_sick_test"}
+    # Its floor trains on both leads of the fold's records (a plain name takes the copy too)
+    # and is scored on the same beats as the other floor: a copy is never scored.
+    fold_beats = [len(fold) * BEATS for fold in model_study.FOLDS]
+    sick = len(SICK) * BEATS
+    assert fits == [f + sick for f in fold_beats] + [2 * f + sick for f in fold_beats]
+    floors = {n: row for n, row in result["beats"].items() if n.startswith("tree floor")}
+    assert set(floors) == {"tree floor (relative)", "tree floor (relative, lead copies)"}
+    assert {row["n_beats"] for row in floors.values()} == {len(MITDB_DS1) * BEATS}
+    # The DS2 ledger and the tables record where a recipe trained.
+    flags = result["configs"][f"scratch_relative{model_study.LEAD_COPIES_SUFFIX}"]
+    assert flags[-2:] == ["(trained on", f"{model_study.BEATS_LEADS})"]
+    assert result["configs"]["scratch_relative"] == relative
 
 
 def _records_only(names: list[tuple[str, str]]) -> TokenData:
@@ -490,6 +543,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         "tok_afib": {"tp": 9, "fp": 1, "fn": 0, "tn": 90},
         "tok_sick_test": {"tp": 0, "fp": 5, "fn": 0, "tn": 15},
         "tok_flutter_test": {"tp": 8, "fp": 2, "fn": 0, "tn": 30},
+        "tok_afib_ectopy_test": {"tp": 6, "fp": 0, "fn": 4, "tn": 40},
     }
 
     # The scratch models' curves are best (F1 1) at 0.25 and 0.3, the pretrained ones' at 0.65
@@ -542,11 +596,12 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     model = next(r for r in rows if r["init"] == "pretrained")
     assert model["sick_false_alarms"] == 0.25 and model["flutter_false_alarms"] == 2 / 32
     assert model["flutter_f1"] == pytest.approx(16 / 18)
-    assert {"tok_sick_test", "tok_flutter_test"} <= set(runner.scored)
+    assert model["ectopy_af_f1"] == pytest.approx(12 / 16)  # 6 found, 4 missed
+    assert {"tok_sick_test", "tok_flutter_test", "tok_afib_ectopy_test"} <= set(runner.scored)
     floor = next(r for r in rows if r["init"].startswith("tree floor"))
     # The stand-in tree calls nothing AFIB: no false alarms, and F1 0 on the AF patients.
     assert floor["sick_false_alarms"] == 0 and floor["flutter_false_alarms"] == 0
-    assert floor["flutter_f1"] == 0
+    assert floor["flutter_f1"] == 0 and floor["ectopy_af_f1"] == 0
     # One tree per kind of floor: the two initialisations' first recipes (chosen on a tie)
     # read rhythm and relative inputs; each tree scored on DS2 and both held-out folders.
     floors = {r["init"] for r in rows if r["init"].startswith("tree floor")}
@@ -567,7 +622,8 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert ("relative", 128, model_study.SYNTHETIC) in kinds
     assert "tree floor (relative, context 128)" in chosen_rows
     for name, row in chosen_rows.items():
-        assert {"sick_false_alarms", "flutter_f1", "flutter_false_alarms"} <= set(row), name
+        held_out = {"sick_false_alarms", "flutter_f1", "flutter_false_alarms", "ectopy_af_f1"}
+        assert held_out <= set(row), name
     assert chosen_rows[chosen]["flutter_false_alarms"] == 2 / 32
     # Each configuration keeps its fold records' rows (one per fold here), floors none.
     assert len(chosen_rows[chosen]["per_record"]) == 2
@@ -1143,6 +1199,18 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
                                                                       "leads/ludb_I")  # fmt: skip
     tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_pre_leads")
     assert tokenize[tokenize.index("--codebook") + 1] == "tok_pre"
+    assert not any("store_beats_leads" in args for args in made)
+    # A beat recipe that fine-tunes on the copies: MIT-BIH's copies join the beat training
+    # folder's sources (no other database's), with tok_pre's codes; no pretraining corpus.
+    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative_leadcopies": []})
+    made.clear()
+    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    assert not any("store_pre_leads" in args for args in made)
+    beats = next(a for a in made if a[0] == "ingest" and "store_beats" in a)
+    with_copies = next(a for a in made if a[0] == "ingest" and "store_beats_leads" in a)
+    assert with_copies[:-2] == (*beats[:-2], "leads/mitdb_V1")
+    tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_beats_leads")
+    assert tokenize[2:] == ("--out", model_study.BEATS_LEADS, "--codebook", "tok_pre")
 
 
 @pytest.mark.parametrize(
