@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -564,19 +564,24 @@ def _ledger_key(entry: dict[str, Any]) -> tuple[str, str, list[str], int]:
             entry.get("codebook_version", UNRECORDED_CODEBOOK))  # fmt: skip
 
 
+def _scored_rounds(stage: str, init: str, name: str, flags: list[str]) -> list[str]:
+    """The rounds DS2_LEDGER lists `init`'s recipe `name` (with `flags`) under for `stage`."""
+    if DS2_LEDGER is None or not DS2_LEDGER.is_file():
+        return []
+    key = (stage, f"{init}: {name}", flags, CODEBOOK_VERSION)
+    return [e["round"] for e in json.loads(DS2_LEDGER.read_text()) if _ledger_key(e) == key]
+
+
 def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],
              replicate: bool) -> dict[str, str]:  # fmt: skip
     """`chosen` (init -> recipe) without the recipes DS2_LEDGER lists for `stage` (`flags`:
     init -> the recipe's flags as the round files record them): their DS2 scores stand in
     the earlier rounds. SystemExit when none is left."""
-    if replicate or DS2_LEDGER is None or not DS2_LEDGER.is_file():
+    if replicate:
         return dict(chosen)
-    ledger = json.loads(DS2_LEDGER.read_text())
     left = {}
     for init, name in chosen.items():
-        key = (stage, f"{init}: {name}", flags[init], CODEBOOK_VERSION)
-        rounds = [e["round"] for e in ledger if _ledger_key(e) == key]
-        if rounds:
+        if rounds := _scored_rounds(stage, init, name, flags[init]):
             print(f"{stage}: {init}: {name} was scored on DS2 in round {', '.join(rounds)} "
                   f"({DS2_LEDGER.name}): not scored again", file=sys.stderr)  # fmt: skip
         else:
@@ -814,27 +819,39 @@ def _pre(seed: int, variant: str = "") -> str:
     return name if seed == 0 else f"{name}_s{seed}"
 
 
-def _pretraining_runs(stages: list[str], work: Path) -> list[tuple[str, int]]:
+def _pretraining_runs(
+    stages: list[str], work: Path, replicate: bool = False
+) -> list[tuple[str, int]]:
     """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
     from; with none of them, those some recipe of CONFIGS or AFIB_CONFIGS uses. `final`
-    after an earlier `select` (its select.json in `work`) needs only the two chosen recipes'
-    runs."""
+    (`final_afib`) after an earlier `select` (`select_afib`; its file in `work`) needs only
+    the chosen recipes' runs, and of those only the ones DS2_LEDGER does not stop (all of them
+    with `replicate`)."""
+
+    def to_score(stage: str, chosen: dict[str, str], flags: Callable[[str], list[str]]) -> list:
+        return [name for init, name in chosen.items()
+                if replicate or not _scored_rounds(stage, init, name, flags(name))]  # fmt: skip
+
+    inits = ("pretrained", "scratch")
     beats: list[str] = []
     if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
         beats = list(CONFIGS)
     elif "final" in stages and FINAL != "auto":
         beats = [_config_of(FINAL)]
     elif "final" in stages:
-        beats = [_config_of(_best_selected(work / "select.json", init))
-                 for init in ("pretrained", "scratch")]  # fmt: skip
+        chosen = {init: _best_selected(work / "select.json", init) for init in inits}
+        beats = [_config_of(name) for name in to_score("final", chosen, _recipe_flags)]
     afib: list[str] = list(AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
     if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
         rows = json.loads((work / "select_afib.json").read_text())["afib"]
-        afib = [_config_of(_best_afib(rows, init), AFIB_CONFIGS)
-                for init in ("pretrained", "scratch")]  # fmt: skip
-    variants = {_variant(c) for c in [*beats, *afib]} or {
-        _variant(c) for c in [*CONFIGS, *AFIB_CONFIGS]
-    }
+        chosen = {init: _best_afib(rows, init) for init in inits}
+        # crossfit_afib trains both chosen recipes, whatever DS2 has scored
+        kept = chosen.values() if "crossfit_afib" in stages else to_score(
+            "final_afib", chosen, _afib_recipe_flags)  # fmt: skip
+        afib = [_config_of(name, AFIB_CONFIGS) for name in kept]
+    if not set(stages) & {"select", "final", *AFIB_STAGES}:
+        beats, afib = list(CONFIGS), list(AFIB_CONFIGS)
+    variants = {_variant(c) for c in [*beats, *afib]}
     return sorted((v, s) for v in variants for s in _stage_seeds(stages))
 
 
@@ -848,12 +865,13 @@ def _stage_seeds(stages: list[str]) -> set[int]:
     return seeds or {*SEEDS, *SELECT_SEEDS}
 
 
-def missing_pretraining(stages: list[str], work: Path) -> list[str]:
+def missing_pretraining(stages: list[str], work: Path, replicate: bool = False) -> list[str]:
     """The pretraining runs that the fine-tuning stages among `stages` start from and that
     `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
     if "pretrain" in stages or not set(stages) & {"select", "final", *AFIB_STAGES}:
         return []
-    names = [_pre(seed, variant) for variant, seed in _pretraining_runs(stages, work)]
+    runs = _pretraining_runs(stages, work, replicate)
+    names = [_pre(seed, variant) for variant, seed in runs]
     return [n for n in names if not (work / n / "model.safetensors").is_file()]
 
 
@@ -871,7 +889,7 @@ def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
                   *seeded, "--device", r.device, *resume,
                   done=f"{name}/model.safetensors")  # fmt: skip
 
-    runs = _pretraining_runs(stages, r.work)
+    runs = _pretraining_runs(stages, r.work, r.replicate)
     r.parallel([lambda v=v, s=s: one(v, s) for v, s in runs])
     return {"pretraining": {_pre(s, v): loss_curve(r.work / _pre(s, v)) for v, s in runs}}
 
@@ -1473,7 +1491,7 @@ def main() -> int:
         return 2
     # Before any fine-tuning starts, so that a device call does not spend minutes on the
     # stages' other runs before the first one that needs a missing encoder fails.
-    if missing := missing_pretraining(args.stages, args.work.resolve()):
+    if missing := missing_pretraining(args.stages, args.work.resolve(), args.replicate):
         print(f"model_study: {args.work}: no pretraining run {', '.join(missing)}; "
               "add the `pretrain` stage", file=sys.stderr)  # fmt: skip
         return 2

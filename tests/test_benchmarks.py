@@ -456,6 +456,47 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
+def test_pretrain_before_a_final_stage_skips_the_runs_of_recipes_the_ledger_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Round 36's `pretrain final_afib` made scratch's seed runs although the ledger then
+    skipped scratch: GPU time for runs no stage read."""
+    monkeypatch.setattr(model_study, "SEEDS", (0,))
+    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "best")
+    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"],
+                                                 "pretrained_plr_relative": []})  # fmt: skip
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
+                                                      "pretrained_next_rhythm": []})  # fmt: skip
+    row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}, "f1": 0.9}
+    (tmp_path / "select.json").write_text(json.dumps({"beats": {
+        name: row for name in model_study.CONFIGS}}))  # fmt: skip
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {
+        name: row for name in model_study.AFIB_CONFIGS}}))  # fmt: skip
+
+    def variants(stage: str, replicate: bool = False) -> set[str]:
+        runs = model_study._pretraining_runs(["pretrain", stage], tmp_path, replicate)
+        return {variant for variant, _ in runs}
+
+    assert variants("final") == {"best", "plr"} and variants("final_afib") == {"best", "next"}
+    ledger = tmp_path / "ds2_scored.json"
+    scored = [{"round": "9", "stage": stage, "config": "scratch: scratch_relative" if stage ==
+               "final" else "scratch: scratch_rhythm", "flags": ["--from-scratch"],
+               "codebook_version": model_study.CODEBOOK_VERSION}
+              for stage in ("final", "final_afib")]  # fmt: skip
+    ledger.write_text(json.dumps(scored))
+    monkeypatch.setattr(model_study, "DS2_LEDGER", ledger)
+    # scratch was scored: only the pretrained recipe's encoder is made ...
+    assert variants("final") == {"plr"} and variants("final_afib") == {"next"}
+    # ... unless DS2 is to score it again, or a stage trains it whatever DS2 has scored
+    assert variants("final", replicate=True) == {"best", "plr"}
+    assert variants("crossfit_afib") == {"best", "next"}
+    # With both recipes scored the stage stops, and nothing is pretrained for it.
+    scored.append({**scored[0], "config": "pretrained: pretrained_plr_relative", "flags": []})
+    ledger.write_text(json.dumps(scored))
+    assert variants("final") == set()
+    assert model_study.missing_pretraining(["final"], tmp_path) == []
+
+
 def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
