@@ -25,8 +25,8 @@ with the two halves of `model_study.afib_folds` as its folds; a recipe whose rul
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import model_study as ms
@@ -295,6 +295,30 @@ def _counts(report: dict[str, Any]) -> dict[str, int]:
     return {k: report[k] for k in ("tp", "fp", "fn", "tn")}
 
 
+class Background:
+    """A job on a daemon thread. A thread pool joins its workers before the interpreter exits,
+    so a failed fine-tuning run would end the stage only once the floors' minutes of CPU work
+    were done; a daemon thread lets the failure end it at once."""
+
+    def __init__(self, job: Callable[[], Any]) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(job,), daemon=True)
+        self._thread.start()
+
+    def _run(self, job: Callable[[], Any]) -> None:
+        try:
+            self._result = job()
+        except BaseException as exc:  # handed to result(), in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 def crossfit_afib(r: Any) -> dict[str, Any]:
     """The stage: nested rules for each chosen recipe and floor, then DS2 by the winners."""
     import json
@@ -315,15 +339,14 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
     floors = [Floor(r, data, kind) for kind in kinds]
     floor_rows: list[dict[str, Any]] = []
     # The floors train on the CPU while the transformers train on the GPU.
-    with ThreadPoolExecutor(1) as pool:
-        floor_job = pool.submit(lambda: [_floor_study(f, groups, halves) for f in floors])
-        r.parallel([job for t in transformers.values() for job in _nested_trainings(t, groups)])
-        cells = {init: _nested_cells(t, groups) for init, t in transformers.items()}
-        found = r.parallel([job for jobs in cells.values() for job in jobs])
-        for init, jobs in cells.items():
-            nested[init] = nested_scores(found[: len(jobs)])
-            rules[init] = best_rule(nested[init])
-            found = found[len(jobs) :]
+    floor_job = Background(lambda: [_floor_study(f, groups, halves) for f in floors])
+    r.parallel([job for t in transformers.values() for job in _nested_trainings(t, groups)])
+    cells = {init: _nested_cells(t, groups) for init, t in transformers.items()}
+    found = r.parallel([job for jobs in cells.values() for job in jobs])
+    for init, jobs in cells.items():
+        nested[init] = nested_scores(found[: len(jobs)])
+        rules[init] = best_rule(nested[init])
+        found = found[len(jobs) :]
     for f, (floor_nested, rule, rows_of_floor) in zip(floors, floor_job.result(), strict=True):
         nested[f.name], rules[f.name] = floor_nested, rule
         floor_rows += rows_of_floor

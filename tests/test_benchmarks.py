@@ -1121,6 +1121,48 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
     assert got[floor]["threshold"] == rules.RULES[winner](rows[floor]["threshold_curve"])
 
 
+def test_a_failed_crossfit_fine_tune_ends_the_stage_without_waiting_for_the_floors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import threading
+    import time
+
+    import afib_crossfit
+
+    floors_may_end = threading.Event()
+
+    def slow_floors(*args) -> tuple:
+        floors_may_end.wait(60)  # minutes of LightGBM in a real stage
+        return {}, "full_0.5", []
+
+    class Failing(_Transformers):
+        work = tmp_path
+
+        def finetune(self, name, *args, pre: str = "pre") -> None:
+            raise SystemExit(f"failed (1): heartlm finetune {pre} --out {name}")
+
+    names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "217"), ("ludb", "1")]
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _records_only(names))
+    monkeypatch.setattr(afib_crossfit, "_floor_study", slow_floors)
+    monkeypatch.setattr(afib_crossfit, "Floor", lambda r, data, kind: None)
+    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
+                                                      "pretrained_rhythm": []})  # fmt: skip
+    (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {
+        name: {"f1": 0.9} for name in model_study.AFIB_CONFIGS}}))  # fmt: skip
+    started = time.perf_counter()
+    try:
+        with pytest.raises(SystemExit, match="failed"):
+            afib_crossfit.crossfit_afib(Failing())
+        assert time.perf_counter() - started < 30
+    finally:
+        floors_may_end.set()
+    # The floors' own failure reaches the caller too, in its thread.
+    job = afib_crossfit.Background(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        job.result()
+    assert afib_crossfit.Background(lambda: 7).result() == 7
+
+
 def test_nested_afib_groups_hold_one_af_patient_each_and_no_synthetic_record():
     import afib_crossfit
 
