@@ -174,10 +174,12 @@ run (from scratch: takes its architecture).
   overfitting tok_pre within a few hundred steps and concluded that more *real* unlabelled
   ECG is what is missing (round 17's synthetic patients delayed the overfitting and lost
   on the folds); these leads are the real ECG outside DS2 that `../shared` holds and the
-  study had not used. Their patients are tok_pre's, so the record-wise validation split can
-  hold out one lead of a patient whose other lead trains: `--export best` may choose a later
-  step than on tok_pre. Measured: its best validation came at step 400 (`next`: 300), and
-  the folds chose it over `next` (benchmarks/README.md, round 35).
+  study had not used. Their patients are tok_pre's; until round 37 the record-wise validation
+  split could hold out one lead of a patient whose other lead trained, so `--export best` may
+  have chosen a later step than on tok_pre (since then `heartlm pretrain` and `finetune` hold
+  out a recording with all its leads: `heartlm.ingest.leads.recorded_in`). Measured: its
+  best validation came at step 400 (`next`: 300), and the folds chose it over `next`
+  (benchmarks/README.md, round 35).
 - `bestleads` (round 36): `best` (masked prediction, the AFIB recipes' encoder) on the same
   corpus: the other leads show the P wave and the atrial activity that AF is read from in
   other projections (V1 above all)."""
@@ -246,7 +248,14 @@ record and its copy together, so a fold never trains on a copy of a record it sc
 are scored on the MLII lead alone, as every round (tok_beats). Other hospitals record other
 leads; a beat model that has seen the same beats in another projection leans less on one
 lead's shapes. V and F are the classes below the floor (round 35), and DS1's F beats are
-almost all in one record (208): a second view of them is the labelled data DS1 has."""
+almost all in one record (208): a second view of them is the labelled data DS1 has.
+Disclosed for round 37 (a reviewer's findings): scratch's recipe validates on 20 % of its
+training records, and a copy then counted as a record of its own, so its best-F1 checkpoint
+could be chosen on the other lead of beats it trained on (heartlm now draws validation by
+recording); and `--label-fraction` (and the floor's) draws its share over every training
+beat, copies included, so at 10 % and 1 % the recipes with copies and their floor kept
+labels on about twice as many beats as those without. The folds' choice (made at 10 %) and
+the 10 % and 1 % rows against earlier rounds carry that; the 100 % rows do not."""
 for _name, _flags in list(CONFIGS.items()):
     CONFIGS[f"{_name}{LEAD_COPIES_SUFFIX}"] = [*_flags]
 VIEWS = 4

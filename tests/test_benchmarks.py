@@ -293,6 +293,15 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     def load(folder) -> TokenData:
         return copies if Path(folder).name == model_study.BEATS_LEADS else plain
 
+    picked: list[set[str]] = []  # the records each floor trains or is scored on, DB/NAME
+    indices = tree_floor._indices
+
+    def recording_indices(data: TokenData, names: list[str]) -> list[int]:
+        found = indices(data, names)
+        picked.append({tree_floor._keys(data)[i] for i in found})
+        return found
+
+    monkeypatch.setattr(tree_floor, "_indices", recording_indices)
     monkeypatch.setattr(tree_floor, "_fit", _counting_fit(fits))
     monkeypatch.setattr("heartlm.train.data.load_tokens", load)
     monkeypatch.setattr(model_study, "SELECT_SEEDS", (0,))
@@ -314,6 +323,12 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     fold_beats = [len(fold) * BEATS for fold in model_study.FOLDS]
     sick = len(SICK) * BEATS
     assert fits == [f + sick for f in fold_beats] + [2 * f + sick for f in fold_beats]
+    # (train, scored) per fold: the copies' floor trains on its own fold's copies alone
+    for k, (train, scored) in enumerate(zip(picked[4::2], picked[5::2], strict=True)):
+        fold = set(model_study.FOLDS[k])
+        assert {key for key in train if key.startswith("mitdb")} == {
+            f"{db}/{name}" for db in ("mitdb", "mitdb_V1") for name in fold}  # fmt: skip
+        assert scored == {f"mitdb/{name}" for name in model_study.FOLDS[1 - k]}
     floors = {n: row for n, row in result["beats"].items() if n.startswith("tree floor")}
     assert set(floors) == {"tree floor (relative)", "tree floor (relative, lead copies)"}
     assert {row["n_beats"] for row in floors.values()} == {len(MITDB_DS1) * BEATS}

@@ -84,6 +84,23 @@ def test_afib_split_is_stratified_and_never_uses_ds2():
     assert any(r.positive for r in split.val) and any(r.positive for r in split.train)
 
 
+def test_a_record_and_its_lead_copies_stay_on_one_side_and_ds2_copies_never_train():
+    ds1 = sorted(splits.MITDB_DS1)
+    pool = _mitdb(ds1) + [RecordRef(100 + i, n, "mitdb_V1", 100) for i, n in enumerate(ds1)]
+    for seed in range(5):
+        split = splits.split_records(pool, "beats", val_fraction=0.2, seed=seed)
+        val = {r.name for r in split.val}
+        assert not val & {r.name for r in split.train}  # no lead of a validation recording trains
+        assert len(val) == round(0.2 * 22) and len(split.val) == 2 * len(val)
+    # another lead of MIT-BIH's records is MIT-BIH: a DS2 copy is refused like its source
+    assert splits.is_mitdb("mitdb_V1") and splits.is_mitdb("/data/mitdb_MLII")
+    assert not splits.is_mitdb("mitdb_v1") and not splits.is_mitdb("synth_sick")
+    with pytest.raises(HeartlmError, match="DS2 records 232 would be used for training"):
+        splits.check_not_test_records(_mitdb(["232"], db="mitdb_V1"), "training")
+    default = splits.split_records(pool + _mitdb(["232"], db="mitdb_V1"), "beats", 0.0, 0)
+    assert {r.key for r in default.train} == {r.key for r in pool}
+
+
 def test_empty_and_unsplittable_pools_are_errors():
     unlabelled = [RecordRef(0, "a", "x", 10, has_labels=False)]
     with pytest.raises(HeartlmError, match="empty training split"):

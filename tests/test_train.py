@@ -779,3 +779,34 @@ def test_layer_decay_slows_lower_layers_and_leaves_the_head_at_the_full_rate():
     assert rate[id(model.morph_emb.weight)] == pytest.approx(0.125e-3)
     decay = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
     assert decay[id(model.blocks[0].qkv.weight)] == 0.1 and decay[id(model.morph_emb.weight)] == 0
+
+
+def test_pretraining_validation_holds_out_whole_recordings_with_their_lead_copies():
+    from heartlm.train.data import split_records
+
+    names = [("mitdb", "101"), ("mitdb", "106"), ("ludb", "1"), ("ludb", "2"), ("synth", "s0")]
+    copies = [("mitdb_V1", "101"), ("mitdb_V1", "106"), ("ludb_I", "1"), ("ludb_AVR", "1")]
+    records = names + copies
+    n = len(records) * 3
+    data = TokenData(  # each beat's code is its record's position, to tell them apart
+        morph=np.repeat(np.arange(len(records)), 3).astype(np.int32),
+        rhythm=np.zeros(n, np.int32), aami=np.zeros(n, np.int8),
+        rhythm_label=np.zeros(n, np.int8), boundaries=np.arange(0, n + 1, 3, dtype=np.int64),
+        records=[name for _, name in records], vocab_size=20, rhythm_vocab_size=9,
+        meta={"records": [{"db": db, "name": name} for db, name in records]},
+    )  # fmt: skip
+
+    def recordings(part: TokenData) -> set[str]:
+        held = [records[i] for i in np.unique(part.morph)]
+        return {f"{db.split('_')[0]}/{name}" for db, name in held}
+
+    for seed in range(6):
+        train, val = split_records(data, 0.4, seed)
+        assert len(train.records) + len(val.records) == len(records)
+        assert not recordings(train) & recordings(val)  # no lead of a held-out one trains
+        assert len(recordings(val)) == 2  # 40 % of the five recordings
+    # Without copies the split is the one earlier rounds drew: records in a seeded order.
+    plain = data.subset(list(range(len(names))))
+    train, val = split_records(plain, 0.4, 3)
+    order = np.random.default_rng(3).permutation(len(names))
+    assert val.records == [names[i][1] for i in sorted(order[:2])]

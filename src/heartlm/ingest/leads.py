@@ -15,6 +15,19 @@ leads where the QRS is large and upright, then the other limb leads; a record wi
 of these falls back to its first ECG signal (an EDF label such as `ECG` or `EKG`), else
 its first signal."""
 
+STANDARD_LEADS = frozenset({*FALLBACK_ORDER, "AVR", "AVL"})
+
+
+def recorded_in(db: str) -> str:
+    """The database whose recordings a folder holds: `mitdb_V1` holds another lead of
+    `mitdb`'s records (a database, `_` and an upper-case lead name, as
+    `benchmarks/lead_copies.py` names its folders), any other folder its own. Record `101` of
+    both is one recording: it must not train on one side of a split and validate or score on
+    the other."""
+    base, _, lead = db.rpartition("_")
+    return base if base and lead in STANDARD_LEADS else db
+
+
 # EDF labels name the signal type first (`ECG II`, `EKG-V1`): compare what follows it.
 _ECG_PREFIX = re.compile(r"^(ECG|EKG)[\s_\-:]+", re.IGNORECASE)
 

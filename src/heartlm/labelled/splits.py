@@ -14,6 +14,7 @@ import numpy as np
 
 from heartlm.ecg.labels import MITDB_AFIB, MITDB_DS1, MITDB_DS2, MITDB_PACED
 from heartlm.errors import HeartlmError
+from heartlm.ingest.leads import recorded_in
 
 __all__ = [
     "MITDB_AFIB",
@@ -44,6 +45,11 @@ class RecordRef:
     def key(self) -> str:
         return f"{self.db}/{self.name}"
 
+    @property
+    def recording(self) -> str:
+        """The recording this record is a lead of: one for a record and its lead copies."""
+        return f"{recorded_in(self.db)}/{self.name}"
+
 
 @dataclass(frozen=True)
 class Split:
@@ -52,8 +58,9 @@ class Split:
 
 
 def is_mitdb(db: str) -> bool:
-    """The MIT-BIH Arrhythmia Database, under PhysioNet's short or long folder name."""
-    db = db.lower().rstrip("/").rsplit("/", 1)[-1]
+    """The MIT-BIH Arrhythmia Database, under PhysioNet's short or long folder name, or
+    another lead of its records (`mitdb_V1`: `recorded_in`)."""
+    db = recorded_in(db.rstrip("/").rsplit("/", 1)[-1]).lower()
     return db == "mitdb" or db.startswith("mit-bih-arrhythmia")
 
 
@@ -119,25 +126,28 @@ def split_records(
     check_not_test_records(pool, "training")
     if not pool:
         raise HeartlmError(f"no records with {task} labels to train on (empty training split)")
-    n_val = 0 if val_fraction == 0 else max(1, round(val_fraction * len(pool)))
-    if n_val >= len(pool):
+    # Validation is drawn by recording: a record and its lead copies fall on one side.
+    recordings = list(dict.fromkeys(r.recording for r in pool))
+    n_val = 0 if val_fraction == 0 else max(1, round(val_fraction * len(recordings)))
+    if n_val >= len(recordings):
         raise HeartlmError(
-            f"{len(pool)} training record(s) cannot be split into training and validation "
-            "(give more records or --val-fraction 0)"
+            f"{len(recordings)} training recording(s) cannot be split into training and "
+            "validation (give more records or --val-fraction 0)"
         )
     rng = np.random.default_rng(seed)
-    pos = [r for r in pool if r.positive]
-    neg = [r for r in pool if not r.positive]
-    n_pos_val = min(len(pos) // 2, max(1, round(n_val * len(pos) / len(pool)))) if pos else 0
+    positive = {r.recording for r in pool if r.positive}
+    pos = [rec for rec in recordings if rec in positive]
+    neg = [rec for rec in recordings if rec not in positive]
+    n_pos_val = min(len(pos) // 2, max(1, round(n_val * len(pos) / len(recordings)))) if pos else 0
     n_pos_val = min(n_pos_val, n_val)
-    val = _draw(pos, n_pos_val, rng) + _draw(neg, min(len(neg), n_val - n_pos_val), rng)
-    val_keys = {r.key for r in val}
-    train = [r for r in pool if r.key not in val_keys]
+    drawn = set(_draw(pos, n_pos_val, rng) + _draw(neg, min(len(neg), n_val - n_pos_val), rng))
+    val = [r for r in pool if r.recording in drawn]
+    train = [r for r in pool if r.recording not in drawn]
     check_not_test_records(val, "validation")
     return Split(train=tuple(train), val=tuple(sorted(val, key=lambda r: r.index)))
 
 
-def _draw(items: list[RecordRef], n: int, rng: np.random.Generator) -> list[RecordRef]:
+def _draw(items: list[str], n: int, rng: np.random.Generator) -> list[str]:
     if n <= 0:
         return []
     picked = rng.choice(len(items), size=n, replace=False)

@@ -106,13 +106,30 @@ def load_tokens(folder: str | Path) -> TokenData:
 
 
 def split_records(data: TokenData, val_fraction: float, seed: int) -> tuple[TokenData, TokenData]:
-    """Hold out whole records (at least one when val_fraction > 0) for validation."""
+    """Hold out whole recordings (at least one when val_fraction > 0) for validation: a
+    record and its lead copies (`recorded_in`) fall on one side."""
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in [0, 1), not {val_fraction}")
-    n = len(data.records)
+    recording = _recordings(data)
+    groups = list(dict.fromkeys(recording))
+    n = len(groups)
     n_val = 0 if val_fraction == 0 or n < 2 else max(1, round(n * val_fraction))
     order = np.random.default_rng(seed).permutation(n)
-    return data.subset(np.sort(order[n_val:])), data.subset(np.sort(order[:n_val]))
+    held = {groups[i] for i in order[:n_val]}
+    val = np.array([i for i, rec in enumerate(recording) if rec in held], dtype=np.int64)
+    train = np.array([i for i, rec in enumerate(recording) if rec not in held], dtype=np.int64)
+    return data.subset(train), data.subset(val)
+
+
+def _recordings(data: TokenData) -> list[str]:
+    """Each record's recording, DB/NAME with a lead copy's database read as its source's
+    (folders without record metadata: each record its own)."""
+    from heartlm.ingest.leads import recorded_in
+
+    meta = data.meta.get("records")
+    if not meta or len(meta) != len(data.records):
+        return [f"#{i}" for i in range(len(data.records))]
+    return [f"{recorded_in(str(m.get('db', '')))}/{m.get('name', i)}" for i, m in enumerate(meta)]
 
 
 @dataclass
