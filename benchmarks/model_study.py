@@ -251,11 +251,13 @@ lead's shapes. V and F are the classes below the floor (round 35), and DS1's F b
 almost all in one record (208): a second view of them is the labelled data DS1 has.
 Disclosed for round 37 (a reviewer's findings): scratch's recipe validates on 20 % of its
 training records, and a copy then counted as a record of its own, so its best-F1 checkpoint
-could be chosen on the other lead of beats it trained on (heartlm now draws validation by
-recording); and `--label-fraction` (and the floor's) draws its share over every training
-beat, copies included, so at 10 % and 1 % the recipes with copies and their floor kept
-labels on about twice as many beats as those without. The folds' choice (made at 10 %) and
-the 10 % and 1 % rows against earlier rounds carry that; the 100 % rows do not."""
+could be chosen on the other lead of beats it trained on; and `--label-fraction` (and the
+floor's) drew its share over every training beat, copies included, so at 10 % and 1 % the
+recipes with copies and their floor kept labels on about twice as many beats as those
+without. The folds' choice (made at 10 %) and the 10 % and 1 % rows against earlier rounds
+carry that; the 100 % rows do not. Both are fixed for later rounds: validation and the label
+share are drawn by recording (`heartlm.ingest.leads.recorded_in`), so a copy keeps the
+labels of the beats its record keeps."""
 for _name, _flags in list(CONFIGS.items()):
     CONFIGS[f"{_name}{LEAD_COPIES_SUFFIX}"] = [*_flags]
 VIEWS = 4

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.ingest.leads import recorded_in
 from heartlm.inputs import INPUTS, hidden_columns
 from heartlm.labelled import metrics
 from heartlm.labelled.windows import (
@@ -27,6 +28,7 @@ from heartlm.labelled.windows import (
     cut_context_windows,
     cut_windows,
     keep_label_fraction,
+    keep_recording_label_fraction,
     streams_of,
 )
 from heartlm.train.data import TokenData, load_tokens
@@ -68,6 +70,12 @@ def _indices(data: TokenData, names: list[str]) -> list[int]:
     if missing:
         raise SystemExit(f"records not in the token folder: {sorted(missing)}")
     return found
+
+
+def _recording(key: str) -> str:
+    """The recording of a DB/NAME key (`mitdb_V1/101` is `mitdb/101`)."""
+    db, _, name = key.rpartition("/")
+    return f"{recorded_in(db)}/{name}"
 
 
 def _beats(data: TokenData, records: list[int]) -> np.ndarray:
@@ -166,10 +174,15 @@ def beat_floor(
     that fine-tuning with `--inputs` gives the transformer."""
     x = beat_inputs(data, inputs)
     aami = np.asarray(data.aami).astype(np.int64)
-    tr, te = _beats(data, _indices(data, train)), _beats(data, _indices(data, test))
-    tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
-    if fraction < 1.0:
-        tr = tr[keep_label_fraction(aami[tr], fraction, seed) >= 0]
+    trained = _indices(data, train)
+    tr, te = _beats(data, trained), _beats(data, _indices(data, test))
+    # the share heartlm finetune keeps: drawn per recording, a lead copy follows its record
+    lengths = np.diff(data.boundaries)[trained]
+    recordings = [_recording(key) for key in np.asarray(_keys(data))[trained]]
+    kept = keep_recording_label_fraction(
+        aami[tr], np.concatenate([[0], np.cumsum(lengths)]), recordings, fraction, seed
+    )
+    tr, te = tr[kept >= 0], te[aami[te] >= 0]
     n_classes = len(AAMI_CLASSES)
     model = _fit(x[tr], aami[tr], n_classes, seed, threads)
     predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)

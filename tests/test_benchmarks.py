@@ -332,6 +332,23 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     floors = {n: row for n, row in result["beats"].items() if n.startswith("tree floor")}
     assert set(floors) == {"tree floor (relative)", "tree floor (relative, lead copies)"}
     assert {row["n_beats"] for row in floors.values()} == {len(MITDB_DS1) * BEATS}
+    # With a share of the labels the floor draws it per recording (as finetune does), so a
+    # copy keeps its record's drawn beats and no others (keep_recording_label_fraction).
+    drawn_over: list[list[str]] = []
+    share = tree_floor.keep_recording_label_fraction
+
+    def spy(labels, boundaries, recordings, fraction, seed):
+        drawn_over.append(list(recordings))
+        return share(labels, boundaries, recordings, fraction, seed)
+
+    monkeypatch.setattr(tree_floor, "keep_recording_label_fraction", spy)
+    monkeypatch.setattr(model_study, "SELECT_FRACTION", 0.1)
+    model_study.select(Recording())
+    sick_keys = [f"synth_sick/{name}" for name in SICK]
+    for k, fold in enumerate(model_study.FOLDS):
+        own = [f"mitdb/{name}" for name in fold]
+        assert drawn_over[k] == [*own, *sick_keys]
+        assert drawn_over[2 + k] == [*own, *sick_keys, *own]  # the copies: their records'
     # The DS2 ledger and the tables record where a recipe trained.
     flags = result["configs"][f"scratch_relative{model_study.LEAD_COPIES_SUFFIX}"]
     assert flags[-2:] == ["(trained on", f"{model_study.BEATS_LEADS})"]

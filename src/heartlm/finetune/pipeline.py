@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,17 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
-        train_d.aami = windows.keep_label_fraction(train_d.aami, cfg.label_fraction, cfg.train.seed)
+        train_d.aami = _label_share(train_d, split.train, cfg.label_fraction, cfg.train.seed)
     weights = _class_weights(train_d, cfg, window, stride)
     return Prepared(data, split, train_d, model, window, stride, weights)
+
+
+def _label_share(part: Any, refs: Sequence[RecordRef], fraction: float, seed: int) -> np.ndarray:
+    """The beat labels of `part` (the records `refs`, in order) that --label-fraction keeps:
+    drawn per recording, so a record's lead copies keep the same beats' labels."""
+    return windows.keep_recording_label_fraction(
+        part.aami, part.boundaries, [r.recording for r in refs], fraction, seed
+    )
 
 
 def load_tokens(folder: Path) -> Any:
@@ -185,8 +194,7 @@ def _validation(cfg: FinetuneConfig, p: Prepared, device: torch.device) -> tuple
         return None, []
     val_d = p.data.subset([r.index for r in p.split.val])
     if cfg.task == "beats":  # only a fraction F of all labels is ever used
-        val_d.aami = windows.keep_label_fraction(val_d.aami, cfg.label_fraction,
-                                                 cfg.train.seed + 1)  # fmt: skip
+        val_d.aami = _label_share(val_d, p.split.val, cfg.label_fraction, cfg.train.seed + 1)
     val_s = WindowSampler(val_d, p.window, p.window, cfg.train.seed, device, pad_short=True)
     scorer = [ValidationF1(val_d, cfg.task, p.window, device)] if cfg.select == "f1" else []
     return val_s, scorer

@@ -224,6 +224,36 @@ def keep_label_fraction(labels: np.ndarray, fraction: float, seed: int) -> np.nd
     return labels
 
 
+def keep_recording_label_fraction(
+    labels: np.ndarray,
+    boundaries: np.ndarray,
+    recordings: Sequence[str],
+    fraction: float,
+    seed: int,
+) -> np.ndarray:
+    """`keep_label_fraction` over whole recordings: the share is drawn over the beats of each
+    recording's first record (`boundaries` delimit the records, `recordings` name each one's
+    recording), and its other leads keep exactly the same beats' labels, so a lead copy adds
+    no labelled beat the share did not draw. A copy whose beat count differs from its first
+    record's (a beat lost at an edge) keeps none. Without copies this is keep_label_fraction."""
+    labels = np.array(labels, dtype=np.int64, copy=True)
+    if fraction == 1.0:
+        return keep_label_fraction(labels, fraction, seed)
+    spans = list(zip(boundaries[:-1].tolist(), boundaries[1:].tolist(), strict=True))
+    first: dict[str, tuple[int, int]] = {}
+    for recording, span in zip(recordings, spans, strict=True):
+        first.setdefault(recording, span)
+    drawn = np.concatenate([np.arange(a, b) for a, b in first.values()] or [np.zeros(0, int)])
+    labels[drawn] = keep_label_fraction(labels[drawn], fraction, seed)
+    for recording, (a, b) in zip(recordings, spans, strict=True):
+        fa, fb = first[recording]
+        if (a, b) == (fa, fb):
+            continue
+        kept = labels[fa:fb] >= 0 if fb - fa == b - a else np.zeros(b - a, bool)
+        labels[a:b] = np.where(kept, labels[a:b], IGNORE)
+    return labels
+
+
 def class_weights(
     labels: np.ndarray, n_classes: int, max_weight: float = 50.0, power: float = 1.0
 ) -> np.ndarray:
