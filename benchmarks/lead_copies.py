@@ -22,7 +22,7 @@ import wfdb
 
 from heartlm.ecg.wfdbio import find_records
 from heartlm.errors import HeartlmError
-from heartlm.ingest.leads import lead_key, pick_lead
+from heartlm.ingest.leads import STANDARD_LEADS, lead_key, pick_lead
 
 
 def other_leads(record: Path, out: Path) -> list[Path]:
@@ -62,9 +62,9 @@ def other_leads(record: Path, out: Path) -> list[Path]:
 
 
 def _is_lead(name: str) -> bool:
-    """Whether a signal name is an ECG lead (limb, augmented, precordial or modified)."""
-    key = lead_key(name)
-    return key in {"I", "II", "III", "AVR", "AVL", "AVF"} or key.startswith(("V", "ML"))
+    """Whether a signal name is an ECG lead that `recorded_in` reads back from the folder
+    name, so that a copy and its record are always one recording."""
+    return lead_key(name) in STANDARD_LEADS
 
 
 def write_all(sources: list[Path], out: Path) -> list[Path]:

@@ -29,7 +29,7 @@ from typing import Any
 import model_study as ms
 from tree_floor import afib_floors, beat_floor
 
-from heartlm.train.data import TokenData, load_tokens
+from heartlm.train.data import TokenData, load_tokens, recordings
 
 INPUTS = ("relative", "no-heart-rate", "all")
 FRACTIONS = (0.1, 1.0)
@@ -61,9 +61,11 @@ def beats(work: Path, seeds: tuple[int, ...] = (0, 1)) -> list[dict[str, Any]]:
 
 
 def with_copies(data: TokenData, keys: list[str]) -> list[str]:
-    """`keys` and the lead copies (`mitdb_<lead>/NAME`) of their MIT-BIH records in `data`."""
-    names = {key.split("/", 1)[1] for key in keys if key.startswith("mitdb/")}
-    copies = [k for k in ms._afib_keys(data) if k.startswith("mitdb_") and k.split("/")[1] in names]
+    """`keys` and the lead copies (`mitdb_V1/NAME`: `recording_key`) of their records in
+    `data`."""
+    wanted = set(keys)
+    copies = [k for k, rec in zip(ms._afib_keys(data), recordings(data), strict=True)
+              if rec in wanted and k not in wanted]  # fmt: skip
     return [*keys, *copies]
 
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
-from heartlm.ingest.leads import recorded_in
 from heartlm.inputs import INPUTS, hidden_columns
 from heartlm.labelled import metrics
 from heartlm.labelled.windows import (
@@ -31,7 +30,7 @@ from heartlm.labelled.windows import (
     keep_recording_label_fraction,
     streams_of,
 )
-from heartlm.train.data import TokenData, load_tokens
+from heartlm.train.data import TokenData, load_tokens, recordings
 
 PARAMS = {
     "learning_rate": 0.05,
@@ -70,12 +69,6 @@ def _indices(data: TokenData, names: list[str]) -> list[int]:
     if missing:
         raise SystemExit(f"records not in the token folder: {sorted(missing)}")
     return found
-
-
-def _recording(key: str) -> str:
-    """The recording of a DB/NAME key (`mitdb_V1/101` is `mitdb/101`)."""
-    db, _, name = key.rpartition("/")
-    return f"{recorded_in(db)}/{name}"
 
 
 def _beats(data: TokenData, records: list[int]) -> np.ndarray:
@@ -178,10 +171,11 @@ def beat_floor(
     tr, te = _beats(data, trained), _beats(data, _indices(data, test))
     # the share heartlm finetune keeps: drawn per recording, a lead copy follows its record
     lengths = np.diff(data.boundaries)[trained]
-    recordings = [_recording(key) for key in np.asarray(_keys(data))[trained]]
+    recording = recordings(data)
     kept = keep_recording_label_fraction(
-        aami[tr], np.concatenate([[0], np.cumsum(lengths)]), recordings, fraction, seed
-    )
+        aami[tr], np.concatenate([[0], np.cumsum(lengths)]), [recording[i] for i in trained],
+        fraction, seed,
+    )  # fmt: skip
     tr, te = tr[kept >= 0], te[aami[te] >= 0]
     n_classes = len(AAMI_CLASSES)
     model = _fit(x[tr], aami[tr], n_classes, seed, threads)

@@ -28,6 +28,11 @@ def recorded_in(db: str) -> str:
     return base if base and lead in STANDARD_LEADS else db
 
 
+def recording_key(db: str, name: str) -> str:
+    """DB/NAME of the recording that record `name` of folder `db` is a lead of."""
+    return f"{recorded_in(db)}/{name}"
+
+
 # EDF labels name the signal type first (`ECG II`, `EKG-V1`): compare what follows it.
 _ECG_PREFIX = re.compile(r"^(ECG|EKG)[\s_\-:]+", re.IGNORECASE)
 

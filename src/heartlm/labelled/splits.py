@@ -14,7 +14,7 @@ import numpy as np
 
 from heartlm.ecg.labels import MITDB_AFIB, MITDB_DS1, MITDB_DS2, MITDB_PACED
 from heartlm.errors import HeartlmError
-from heartlm.ingest.leads import recorded_in
+from heartlm.ingest.leads import recorded_in, recording_key
 
 __all__ = [
     "MITDB_AFIB",
@@ -48,7 +48,7 @@ class RecordRef:
     @property
     def recording(self) -> str:
         """The recording this record is a lead of: one for a record and its lead copies."""
-        return f"{recorded_in(self.db)}/{self.name}"
+        return recording_key(self.db, self.name)
 
 
 @dataclass(frozen=True)

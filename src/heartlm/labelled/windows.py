@@ -238,7 +238,7 @@ def keep_recording_label_fraction(
     record's (a beat lost at an edge) keeps none. Without copies this is keep_label_fraction."""
     labels = np.array(labels, dtype=np.int64, copy=True)
     if fraction == 1.0:
-        return keep_label_fraction(labels, fraction, seed)
+        return labels
     spans = list(zip(boundaries[:-1].tolist(), boundaries[1:].tolist(), strict=True))
     first: dict[str, tuple[int, int]] = {}
     for recording, span in zip(recordings, spans, strict=True):

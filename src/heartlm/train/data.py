@@ -110,7 +110,7 @@ def split_records(data: TokenData, val_fraction: float, seed: int) -> tuple[Toke
     record and its lead copies (`recorded_in`) fall on one side."""
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in [0, 1), not {val_fraction}")
-    recording = _recordings(data)
+    recording = recordings(data)
     groups = list(dict.fromkeys(recording))
     n = len(groups)
     n_val = 0 if val_fraction == 0 or n < 2 else max(1, round(n * val_fraction))
@@ -121,15 +121,15 @@ def split_records(data: TokenData, val_fraction: float, seed: int) -> tuple[Toke
     return data.subset(train), data.subset(val)
 
 
-def _recordings(data: TokenData) -> list[str]:
-    """Each record's recording, DB/NAME with a lead copy's database read as its source's
-    (folders without record metadata: each record its own)."""
-    from heartlm.ingest.leads import recorded_in
+def recordings(data: TokenData) -> list[str]:
+    """Each record's recording (`recording_key`: a lead copy's is its source's); folders
+    without record metadata: each record its own."""
+    from heartlm.ingest.leads import recording_key
 
     meta = data.meta.get("records")
     if not meta or len(meta) != len(data.records):
         return [f"#{i}" for i in range(len(data.records))]
-    return [f"{recorded_in(str(m.get('db', '')))}/{m.get('name', i)}" for i, m in enumerate(meta)]
+    return [recording_key(str(m.get("db", "")), m.get("name", i)) for i, m in enumerate(meta)]
 
 
 @dataclass
