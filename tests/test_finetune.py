@@ -340,13 +340,45 @@ def test_morph_dropout_only_in_training_and_only_real_beats():
     assert drop_morphology(model, batch, 0.5, shape)[0] is morph
 
 
+def test_label_smoothing_trains_against_smoothed_targets_and_validates_plainly():
+    from types import SimpleNamespace
+
+    from heartlm.finetune.objectives import BeatClasses
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 6, 5)
+    target = torch.tensor([[0, 1, 2, 3, 4, data.IGNORE]] * 2)
+
+    class Head(torch.nn.Module):
+        def forward(self, morph, rhythm, **_):
+            return logits
+
+    batch = SimpleNamespace(morph=torch.zeros(2, 6, dtype=torch.long), rhythm=None, valid=None,
+                            features=None, aami=target)  # fmt: skip
+    weight = [1.0, 2.0, 3.0, 4.0, 5.0]
+    model = Head().train()
+    smoothed, plain = BeatClasses(weight, label_smoothing=0.2), BeatClasses(weight)
+    flat, t = logits.reshape(-1, 5), target.reshape(-1)
+    keep = t >= 0
+    logp = flat[keep].log_softmax(-1)
+    # (1 - e) on the label and e spread over the 5 classes, each beat weighted by its class.
+    soft = torch.full_like(logp, 0.2 / 5)
+    soft[torch.arange(len(soft)), t[keep]] += 0.8
+    w = torch.tensor(weight)[t[keep]]
+    want = (w * -(soft * logp).sum(-1)).sum() / keep.sum()
+    torch.testing.assert_close(smoothed(model, batch)[0], want)
+    assert smoothed(model, batch)[0] > plain(model, batch)[0]  # these logits are not uniform
+    model.eval()  # validation: the plain cross-entropy, comparable with runs without it
+    torch.testing.assert_close(smoothed(model, batch)[0], plain(model, batch)[0])
+
+
 def _cli(*argv: str) -> int:
     from heartlm.cli import main
 
     return main([str(a) for a in argv])
 
 
-@pytest.mark.parametrize("flag", ["--max-class-weight", "--afib-beat-loss"])
+@pytest.mark.parametrize("flag", ["--max-class-weight", "--afib-beat-loss", "--label-smoothing"])
 def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
     """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported."""
     args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]

@@ -61,6 +61,10 @@ class FinetuneConfig:
     """afib only: add W x the window head's loss on each beat against its own rhythm (dense
     labels: a window of 32 beats teaches 32 decisions; --label-fraction keeps or drops a
     window's beats with it; the logged training loss includes this term)"""
+    label_smoothing: float = setting(0.0, metavar="E", group=TASK)
+    """training only: cross-entropy against targets smoothed by E (1 - E on the label, E
+    spread over all classes), so the head is not pushed to saturate and its probabilities
+    keep a usable range for a decision threshold; validation scores the plain loss"""
     morph_dropout: float = setting(0.0, metavar="P", group=TASK)
     """training only: replace this share of beats' morphology tokens by MASK"""
     dropout: float | None = setting(None, metavar="P", group=TASK)
@@ -92,6 +96,8 @@ class FinetuneConfig:
             raise ValueError(
                 f"--class-weight-power must be in [0, 1], not {self.class_weight_power}"
             )
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
         if not self.afib_beat_loss >= 0.0:  # also NaN

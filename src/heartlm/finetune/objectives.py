@@ -23,18 +23,25 @@ _KEEP_SALT = 6
 
 
 def _weighted_loss(
-    logits_NC: Tensor, target_N: Tensor, weight_C: Tensor
+    logits_NC: Tensor, target_N: Tensor, weight_C: Tensor, smoothing: float = 0.0
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Class-weighted cross-entropy over targets >= 0: the mean to backpropagate, and the
-    device sums (`loss_sum`, `count`, `correct`) that validation aggregates exactly."""
+    """Class-weighted cross-entropy over targets >= 0 (against targets smoothed by
+    `smoothing`): the mean to backpropagate, and the device sums (`loss_sum`, `count`,
+    `correct`) that validation aggregates exactly."""
     labelled = target_N >= 0
     safe = target_N.clamp(min=0)
-    nll = F.cross_entropy(logits_NC.float(), safe, reduction="none")
+    nll = F.cross_entropy(logits_NC.float(), safe, reduction="none", label_smoothing=smoothing)
     weight = weight_C.to(logits_NC.device)
     loss_sum = torch.where(labelled, nll * weight[safe], torch.zeros_like(nll)).sum()
     count = labelled.sum()
     correct = ((logits_NC.argmax(-1) == target_N) & labelled).sum()
     return loss_sum / count.clamp(min=1), {"loss_sum": loss_sum, "count": count, "correct": correct}
+
+
+def _training_only(model, smoothing: float) -> float:
+    """Label smoothing while training; validation scores the plain cross-entropy, so its
+    losses stay comparable across runs with and without it."""
+    return smoothing if model.training else 0.0
 
 
 def drop_morphology(model, batch, p: float, columns: Tensor | None) -> tuple[Tensor, Tensor | None]:
@@ -112,10 +119,12 @@ class BeatClasses:
         class_weights: Sequence[float],
         morph_dropout: float = 0.0,
         shape_columns: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.morph_dropout = morph_dropout
         self.shape_columns = shape_columns
+        self.label_smoothing = label_smoothing
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
         morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
@@ -126,7 +135,8 @@ class BeatClasses:
         if batch.valid is not None:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
         logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
-        return _weighted_loss(logits, target_BT.reshape(-1), self.weight)
+        smoothing = _training_only(model, self.label_smoothing)
+        return _weighted_loss(logits, target_BT.reshape(-1), self.weight, smoothing)
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs
@@ -158,9 +168,11 @@ class AfibWindows:
         keep_by_position: Tensor | None = None,
         shape_columns: Tensor | None = None,
         beat_loss: float = 0.0,
+        label_smoothing: float = 0.0,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.beat_loss = beat_loss
+        self.label_smoothing = label_smoothing
         self.label_fraction = label_fraction
         self.seed = seed
         self.morph_dropout = morph_dropout
@@ -188,11 +200,13 @@ class AfibWindows:
                 inside = batch.key < table.numel()
                 keep = torch.where(inside, table[batch.key.clamp(max=table.numel() - 1)], keep)
             target_B = torch.where(keep, target_B, torch.full_like(target_B, IGNORE))
-        loss, sums = _weighted_loss(logits_BC, target_B, self.weight)
+        smoothing = _training_only(model, self.label_smoothing)
+        loss, sums = _weighted_loss(logits_BC, target_B, self.weight, smoothing)
         if not dense:
             return loss, sums
         target_BT = beat_afib_targets(batch.rhythm_label, batch.valid, target_B >= 0)
-        beats, _ = _weighted_loss(logits.flatten(0, 1), target_BT.flatten(), self.weight)
+        beats, _ = _weighted_loss(logits.flatten(0, 1), target_BT.flatten(), self.weight,
+                                  smoothing)  # fmt: skip
         return loss + self.beat_loss * beats, sums
 
     def predicted_per_window(self, window: int) -> int:

@@ -174,7 +174,7 @@ def load_tokens(folder: Path) -> Any:
 def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     columns = p.data.shape_columns(absolute_only=True)
     if cfg.task == "beats":
-        return BeatClasses(p.weights, cfg.morph_dropout, columns)
+        return BeatClasses(p.weights, cfg.morph_dropout, columns, cfg.label_smoothing)
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))
@@ -182,7 +182,8 @@ def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
                            cfg.train.seed)  # fmt: skip
     return AfibWindows(p.weights, cfg.label_fraction, cfg.train.seed, cfg.morph_dropout,
                        keep_by_position=table, shape_columns=columns,
-                       beat_loss=cfg.afib_beat_loss)  # fmt: skip
+                       beat_loss=cfg.afib_beat_loss,
+                       label_smoothing=cfg.label_smoothing)  # fmt: skip
 
 
 def _validation(cfg: FinetuneConfig, p: Prepared, device: torch.device) -> tuple[Any, list]:
