@@ -573,66 +573,24 @@ def test_fsdp_units_group_blocks_up_to_the_parameter_budget(monkeypatch: pytest.
     assert distributed.fsdp_units([], 0) == []
 
 
+def _in_a_fresh_process(case: str, tmp_path: Path) -> None:
+    """Runs a case of tests/one_process_group.py (a one-rank gloo group) in its own
+    interpreter: no gloo thread of an earlier group can be alive there, and a hang ends at the
+    timeout with the child's output instead of stalling the suite."""
+    script = Path(__file__).with_name("one_process_group.py")
+    try:
+        done = subprocess.run([sys.executable, str(script), case, str(tmp_path)],
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{case} hung for {exc.timeout:.0f} s:\n{exc.stdout or ''}{exc.stderr or ''}")
+    assert done.returncode == 0, f"{case} failed:\n{done.stdout}{done.stderr}"
+
+
 def test_grouped_fsdp_units_prefetch_and_keep_the_plain_model_s_loss_and_gradients(
     tmp_path: Path,
 ) -> None:
-    """Four blocks in two FSDP2 units of two, resharded after forward, so each unit
-    prefetches the next one in forward and the previous one in backward (one process)."""
-    import copy
-
-    import torch
-    import torch.distributed as dist
-
-    from heartlm.model import HeartLM, model_config
-    from heartlm.train import distributed
-    from heartlm.train.config import ParallelConfig
-
-    torch.manual_seed(0)
-    cfg = model_config("tiny", vocab_size=40, rhythm_vocab_size=9, max_len=8, n_layers=4)
-    plain = HeartLM(cfg)
-    sharded = copy.deepcopy(plain)
-    morph, rhythm = torch.randint(5, 40, (2, 8)), torch.randint(5, 9, (2, 8))
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        p = ParallelConfig(fsdp_group_blocks=2, fsdp_reshard="always")
-        assert [len(u) for u in distributed.fsdp_units(list(sharded.blocks), 2)] == [2, 2]
-        sharded = distributed._fully_shard(sharded, False, None, False, p)
-        losses = []
-        for model in (plain, sharded):
-            loss = model(morph, rhythm, head="next").float().pow(2).mean()
-            loss.backward()
-            losses.append(loss.item())
-        assert losses[0] == pytest.approx(losses[1], rel=1e-6)
-        for (name, a), (_, b) in zip(plain.named_parameters(), sharded.named_parameters(),
-                                     strict=True):  # fmt: skip
-            grad = b.grad.full_tensor() if hasattr(b.grad, "full_tensor") else b.grad
-            torch.testing.assert_close(a.grad, grad, rtol=1e-5, atol=1e-7, msg=name)
-    finally:
-        dist.destroy_process_group()
+    _in_a_fresh_process("grouped_fsdp_units", tmp_path)
 
 
-def test_ddp_wraps_without_a_deprecation_warning_and_without_buffer_syncs(tmp_path):
-    """torch 2.13 renamed DDP's broadcast_buffers and warns at every wrap, on every rank;
-    either name must turn off the buffer collective at each forward."""
-    import warnings
-
-    import torch.distributed as dist
-
-    from heartlm.model import HeartLM, model_config
-    from heartlm.train import distributed
-    from heartlm.train.config import ParallelConfig
-
-    model = HeartLM(model_config("tiny", vocab_size=40, rhythm_vocab_size=9, max_len=8))
-    env = distributed.DistEnv(rank=0, local_rank=0, world_size=1, device=torch.device("cpu"))
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1), rank=0,
-                            world_size=1)  # fmt: skip
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", FutureWarning)
-            ddp = distributed._ddp(model, env, False, ParallelConfig())
-        assert ddp.require_forward_param_sync is True
-        assert getattr(ddp, "broadcast_buffers", False) is False
-        assert getattr(ddp, "forward_sync_buffers", False) is False
-    finally:
-        dist.destroy_process_group()
+def test_ddp_wraps_without_a_deprecation_warning_and_without_buffer_syncs(tmp_path: Path):
+    _in_a_fresh_process("ddp_wrap", tmp_path)
