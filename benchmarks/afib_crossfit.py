@@ -19,7 +19,7 @@ folds: a model per fold, and one on both; the folds' threshold is THRESHOLD_RULE
 out-of-fold curves of every seed, pooled. Each rule's window counts on the test group are
 summed over groups and seeds. Each initialisation, and each floor beside it, takes the rule with
 the best pooled F1 (ties: the earlier protocol, in RULES order), and is scored on DS2 that way
-with the two halves of `model_study.afib_folds` as its folds; a recipe whose rule is
+with the two halves of `model_afib.afib_folds` as its folds; a recipe whose rule is
 `full_fold` is not scored again (its round-32 scores stand, DS2_LEDGER)."""
 
 from __future__ import annotations
@@ -29,8 +29,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import model_study as ms
+import model_configs as cfg
 import numpy as np
+from model_afib import _afib_keys, _afib_synthetic_keys, _held_out_scores, afib_folds
+from model_ledger import unscored
+from model_recipes import (
+    _afib_floor_kinds,
+    _afib_recipe_flags,
+    _afib_synthetic,
+    _afib_window,
+    _best_afib,
+    _config_of,
+    _floor_name,
+    _pre,
+    _split_recipe,
+    _variant,
+)
+from model_runner import _tag
 
 from heartlm import scores as score_fns
 from heartlm.labelled import metrics
@@ -49,13 +64,13 @@ def afib_groups(data: Any) -> list[list[str]]:
     each, the other records dealt in turn (those with AF first, as `afib_folds` deals)."""
     from heartlm.labelled.windows import AFIB
 
-    keys = ms._afib_keys(data)
+    keys = _afib_keys(data)
     if missing := [patient for patient in AF_PATIENTS if patient not in keys]:
         raise SystemExit(f"crossfit_afib: the AFIB token folder lacks {', '.join(missing)}")
     groups = [[patient] for patient in AF_PATIENTS]
     rest = []
     for i, key in enumerate(keys):
-        if key.startswith(ms.ANY_SYNTHETIC) or key in AF_PATIENTS:
+        if key.startswith(cfg.ANY_SYNTHETIC) or key in AF_PATIENTS:
             continue
         lo, hi = data.boundaries[i], data.boundaries[i + 1]
         rest.append((not (data.rhythm_label[lo:hi] == AFIB).any(), key))
@@ -72,7 +87,7 @@ def _at(curve: Curve, threshold: float) -> dict[str, int]:
 
 def fold_threshold(out_of_fold: list[Curve]) -> float:
     """The threshold the folds choose from their out-of-fold curves (every seed's, pooled)."""
-    return ms.THRESHOLD_RULE(out_of_fold)[0]
+    return cfg.THRESHOLD_RULE(out_of_fold)[0]
 
 
 def rule_threshold(rule: str, out_of_fold: list[Curve]) -> float:
@@ -119,24 +134,24 @@ class Transformer:
 
     def __init__(self, r: Any, data: Any, recipe: str) -> None:
         self.r, self.data, self.recipe = r, data, recipe
-        self.config, self.views = ms._split_recipe(recipe, ms.AFIB_CONFIGS)
-        self.synthetic = ms._afib_synthetic(self.config)
+        self.config, self.views = _split_recipe(recipe, cfg.AFIB_CONFIGS)
+        self.synthetic = _afib_synthetic(self.config)
 
     def name(self, records: list[str], seed: int) -> str:
-        tag = ms._tag(ms.AFIB_CONFIGS[self.config], sorted(records), self.synthetic, seed)
+        tag = _tag(cfg.AFIB_CONFIGS[self.config], sorted(records), self.synthetic, seed)
         return f"xfit_afib_{self.config}_s{seed}_{tag}"
 
     def train(self, records: list[str], seed: int) -> str:
         records = sorted(records)  # one set, one run, whatever order it comes in
         name = self.name(records, seed)
         self.r.finetune(name, "afib", "tok_afib", "--records", *records,
-                        *ms._afib_synthetic_keys(self.data, self.synthetic),
-                        *ms.AFIB_CONFIGS[self.config], "--seed", seed,
-                        pre=ms._pre(seed, ms._variant(self.config)))  # fmt: skip
+                        *_afib_synthetic_keys(self.data, self.synthetic),
+                        *cfg.AFIB_CONFIGS[self.config], "--seed", seed,
+                        pre=_pre(seed, _variant(self.config)))  # fmt: skip
         return name
 
     def called(self, threshold: float = 0.5) -> list[Any]:
-        return ["--afib-window", ms._afib_window(), "--afib-threshold", threshold,
+        return ["--afib-window", _afib_window(), "--afib-threshold", threshold,
                 "--views", self.views]  # fmt: skip
 
     def evaluate(self, names: list[str], folder: str, records: list[str] | None = None,
@@ -147,15 +162,15 @@ class Transformer:
 
     def held_out(self, names: list[str], threshold: float) -> dict[str, float]:
         counts = {kind: self.evaluate(names, folder, threshold=threshold)["counts"]
-                  for kind, folder in ms.HELD_OUT.items()}  # fmt: skip
-        return ms._held_out_scores(counts)
+                  for kind, folder in cfg.HELD_OUT.items()}  # fmt: skip
+        return _held_out_scores(counts)
 
 
 def _nested_trainings(t: Transformer, groups: list[list[str]]) -> list[Callable[[], str]]:
     """The fine-tuning runs of the nested comparison: each group alone and each pair, per seed."""
     sets = {tuple(recs) for _, a, b in _splits(groups) for recs in (a, b, a + b)}
     return [lambda recs=recs, s=s: t.train(list(recs), s) for recs in sorted(sets)
-            for s in ms.SEEDS]  # fmt: skip
+            for s in cfg.SEEDS]  # fmt: skip
 
 
 def _nested_cells(t: Transformer, groups: list[list[str]]) -> list[Callable[[], dict]]:
@@ -171,13 +186,13 @@ def _nested_cells(t: Transformer, groups: list[list[str]]) -> list[Callable[[], 
                 "full": t.evaluate([full], "tok_afib", test)["threshold_counts"],
                 "ensemble": t.evaluate([fa, fb], "tok_afib", test)["threshold_counts"]}  # fmt: skip
 
-    return [lambda c=c, s=s: cell(*c, s) for c in _splits(groups) for s in ms.SEEDS]
+    return [lambda c=c, s=s: cell(*c, s) for c in _splits(groups) for s in cfg.SEEDS]
 
 
 def _real_records(data: Any) -> list[str]:
     """The AFIB token folder's real records (all outside DS2): what a full model trains on
     beside its synthetic folders."""
-    return [k for k in ms._afib_keys(data) if not k.startswith(ms.ANY_SYNTHETIC)]
+    return [k for k in _afib_keys(data) if not k.startswith(cfg.ANY_SYNTHETIC)]
 
 
 def _needs_halves(rule: str) -> bool:
@@ -191,24 +206,24 @@ def _ds2_transformer(t: Transformer, halves: tuple[list[str], list[str]], rule: 
     """DS2 at 100 % of the labels, `rule`'s way (not `full_fold`)."""
     r = t.r
     real = _real_records(t.data)
-    needed = [(half, s) for s in ms.SEEDS for half in halves] if _needs_halves(rule) else []
-    needed += [(real, s) for s in ms.SEEDS] if rule.startswith("full") else []
+    needed = [(half, s) for s in cfg.SEEDS for half in halves] if _needs_halves(rule) else []
+    needed += [(real, s) for s in cfg.SEEDS] if rule.startswith("full") else []
     r.parallel([lambda recs=recs, s=s: t.train(recs, s) for recs, s in needed])
     threshold = 0.5
     if rule.endswith("_fold"):
         oof = r.parallel([lambda s=s, k=k: t.evaluate([t.name(halves[k], s)], "tok_afib",
                                                        halves[1 - k])["threshold_counts"]
-                          for s in ms.SEEDS for k in (0, 1)])  # fmt: skip
+                          for s in cfg.SEEDS for k in (0, 1)])  # fmt: skip
         threshold = fold_threshold(oof)
 
     def one(seed: int) -> dict[str, Any]:
         names = ([t.name(half, seed) for half in halves] if rule.startswith("ensemble")
                  else [t.name(real, seed)])  # fmt: skip
-        rep = t.evaluate(names, "tok_mitdb", list(ms.TEST), threshold)
+        rep = t.evaluate(names, "tok_mitdb", list(cfg.TEST), threshold)
         return {"init": f"{init} ({rule})", "label_fraction": 1.0, "seed": seed,
                 "threshold": threshold, **rep, **t.held_out(names, threshold)}  # fmt: skip
 
-    return r.parallel([lambda s=s: one(s) for s in ms.SEEDS])
+    return r.parallel([lambda s=s: one(s) for s in cfg.SEEDS])
 
 
 class Floor:
@@ -219,15 +234,15 @@ class Floor:
         from heartlm.train.data import load_tokens
 
         self.data, (self.inputs, self.context, self.synthetic) = data, kind
-        self.name = ms._floor_name(*kind)
+        self.name = _floor_name(*kind)
         self.mitdb = load_tokens(r.work / "tok_mitdb")
-        self.held = [load_tokens(r.work / folder) for folder in ms.HELD_OUT.values()]
+        self.held = [load_tokens(r.work / folder) for folder in cfg.HELD_OUT.values()]
 
     def scores(self, train: list[str], tests: list[tuple[Any, list[str]]], seed: int) -> list:
         from tree_floor import afib_floor_scores
 
-        records = [*train, *ms._afib_synthetic_keys(self.data, self.synthetic)]
-        return afib_floor_scores(self.data, records, tests, window=ms._afib_window(), seed=seed,
+        records = [*train, *_afib_synthetic_keys(self.data, self.synthetic)]
+        return afib_floor_scores(self.data, records, tests, window=_afib_window(), seed=seed,
                                  threads=FLOOR_THREADS, inputs=self.inputs,
                                  context=self.context)  # fmt: skip
 
@@ -236,7 +251,7 @@ def _nested_floor(f: Floor, groups: list[list[str]]) -> list[dict[str, Any]]:
     cells = []
     for g, a, b in _splits(groups):
         test = [(f.data, groups[g])]
-        for seed in ms.SEEDS:
+        for seed in cfg.SEEDS:
             (oof_a, test_a), (oof_b, test_b) = (
                 f.scores(fold, [(f.data, other), *test], seed) for fold, other in ((a, b), (b, a))
             )
@@ -255,10 +270,10 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
     from tree_floor import afib_report
 
     real = _real_records(f.data)
-    tests = [(f.mitdb, list(ms.TEST)), *((d, ms._afib_keys(d)) for d in f.held)]
+    tests = [(f.mitdb, list(cfg.TEST)), *((d, _afib_keys(d)) for d in f.held)]
     oof: list[Curve] = []
     members: dict[int, list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]] = {}
-    for seed in ms.SEEDS:
+    for seed in cfg.SEEDS:
         if _needs_halves(rule):
             for k in (0, 1):
                 first, *rest = f.scores(halves[k], [(f.data, halves[1 - k]), *tests], seed)
@@ -275,10 +290,10 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
             averaged = np.mean([model[i][1] for model in models], axis=0)
             reports.append(afib_report(labels, averaged, record, data, threshold))
         ds2, *held = reports
-        held_out = {kind: _counts(rep) for kind, rep in zip(ms.HELD_OUT, held, strict=True)}
+        held_out = {kind: _counts(rep) for kind, rep in zip(cfg.HELD_OUT, held, strict=True)}
         rows.append({"init": f"{f.name} ({rule})", "label_fraction": 1.0, "seed": seed,
                      "afib": ds2, "threshold": threshold,
-                     **ms._held_out_scores(held_out)})  # fmt: skip
+                     **_held_out_scores(held_out)})  # fmt: skip
     return rows
 
 
@@ -330,12 +345,12 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
     data = load_tokens(r.work / "tok_afib")
-    groups, halves = afib_groups(data), ms.afib_folds(data)
-    chosen = {init: ms._best_afib(rows, init) for init in ("pretrained", "scratch")}
+    groups, halves = afib_groups(data), afib_folds(data)
+    chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
     nested: dict[str, Any] = {}
     rules: dict[str, str] = {}
     transformers = {init: Transformer(r, data, recipe) for init, recipe in chosen.items()}
-    kinds = ms._afib_floor_kinds([ms._config_of(c, ms.AFIB_CONFIGS) for c in chosen.values()])
+    kinds = _afib_floor_kinds([_config_of(c, cfg.AFIB_CONFIGS) for c in chosen.values()])
     floors = [Floor(r, data, kind) for kind in kinds]
     floor_rows: list[dict[str, Any]] = []
     # The floors train on the CPU while the transformers train on the GPU.
@@ -352,9 +367,9 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
         floor_rows += rows_of_floor
     scored = {init: f"{chosen[init]}_{rules[init]}" for init in chosen
               if rules[init] != "full_fold"}  # fmt: skip
-    flags = {init: ms._afib_recipe_flags(chosen[init]) for init in scored}
+    flags = {init: _afib_recipe_flags(chosen[init]) for init in scored}
     try:
-        left = ms.unscored("crossfit_afib", scored, flags, r.replicate) if scored else {}
+        left = unscored("crossfit_afib", scored, flags, r.replicate) if scored else {}
     except SystemExit as listed:  # the nested results and the floors are still written
         print(listed, file=sys.stderr)
         left = {}

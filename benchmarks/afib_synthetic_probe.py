@@ -1,8 +1,8 @@
 """Does the AFIB floor on the folds depend on which synthetic records it trains beside?
 
-A CPU probe behind model_study's AFIB_TRAIN_SYNTHETIC (round 24): the LightGBM floor (rhythm
+A CPU probe behind model_configs' AFIB_TRAIN_SYNTHETIC (round 24): the LightGBM floor (rhythm
 inputs, 128 beats of context) on the two AFIB folds of the real records outside DS2
-(`model_study.afib_folds`), trained with every synthetic folder, with the sick-sinus and
+(`model_afib.afib_folds`), trained with every synthetic folder, with the sick-sinus and
 flutter/AF patients and GENERAL of the 100 general `synth` records, and with the patients
 alone (the AFIB-only bigeminy patients of round 27 are not used); three seeds each. The
 threshold is the one with the best pooled F1, the model study's rule when this ran. Reads a
@@ -20,7 +20,9 @@ import shlex
 import sys
 from pathlib import Path
 
-import model_study as ms
+import model_configs as cfg
+import model_study
+from model_afib import _afib_keys, _pooled, afib_folds
 from tree_floor import afib_floors
 
 from heartlm.labelled.metrics import best_threshold
@@ -41,9 +43,9 @@ def main() -> int:
         print(f"afib_synthetic_probe: {tokens}: no token folder (run `prepare`)", file=sys.stderr)
         return 2
     data = load_tokens(tokens)
-    folds = ms.afib_folds(data)
-    keys = ms._afib_keys(data)
-    patients = [k for k in keys if k.startswith(ms.PATIENTS_ONLY)]
+    folds = afib_folds(data)
+    keys = _afib_keys(data)
+    patients = [k for k in keys if k.startswith(cfg.PATIENTS_ONLY)]
     general = sorted(k for k in keys if k.startswith("synth/"))
     variants = {
         f"every synthetic folder ({len(general)} general records)": patients + general,
@@ -57,7 +59,7 @@ def main() -> int:
         "context 128, 32-beat windows; window F1 pooled over the two folds, at 0.5 and at the "
         "threshold with the best pooled F1.",
         "",
-        f"Machine: {ms.machine()}; versions: {versions()}.",
+        f"Machine: {model_study.machine()}; versions: {versions()}.",
         "",
         "| synthetic records beside the fold | seed | F1 at 0.5 | Se | +P | chosen threshold "
         "| F1 there |",
@@ -68,7 +70,7 @@ def main() -> int:
             reports = [afib_floors(data, folds[k] + synth, [(data, folds[1 - k])], window=32,
                                    seed=seed, inputs="rhythm", context=128)[0]
                        for k in (0, 1)]  # fmt: skip
-            pooled = ms._pooled(reports)
+            pooled = _pooled(reports)
             threshold, f1 = best_threshold([rep["threshold_counts"] for rep in reports])
             lines.append(
                 f"| {name} | {seed} | {pooled['f1']:.3f} | {pooled['se']:.3f} | "

@@ -1,7 +1,7 @@
 """Which rule for choosing the AFIB decision threshold carries from one fold to the other.
 
 `model_study.py select_afib` chooses each configuration's threshold on the window F1 pooled
-over its two folds (`model_study.THRESHOLD_RULE`), and DS2 is scored there. In rounds 24
+over its two folds (`model_configs.THRESHOLD_RULE`), and DS2 is scored there. In rounds 24
 and 25 the transformers' chosen thresholds (0.90-0.995) lost on DS2 where their AUROC won.
 This compares RULES on the folds alone: each rule picks a threshold on one fold's curve and
 is scored at it on the other fold (both ways), for every transformer configuration in
@@ -50,7 +50,7 @@ RULES: dict[str, Callable[[Curve], float]] = {
 }
 """Fixed before any DS2 curve was read (round 26)."""
 STUDY_RULE = "plateau"
-"""The model study's rule (`model_study.THRESHOLD_RULE`): it wins ties."""
+"""The model study's rule (`model_configs.THRESHOLD_RULE`): it wins ties."""
 
 
 def f1_at(curve: Curve, threshold: float) -> float:

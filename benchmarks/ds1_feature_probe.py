@@ -31,7 +31,7 @@ from heartlm.tokens.rhythm import RR_FEATURES
 from heartlm.train.data import TokenData, load_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_study import FOLDS
+from model_configs import FOLDS
 from tree_floor import _beats, _fit, _indices, beat_inputs
 
 PAST = 8

@@ -26,7 +26,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import model_study as ms
+import model_configs as cfg
+from model_afib import _afib_keys, _afib_synthetic_keys, _fold_threshold, _pooled, afib_folds
+from model_beats import _mitdb_keys, _sum_reports, _synthetic_keys
 from tree_floor import afib_floors, beat_floor
 
 from heartlm.train.data import TokenData, load_tokens, recordings
@@ -39,17 +41,17 @@ CONTEXT = 256
 def beats(work: Path, seeds: tuple[int, ...] = (0, 1)) -> list[dict[str, Any]]:
     """One row per training set, input set and label share."""
     plain = load_tokens(work / "tok_beats")
-    leads = load_tokens(work / ms.BEATS_LEADS)
-    synthetic = ms._synthetic_keys(plain)
+    leads = load_tokens(work / cfg.BEATS_LEADS)
+    synthetic = _synthetic_keys(plain)
     rows = []
     for label, data in (("MLII", plain), ("MLII and lead copies", leads)):
         for inputs in INPUTS:
             for fraction in FRACTIONS:
-                reports = [beat_floor(data, [*ms.FOLDS[k], *synthetic],
-                                      ms._mitdb_keys(ms.FOLDS[1 - k]), seed, fraction=fraction,
+                reports = [beat_floor(data, [*cfg.FOLDS[k], *synthetic],
+                                      _mitdb_keys(cfg.FOLDS[1 - k]), seed, fraction=fraction,
                                       inputs=inputs)
                            for k in (0, 1) for seed in seeds]  # fmt: skip
-                summed = ms._sum_reports(reports)
+                summed = _sum_reports(reports)
                 classes = summed["per_class"]
                 rows.append({"training": label, "inputs": inputs, "label_fraction": fraction,
                              "accuracy": summed["accuracy"],
@@ -64,7 +66,7 @@ def with_copies(data: TokenData, keys: list[str]) -> list[str]:
     """`keys` and the lead copies (`mitdb_V1/NAME`: `recording_key`) of their records in
     `data`."""
     wanted = set(keys)
-    copies = [k for k, rec in zip(ms._afib_keys(data), recordings(data), strict=True)
+    copies = [k for k, rec in zip(_afib_keys(data), recordings(data), strict=True)
               if rec in wanted and k not in wanted]  # fmt: skip
     return [*keys, *copies]
 
@@ -72,7 +74,7 @@ def with_copies(data: TokenData, keys: list[str]) -> list[str]:
 def afib(work: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, list[dict[str, float]]]:
     """Per training set, one row per seed."""
     plain, leads = load_tokens(work / "tok_afib"), load_tokens(work / "tok_afib_leads")
-    folds = ms.afib_folds(plain)
+    folds = afib_folds(plain)
     out: dict[str, list[dict[str, float]]] = {}
     for label, data in (("MLII", plain), ("MLII and lead copies", leads)):
         out[label] = []
@@ -80,12 +82,12 @@ def afib(work: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, list[dict[
             reports = []
             for k in (0, 1):
                 train = folds[k] if data is plain else with_copies(data, folds[k])
-                train = [*train, *ms._afib_synthetic_keys(data, ms.PATIENTS_ONLY)]
+                train = [*train, *_afib_synthetic_keys(data, cfg.PATIENTS_ONLY)]
                 (report,) = afib_floors(data, train, [(plain, folds[1 - k])], window=32,
                                         seed=seed, inputs="rhythm", context=CONTEXT)  # fmt: skip
                 reports.append(report)
-            chosen = ms._fold_threshold(reports)
-            out[label].append({"seed": seed, "f1_at_0.5": ms._pooled(reports)["f1"],
+            chosen = _fold_threshold(reports)
+            out[label].append({"seed": seed, "f1_at_0.5": _pooled(reports)["f1"],
                                "threshold": chosen["threshold"],
                                "f1_at_threshold": chosen["threshold_f1"]})  # fmt: skip
     return out

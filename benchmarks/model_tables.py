@@ -24,7 +24,7 @@ HELD_OUT_NOTE = (
     "AFIB calls among their sinus and flutter windows; window F1 on patients whose AF has "
     "10-25 % ventricular beats, from round 37)."
 )
-HELD_OUT_AFIB_COLUMNS = (  # the held-out synthetic patients (model_study.PATIENTS)
+HELD_OUT_AFIB_COLUMNS = (  # the held-out synthetic patients (model_configs.PATIENTS)
     ("sick-sinus false alarms", lambda r: r.get("sick_false_alarms", np.nan)),
     ("flutter/AF F1", lambda r: r.get("flutter_f1", np.nan)),
     ("flutter false alarms", lambda r: r.get("flutter_false_alarms", np.nan)),

@@ -28,7 +28,7 @@ from heartlm.train.data import TokenData, load_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ds1_feature_probe import cross_validate
-from model_study import FOLDS
+from model_configs import FOLDS
 from tree_floor import beat_inputs
 
 

@@ -14,9 +14,16 @@ import pytest
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2
 from heartlm.labelled import metrics
+from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import model_afib
+import model_beats
+import model_configs
+import model_ledger
+import model_recipes
+import model_runner
 import model_study
 import pool_rounds
 import tree_floor
@@ -25,7 +32,7 @@ import tree_floor
 @pytest.fixture(autouse=True)
 def _no_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     """The study's stages here score fake runs: the committed DS2 ledger does not apply."""
-    monkeypatch.setattr(model_study, "DS2_LEDGER", None)
+    monkeypatch.setattr(model_ledger, "DS2_LEDGER", None)
 
 
 BEATS = 50
@@ -89,7 +96,7 @@ class _NoAfib:
 
 
 class _Runner:
-    """model_study's Runner with no transformer runs: only the floor's rows come back."""
+    """model_runner's Runner with no transformer runs: only the floor's rows come back."""
 
     work = Path("unused")
     replicate = False
@@ -114,13 +121,13 @@ def _two_afib_recipes(monkeypatch: pytest.MonkeyPatch, data: TokenData, fit, oth
     and a pretrained one named `other`."""
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
-    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    context = [*model_configs.BEAT_LOSS, *model_configs.ALL, *model_configs.CONTEXT]
     default = "scratch_rhythm_context128"
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
-        default: ["--from-scratch", *model_study.RHYTHM, *context],
-        other: [*model_study.RHYTHM, *context],
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {
+        default: ["--from-scratch", *model_configs.RHYTHM, *context],
+        other: [*model_configs.RHYTHM, *context],
     })  # fmt: skip
     return default
 
@@ -169,10 +176,10 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     data = _mitdb()
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "FINAL", "scratch_relative")
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0, 0.1))
-    rows = model_study.final(_Runner())["beats"]
+    monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
+    rows = model_beats.final(_Runner())["beats"]
     # The transformer is scored on every labelled DS2 beat: so is its floor, at every fraction.
     assert [r["n_beats"] for r in rows] == [len(MITDB_DS2) * BEATS] * 2
     # DS1 and the synthetic sick-sinus records train; DS2 alone is scored.
@@ -190,7 +197,7 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
     def row(s_f1: float, v_f1: float) -> dict:
         return {"per_class": {"S": {"f1": s_f1}, "V": {"f1": v_f1}}}
 
-    monkeypatch.setattr(model_study, "CONFIGS", {
+    monkeypatch.setattr(model_configs, "CONFIGS", {
         "pretrained_relative": ["--inputs", "relative"],
         "pretrained_relative_window32": ["--inputs", "relative", "--window", "32"],
         "scratch_relative": ["--from-scratch", "--inputs", "relative"],
@@ -205,23 +212,23 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
         "tree floor (relative)": row(0.9, 0.9),
     }
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    best = model_study._best_selected
+    best = model_recipes._best_selected
     assert best(tmp_path / "select.json", "pretrained") == "pretrained_relative_window32"
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative"
     # A recipe scored over several windows competes with the same configuration's plain one.
     rows["scratch_relative_views4"] = row(0.6, 0.9)
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative_views4"
-    assert model_study._config_of("scratch_relative_views4") == "scratch_relative"
-    assert model_study._views_of("scratch_relative_views4") == 4
+    assert model_recipes._config_of("scratch_relative_views4") == "scratch_relative"
+    assert model_recipes._views_of("scratch_relative_views4") == 4
     with pytest.raises(SystemExit, match="not a configuration"):
-        model_study._views_of("scratch_other_views4")
+        model_recipes._views_of("scratch_other_views4")
 
 
 def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {
         "pretrained_rhythm": ["--inputs", "rhythm"],
         "pretrained_best_rhythm": ["--inputs", "rhythm"],
         "scratch_rhythm": ["--from-scratch", "--inputs", "rhythm"],
@@ -234,10 +241,10 @@ def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
         "scratch_relative": {"f1": 0.95},  # no threshold row: its F1 at 0.5 counts
         "tree floor (rhythm, context 128)": {"f1": 0.99, "threshold_f1": 0.99},
     }
-    assert model_study._best_afib(rows, "pretrained") == "pretrained_best_rhythm"
-    assert model_study._best_afib(rows, "scratch") == "scratch_relative"
+    assert model_recipes._best_afib(rows, "pretrained") == "pretrained_best_rhythm"
+    assert model_recipes._best_afib(rows, "scratch") == "scratch_relative"
     with pytest.raises(SystemExit, match="no pretrained configuration"):
-        model_study._best_afib({"scratch_rhythm": rows["scratch_rhythm"]}, "pretrained")
+        model_recipes._best_afib({"scratch_rhythm": rows["scratch_rhythm"]}, "pretrained")
 
 
 def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
@@ -252,12 +259,12 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     data = _mitdb()
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0,))
-    monkeypatch.setattr(model_study, "CONFIGS", {
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "CONFIGS", {
         "pretrained_no_heart_rate": ["--inputs", "no-heart-rate"],
         "scratch_relative": ["--from-scratch", "--inputs", "relative"],
     })  # fmt: skip
-    result = model_study.select(_Transformers())
+    result = model_beats.select(_Transformers())
     floors = {n: f for n, f in result["configs"].items() if n.startswith("tree floor")}
     assert floors == {
         "tree floor (no-heart-rate)": ["tree_floor.py", "--inputs", "no-heart-rate"],
@@ -268,10 +275,10 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
     ds1_beats = len(MITDB_DS1) * BEATS  # each fold trains with the sick records too
     assert all(result["beats"][n]["n_beats"] == ds1_beats for n in floors)
     # Every model is scored from the window that centres each beat and over VIEWS windows.
-    views = {f"{c}_views{model_study.VIEWS}" for c in model_study.CONFIGS}
-    assert set(result["sick_test"]) == set(model_study.CONFIGS) | views
-    assert result["configs"][f"scratch_relative_views{model_study.VIEWS}"][-2:] == [
-        "(evaluate --views", f"{model_study.VIEWS})"]  # fmt: skip
+    views = {f"{c}_views{model_configs.VIEWS}" for c in model_configs.CONFIGS}
+    assert set(result["sick_test"]) == set(model_configs.CONFIGS) | views
+    assert result["configs"][f"scratch_relative_views{model_configs.VIEWS}"][-2:] == [
+        "(evaluate --views", f"{model_configs.VIEWS})"]  # fmt: skip
 
 
 def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_mlii_alone(
@@ -291,7 +298,7 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
             return super().evaluate()
 
     def load(folder) -> TokenData:
-        return copies if Path(folder).name == model_study.BEATS_LEADS else plain
+        return copies if Path(folder).name == model_configs.BEATS_LEADS else plain
 
     picked: list[set[str]] = []  # the records each floor trains or is scored on, DB/NAME
     indices = tree_floor._indices
@@ -304,31 +311,31 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     monkeypatch.setattr(tree_floor, "_indices", recording_indices)
     monkeypatch.setattr(tree_floor, "_fit", _counting_fit(fits))
     monkeypatch.setattr("heartlm.train.data.load_tokens", load)
-    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0,))
-    monkeypatch.setattr(model_study, "SELECT_FRACTION", 1.0)
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "SELECT_FRACTION", 1.0)
     relative = ["--from-scratch", "--inputs", "relative"]
-    monkeypatch.setattr(model_study, "CONFIGS", {
+    monkeypatch.setattr(model_configs, "CONFIGS", {
         "scratch_relative": relative,
-        f"scratch_relative{model_study.LEAD_COPIES_SUFFIX}": relative,
+        f"scratch_relative{model_configs.LEAD_COPIES_SUFFIX}": relative,
     })  # fmt: skip
-    result = model_study.select(Recording())
+    result = model_beats.select(Recording())
     # the lead-copy recipe trains on the folder with the copies, the other on tok_beats ...
     copied = {folder for name, folder in tuned.items() if "leadcopies" in name}
     as_before = {folder for name, folder in tuned.items() if "leadcopies" not in name}
-    assert copied == {model_study.BEATS_LEADS} and as_before == {"tok_beats"}
+    assert copied == {model_configs.BEATS_LEADS} and as_before == {"tok_beats"}
     # ... and every model is scored on MLII alone, as the rounds before
     assert scored == {"tok_beats", "tok_sick_test"}
     # Its floor trains on both leads of the fold's records (a plain name takes the copy too)
     # and is scored on the same beats as the other floor: a copy is never scored.
-    fold_beats = [len(fold) * BEATS for fold in model_study.FOLDS]
+    fold_beats = [len(fold) * BEATS for fold in model_configs.FOLDS]
     sick = len(SICK) * BEATS
     assert fits == [f + sick for f in fold_beats] + [2 * f + sick for f in fold_beats]
     # (train, scored) per fold: the copies' floor trains on its own fold's copies alone
     for k, (train, scored) in enumerate(zip(picked[4::2], picked[5::2], strict=True)):
-        fold = set(model_study.FOLDS[k])
+        fold = set(model_configs.FOLDS[k])
         assert {key for key in train if key.startswith("mitdb")} == {
             f"{db}/{name}" for db in ("mitdb", "mitdb_V1") for name in fold}  # fmt: skip
-        assert scored == {f"mitdb/{name}" for name in model_study.FOLDS[1 - k]}
+        assert scored == {f"mitdb/{name}" for name in model_configs.FOLDS[1 - k]}
     floors = {n: row for n, row in result["beats"].items() if n.startswith("tree floor")}
     assert set(floors) == {"tree floor (relative)", "tree floor (relative, lead copies)"}
     assert {row["n_beats"] for row in floors.values()} == {len(MITDB_DS1) * BEATS}
@@ -342,16 +349,16 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
         return share(labels, boundaries, recordings, fraction, seed)
 
     monkeypatch.setattr(tree_floor, "keep_recording_label_fraction", spy)
-    monkeypatch.setattr(model_study, "SELECT_FRACTION", 0.1)
-    model_study.select(Recording())
+    monkeypatch.setattr(model_configs, "SELECT_FRACTION", 0.1)
+    model_beats.select(Recording())
     sick_keys = [f"synth_sick/{name}" for name in SICK]
-    for k, fold in enumerate(model_study.FOLDS):
+    for k, fold in enumerate(model_configs.FOLDS):
         own = [f"mitdb/{name}" for name in fold]
         assert drawn_over[k] == [*own, *sick_keys]
         assert drawn_over[2 + k] == [*own, *sick_keys, *own]  # the copies: their records'
     # The DS2 ledger and the tables record where a recipe trained.
-    flags = result["configs"][f"scratch_relative{model_study.LEAD_COPIES_SUFFIX}"]
-    assert flags[-2:] == ["(trained on", f"{model_study.BEATS_LEADS})"]
+    flags = result["configs"][f"scratch_relative{model_configs.LEAD_COPIES_SUFFIX}"]
+    assert flags[-2:] == ["(trained on", f"{model_configs.BEATS_LEADS})"]
     assert result["configs"]["scratch_relative"] == relative
 
 
@@ -370,11 +377,11 @@ def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
     names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "101"), ("ludb", "1"),
              ("synth", "s0000"), ("synth_sick", "s0000")]  # fmt: skip
     data = _records_only(names)
-    first, second = model_study.afib_folds(data)
+    first, second = model_afib.afib_folds(data)
     assert "mitdb/201" in first and "mitdb/203" in second
-    assert not {k for k in first + second if k.startswith(model_study.SYNTHETIC)}
+    assert not {k for k in first + second if k.startswith(model_configs.SYNTHETIC)}
     assert sorted(first + second) == ["ludb/1", "mitdb/101", "mitdb/201", "mitdb/203"]
-    assert model_study._false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
+    assert model_afib._false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
 
 
 def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
@@ -393,14 +400,14 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     data = _mitdb()
     monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "FINAL", "scratch_relative")
-    monkeypatch.setattr(model_study, "SEEDS", (0, 2))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
-    model_study.final(Recording())
+    monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 2))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    model_beats.final(Recording())
     # Each seed fine-tunes from its own pretraining run (from scratch: for its architecture
     # only, SCRATCH_VARIANT's run): seed 0 from the plain name, seed 2 from its _s2.
     starts = {(c[c.index("--seed") + 1], c[-1]) for c in calls if c[0] == "finetune"}
-    plain = model_study._pre(0, model_study.SCRATCH_VARIANT)
+    plain = model_recipes._pre(0, model_configs.SCRATCH_VARIANT)
     assert starts == {(0, plain), (2, f"{plain}_s2")}
 
     def records(args: tuple) -> set[str]:
@@ -429,35 +436,35 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
             made.append((args, done))
             return ""
 
-    monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
-    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
-    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "")  # scratch: the plain run's shape
-    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"],
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "SCRATCH_VARIANT", "")  # scratch: the plain run's shape
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"],
                                                  "pretrained_plr_relative": []})  # fmt: skip
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_relative": []})
-    model_study.pretrain(Pretraining(), ["pretrain", "select_afib"])
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {"scratch_relative": []})
+    model_runner.pretrain(Pretraining(), ["pretrain", "select_afib"])
     assert [args[args.index("--out") + 1] for args, _ in made] == ["pre"]  # seed 0 selects
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select_afib", "final_afib"])
+    model_runner.pretrain(Pretraining(), ["pretrain", "select_afib", "final_afib"])
     outs = sorted(args[args.index("--out") + 1] for args, _ in made)
     assert outs == ["pre", "pre_s1", "pre_s2"]  # the AFIB recipes need no periodic run
     # `pretrain` alone: the variants some recipe uses, not every variant there is
-    alone = {v for v, _ in model_study._pretraining_runs(["pretrain"], tmp_path)}
-    assert alone == {"", "plr"} < set(model_study.PRETRAIN_VARIANTS)
+    alone = {v for v, _ in model_runner._pretraining_runs(["pretrain"], tmp_path)}
+    assert alone == {"", "plr"} < set(model_configs.PRETRAIN_VARIANTS)
     seed0 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre")
     assert "--seed" not in seed0  # seed 0's command is the one earlier rounds ran
     seed2 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre_s2")
     assert seed2[seed2.index("--seed") + 1] == 2
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
+    model_runner.pretrain(Pretraining(), ["pretrain", "select", "final"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert sorted(runs) == ["pre", "pre_plr", "pre_plr_s1", "pre_plr_s2", "pre_s1", "pre_s2"]
     assert "periodic" in runs["pre_plr_s1"] and "periodic" not in runs["pre_s1"]
     assert runs["pre_plr_s1"][1] == runs["pre_s1"][1] == "tok_pre"
     # A variant with a corpus of its own pretrains on that token folder.
-    monkeypatch.setattr(model_study, "PRETRAIN_CORPUS", {"plr": "tok_pre_scale"})
+    monkeypatch.setattr(model_configs, "PRETRAIN_CORPUS", {"plr": "tok_pre_scale"})
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
+    model_runner.pretrain(Pretraining(), ["pretrain", "select", "final"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert runs["pre_plr_s2"][1] == "tok_pre_scale" and runs["pre_s2"][1] == "tok_pre"
     assert not any("--resume" in args for args in runs.values())
@@ -467,24 +474,24 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     (tmp_path / "pre_s2").mkdir()
     (tmp_path / "pre_s2" / "model.safetensors").write_bytes(b"")
     made.clear()
-    model_study.pretrain(Pretraining(), ["pretrain", "select", "final"])
+    model_runner.pretrain(Pretraining(), ["pretrain", "select", "final"])
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert "--resume" in runs["pre_s1"] and "--resume" not in runs["pre_s2"]
     # `select` alone fine-tunes SELECT_SEEDS: no run for seed 2.
-    assert {s for _, s in model_study._pretraining_runs(["pretrain", "select"], tmp_path)} == {
+    assert {s for _, s in model_runner._pretraining_runs(["pretrain", "select"], tmp_path)} == {
         0, 1}  # fmt: skip
-    assert model_study._pre(1, model_study._variant("pretrained_plr_relative")) == "pre_plr_s1"
+    assert model_recipes._pre(1, model_recipes._variant("pretrained_plr_relative")) == "pre_plr_s1"
     # `final` after a selection pretrains only what the chosen recipes start from.
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
     worse = {"per_class": {"S": {"f1": 0.1}, "V": {"f1": 0.9}}}
     rows = {"scratch_relative": row, "pretrained_plr_relative": worse}
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    runs = model_study._pretraining_runs(["pretrain", "final"], tmp_path)
+    runs = model_runner._pretraining_runs(["pretrain", "final"], tmp_path)
     assert runs == [("", 0), ("", 1), ("", 2), ("plr", 0), ("plr", 1), ("plr", 2)]
     rows["pretrained_relative"] = row
-    model_study.CONFIGS["pretrained_relative"] = []
+    model_configs.CONFIGS["pretrained_relative"] = []
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    runs = model_study._pretraining_runs(["pretrain", "final"], tmp_path)
+    runs = model_runner._pretraining_runs(["pretrain", "final"], tmp_path)
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
@@ -493,30 +500,30 @@ def test_pretrain_before_a_final_stage_skips_the_runs_of_recipes_the_ledger_stop
 ):
     """Round 36's `pretrain final_afib` made scratch's seed runs although the ledger then
     skipped scratch: GPU time for runs no stage read."""
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "best")
-    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"],
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "SCRATCH_VARIANT", "best")
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"],
                                                  "pretrained_plr_relative": []})  # fmt: skip
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
                                                       "pretrained_next_rhythm": []})  # fmt: skip
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}, "f1": 0.9}
     (tmp_path / "select.json").write_text(json.dumps({"beats": {
-        name: row for name in model_study.CONFIGS}}))  # fmt: skip
+        name: row for name in model_configs.CONFIGS}}))  # fmt: skip
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {
-        name: row for name in model_study.AFIB_CONFIGS}}))  # fmt: skip
+        name: row for name in model_configs.AFIB_CONFIGS}}))  # fmt: skip
 
     def variants(stage: str, replicate: bool = False) -> set[str]:
-        runs = model_study._pretraining_runs(["pretrain", stage], tmp_path, replicate)
+        runs = model_runner._pretraining_runs(["pretrain", stage], tmp_path, replicate)
         return {variant for variant, _ in runs}
 
     assert variants("final") == {"best", "plr"} and variants("final_afib") == {"best", "next"}
     ledger = tmp_path / "ds2_scored.json"
     scored = [{"round": "9", "stage": stage, "config": "scratch: scratch_relative" if stage ==
                "final" else "scratch: scratch_rhythm", "flags": ["--from-scratch"],
-               "codebook_version": model_study.CODEBOOK_VERSION}
+               "codebook_version": CODEBOOK_VERSION}
               for stage in ("final", "final_afib")]  # fmt: skip
     ledger.write_text(json.dumps(scored))
-    monkeypatch.setattr(model_study, "DS2_LEDGER", ledger)
+    monkeypatch.setattr(model_ledger, "DS2_LEDGER", ledger)
     # scratch was scored: only the pretrained recipe's encoder is made ...
     assert variants("final") == {"plr"} and variants("final_afib") == {"next"}
     # ... unless DS2 is to score it again, or a stage trains it whatever DS2 has scored
@@ -526,7 +533,7 @@ def test_pretrain_before_a_final_stage_skips_the_runs_of_recipes_the_ledger_stop
     scored.append({**scored[0], "config": "pretrained: pretrained_plr_relative", "flags": []})
     ledger.write_text(json.dumps(scored))
     assert variants("final") == set()
-    assert model_study.missing_pretraining(["final"], tmp_path) == []
+    assert model_runner.missing_pretraining(["final"], tmp_path) == []
 
 
 def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
@@ -534,21 +541,21 @@ def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
 ):
     """Round 23's AFIB call spent its first minute on runs that could start before the one
     from a variant no earlier call had pretrained failed; the study now stops at once."""
-    monkeypatch.setattr(model_study, "SEEDS", (0, 1, 2))
-    monkeypatch.setattr(model_study, "SELECT_SEEDS", (0, 1))
-    monkeypatch.setattr(model_study, "SCRATCH_VARIANT", "")
-    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"pretrained_plr_rhythm": []})
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "SCRATCH_VARIANT", "")
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {"pretrained_plr_rhythm": []})
     for name in ("pre", "pre_s1", "pre_s2"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "model.safetensors").write_bytes(b"")
-    assert model_study.missing_pretraining(["select"], tmp_path) == []
+    assert model_runner.missing_pretraining(["select"], tmp_path) == []
     # select_afib fine-tunes seed 0 only; final_afib every seed, each from its own run.
-    assert model_study.missing_pretraining(["select_afib"], tmp_path) == ["pre_plr"]
-    missing = model_study.missing_pretraining(["select_afib", "final_afib"], tmp_path)
+    assert model_runner.missing_pretraining(["select_afib"], tmp_path) == ["pre_plr"]
+    missing = model_runner.missing_pretraining(["select_afib", "final_afib"], tmp_path)
     assert missing == ["pre_plr", "pre_plr_s1", "pre_plr_s2"]
-    assert model_study.missing_pretraining(["pretrain", "select_afib"], tmp_path) == []
-    assert model_study.missing_pretraining(["prepare"], tmp_path) == []
+    assert model_runner.missing_pretraining(["pretrain", "select_afib"], tmp_path) == []
+    assert model_runner.missing_pretraining(["prepare"], tmp_path) == []
     monkeypatch.setattr(sys, "argv", ["model_study.py", "select_afib", "--work", str(tmp_path)])
     assert model_study.main() == 2
     assert not (tmp_path / "select_afib.json").exists()
@@ -563,10 +570,10 @@ def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
              {"step": 200, "loss": 3.0, "val_loss": 4.1},
              {"step": 300, "loss": 2.0, "val_loss": 4.8}]  # fmt: skip
     (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
-    curve = model_study.loss_curve(run)
+    curve = model_runner.loss_curve(run)
     assert curve["steps"] == 300 and curve["best_step"] == 200  # the lowest validation loss
     assert [c["step"] for c in curve["validations"]] == [100, 200, 300]
-    assert model_study.loss_curve(tmp_path / "made_elsewhere")["validations"] == []
+    assert model_runner.loss_curve(tmp_path / "made_elsewhere")["validations"] == []
     results = {"stage": "pretrain", "pretraining": {"pre_short_s1": curve}, "date": "d",
                "machine": {}, "versions": {}, "command": "c", "seconds": 1, "pretrain": [],
                "finetune": {"beats": [], "afib": []}, "commands": []}  # fmt: skip
@@ -576,7 +583,7 @@ def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
 
 
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
-    runner = model_study.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
     (tmp_path / "tok_pre").mkdir()
     (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 1024")
     with pytest.raises(SystemExit, match="made by `heartlm tokenize store_pre --vocab 1024`"):
@@ -590,7 +597,7 @@ def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
 def test_a_resumed_run_is_stamped_as_the_command_that_started_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    runner = model_study.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
     ran: list[list[str]] = []
 
     def run(argv, **kwargs):
@@ -598,7 +605,7 @@ def test_a_resumed_run_is_stamped_as_the_command_that_started_it(
         (tmp_path / "pre" / "model.safetensors").write_bytes(b"")
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(model_study.subprocess, "run", run)
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
     (tmp_path / "pre").mkdir()  # stopped by an earlier call's limit
     runner.heartlm("pretrain", "tok_pre", "--out", "pre", "--resume", done="pre/model.safetensors")
     assert "--resume" in ran[0]
@@ -653,19 +660,19 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
 
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
-    monkeypatch.setattr(model_study, "SEEDS", (0,))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0,))
-    rhythm, relative = model_study.RHYTHM, model_study.REL
-    context = [*model_study.BEAT_LOSS, *model_study.ALL, *model_study.CONTEXT]
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    rhythm, relative = model_configs.RHYTHM, model_configs.REL
+    context = [*model_configs.BEAT_LOSS, *model_configs.ALL, *model_configs.CONTEXT]
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {
         "scratch_relative_context128": ["--from-scratch", *relative, *context],
         "pretrained_best_rhythm_context128": [*rhythm, *context],
     })  # fmt: skip
-    chosen = next(iter(model_study.AFIB_CONFIGS))
-    selected = {c: {"f1": 0.5} for c in model_study.AFIB_CONFIGS}
+    chosen = next(iter(model_configs.AFIB_CONFIGS))
+    selected = {c: {"f1": 0.5} for c in model_configs.AFIB_CONFIGS}
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": selected}))
     runner = Counting()
-    rows = model_study.final_afib(runner)["afib"]
+    rows = model_afib.final_afib(runner)["afib"]
     model = next(r for r in rows if r["init"] == "pretrained")
     assert model["sick_false_alarms"] == 0.25 and model["flutter_false_alarms"] == 2 / 32
     assert model["flutter_f1"] == pytest.approx(16 / 18)
@@ -683,16 +690,16 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # Selection on the folds reports the same held-out columns, for models and floors alike.
     fits.clear()
     selecting = Counting()
-    chosen_rows = model_study.select_afib(selecting)["afib"]
+    chosen_rows = model_afib.select_afib(selecting)["afib"]
     # Each fold's run is trained once and scored with one view and with VIEWS: two rows.
-    assert len(selecting.tuned) == 2 * len(model_study.AFIB_CONFIGS)
-    assert all(selecting.views[name] == {1, model_study.VIEWS} for name in selecting.tuned)
-    for name in model_study.AFIB_CONFIGS:
-        assert f"{name}_views{model_study.VIEWS}" in chosen_rows
-    kinds = model_study._afib_floor_kinds(list(model_study.AFIB_CONFIGS))
+    assert len(selecting.tuned) == 2 * len(model_configs.AFIB_CONFIGS)
+    assert all(selecting.views[name] == {1, model_configs.VIEWS} for name in selecting.tuned)
+    for name in model_configs.AFIB_CONFIGS:
+        assert f"{name}_views{model_configs.VIEWS}" in chosen_rows
+    kinds = model_recipes._afib_floor_kinds(list(model_configs.AFIB_CONFIGS))
     assert len(fits) == 2 * len(kinds)  # one tree per fold and kind of floor
     # A configuration that sees 128 beats of context has a floor that sees them too.
-    assert ("relative", 128, model_study.SYNTHETIC) in kinds
+    assert ("relative", 128, model_configs.SYNTHETIC) in kinds
     assert "tree floor (relative, context 128)" in chosen_rows
     for name, row in chosen_rows.items():
         held_out = {"sick_false_alarms", "flutter_f1", "flutter_false_alarms", "ectopy_af_f1"}
@@ -705,7 +712,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # Every configuration gets the middle of its best thresholds pooled over its folds; the
     # stand-in tree scores no window, so every threshold ties for it and the grid's middle,
     # 0.5, is taken.
-    for name, flags in model_study.AFIB_CONFIGS.items():
+    for name, flags in model_configs.AFIB_CONFIGS.items():
         expected = 0.25 if "--from-scratch" in flags else 0.65
         assert (chosen_rows[name]["threshold"], chosen_rows[name]["threshold_f1"]) == (
             expected, 1.0)  # fmt: skip
@@ -725,7 +732,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     # pretrained on rhythm inputs, scratch on relative ones) and scores DS2 and the held-out
     # patients at the threshold that recipe got, each floor at its own; at 10 % of the
     # labels, which the selection did not see, at 0.5.
-    configs = model_study.AFIB_CONFIGS
+    configs = model_configs.AFIB_CONFIGS
     pre_win = next(c for c, f in configs.items() if "--from-scratch" not in f and "rhythm" in f)
     scr_win = next(c for c, f in configs.items() if "--from-scratch" in f and "relative" in f)
     for name in chosen_rows:
@@ -734,16 +741,16 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     chosen_rows[scr_win].update(threshold=0.2, threshold_f1=0.9)
     chosen_rows[floor_name]["threshold"] = 0.4
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
-    monkeypatch.setattr(model_study, "FRACTIONS", (1.0, 0.1))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
     runner = Counting()
-    rows = model_study.final_afib(runner)["afib"]
+    rows = model_afib.final_afib(runner)["afib"]
     used = {name.rsplit("_s0_", 1)[0]: t for name, t in runner.thresholds.items()}
     assert used == {"ft_afib_pretrained_1": {0.6}, "ft_afib_scratch_1": {0.2},
                     "ft_afib_pretrained_0.1": {0.5}, "ft_afib_scratch_0.1": {0.5}}  # fmt: skip
     for name, (extra, pre) in runner.tuned.items():
         win = pre_win if name.startswith("ft_afib_pretrained") else scr_win
         assert list(extra[-len(configs[win]) :]) == configs[win], name
-        assert pre == model_study._pre(0, model_study._variant(win)), name
+        assert pre == model_recipes._pre(0, model_recipes._variant(win)), name
     # The two recipes see different inputs: a floor on each, each at its own threshold.
     floors = {r["init"] for r in rows if r["init"].startswith("tree floor")}
     assert floors == {floor_name, "tree floor (rhythm, context 128)"}
@@ -752,15 +759,15 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert all(views == {1} for views in runner.views.values())
     # Where a recipe's views row wins, DS2 is scored with its views, from the same fine-tuning
     # run (named by the configuration), and the recipe carries them into the ledger's flags.
-    viewed = f"{scr_win}_views{model_study.VIEWS}"
+    viewed = f"{scr_win}_views{model_configs.VIEWS}"
     chosen_rows[viewed].update(threshold=0.25, threshold_f1=0.95)
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": chosen_rows}))
     again = Counting()
-    result = model_study.final_afib(again)
+    result = model_afib.final_afib(again)
     assert result["config"][f"scratch: {viewed}"][-2:] == ["(evaluate --views", "4)"]
     assert set(again.tuned) == set(runner.tuned)
     for name, views in again.views.items():
-        assert views == ({model_study.VIEWS} if "_scratch_" in name else {1}), name
+        assert views == ({model_configs.VIEWS} if "_scratch_" in name else {1}), name
     scratch_all = [t for n, t in again.thresholds.items() if "_scratch_1_" in n]
     assert scratch_all and set().union(*scratch_all) == {0.25}
 
@@ -781,10 +788,10 @@ def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_i
 
     patients = "pretrained_best_rhythm_context128_patients"
     default = _two_afib_recipes(monkeypatch, data, fit, patients)
-    monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC",
-                        {patients: model_study.PATIENTS_ONLY})  # fmt: skip
+    monkeypatch.setattr(model_configs, "AFIB_TRAIN_SYNTHETIC",
+                        {patients: model_configs.PATIENTS_ONLY})  # fmt: skip
     selecting = _RecordingAfib(tmp_path)
-    selected = model_study.select_afib(selecting)
+    selected = model_afib.select_afib(selecting)
     for name, extra in selecting.tuned.items():
         keys = records(extra)
         assert "synth_sick/s0000" in keys, name  # the sick-sinus patients train in both
@@ -804,7 +811,7 @@ def test_an_afib_configuration_trains_on_its_own_synthetic_folders_and_so_does_i
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": rows}))
     fits.clear()
     final = _RecordingAfib(tmp_path)
-    result = model_study.final_afib(final)
+    result = model_afib.final_afib(final)
     pretrained = [extra for name, extra in final.tuned.items() if "_pretrained_" in name]
     scratch = [extra for name, extra in final.tuned.items() if "_scratch_" in name]
     assert pretrained and scratch
@@ -825,16 +832,16 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     never a fold's real record, and a configuration without it (and its floor) trains as it
     did before the folder existed, on DS2 too."""
     data, without = _half_afib(general_synth=2, bigeminy=2), _half_afib(general_synth=2)
-    assert model_study.afib_folds(data) == model_study.afib_folds(without)  # in no fold
+    assert model_afib.afib_folds(data) == model_afib.afib_folds(without)  # in no fold
     fits: list[int] = []
     fit = _counting_fit(fits)
 
     bigeminy = "pretrained_best_rhythm_context128_bigeminy"
     default = _two_afib_recipes(monkeypatch, data, fit, bigeminy)
-    with_bigeminy = (*model_study.PATIENTS_ONLY, "synth_bigeminy/")
-    monkeypatch.setattr(model_study, "AFIB_TRAIN_SYNTHETIC", {bigeminy: with_bigeminy})
+    with_bigeminy = (*model_configs.PATIENTS_ONLY, "synth_bigeminy/")
+    monkeypatch.setattr(model_configs, "AFIB_TRAIN_SYNTHETIC", {bigeminy: with_bigeminy})
     selecting = _RecordingAfib(tmp_path)
-    rows = model_study.select_afib(selecting)["afib"]
+    rows = model_afib.select_afib(selecting)["afib"]
     for name, extra in selecting.tuned.items():
         assert ("synth_bigeminy/b0000" in extra) == (bigeminy in name), name
         assert ("synth/g0000" in extra) == (bigeminy not in name), name
@@ -846,24 +853,24 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     default_fits = fits[:2]
     fits.clear()
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: without)
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS",
-                        {default: model_study.AFIB_CONFIGS[default]})  # fmt: skip
-    model_study.select_afib(_RecordingAfib(tmp_path))
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS",
+                        {default: model_configs.AFIB_CONFIGS[default]})  # fmt: skip
+    model_afib.select_afib(_RecordingAfib(tmp_path))
     assert fits == default_fits
     # On DS2 the default recipe names its records now: every one but the bigeminy patients.
-    assert model_study._afib_training_records(without, default) == []
-    named = model_study._afib_training_records(data, default)
+    assert model_afib._afib_training_records(without, default) == []
+    named = model_afib._afib_training_records(data, default)
     assert named[0] == "--records" and "synth/g0000" in named and "mitdb/201" in named
     assert not any(k.startswith("synth_bigeminy/") for k in named)
-    assert len(named) - 1 == len(model_study._afib_keys(data)) - 2
+    assert len(named) - 1 == len(model_afib._afib_keys(data)) - 2
 
 
 def test_the_study_s_afib_recipes_name_their_synthetic_folders_and_context():
     """The real AFIB_CONFIGS and AFIB_TRAIN_SYNTHETIC: a `_bigeminy` recipe (and only one)
     trains on the bigeminy patients, and a recipe's `contextN` is its training window."""
-    assert model_study.AFIB_CONFIGS
-    for name, flags in model_study.AFIB_CONFIGS.items():
-        synthetic = model_study._afib_synthetic(name)
+    assert model_configs.AFIB_CONFIGS
+    for name, flags in model_configs.AFIB_CONFIGS.items():
+        synthetic = model_recipes._afib_synthetic(name)
         assert ("synth_bigeminy/" in synthetic) == name.endswith("_bigeminy"), name
         context = int(re.search(r"context(\d+)", name).group(1))
         assert flags[flags.index("--window") + 1] == str(context), name
@@ -914,20 +921,22 @@ def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
     monkeypatch: pytest.MonkeyPatch,
 ):
     for name in ("PRETRAIN", "BEATS", "AFIB"):
-        monkeypatch.setattr(model_study, name, list(getattr(model_study, name)))
-    configs = {n: list(f) for n, f in model_study.CONFIGS.items()}
-    monkeypatch.setattr(model_study, "CONFIGS", configs)
-    variants = {n: list(f) for n, f in model_study.PRETRAIN_VARIANTS.items()}
-    monkeypatch.setattr(model_study, "PRETRAIN_VARIANTS", variants)
+        monkeypatch.setattr(model_configs, name, list(getattr(model_configs, name)))
+    configs = {n: list(f) for n, f in model_configs.CONFIGS.items()}
+    monkeypatch.setattr(model_configs, "CONFIGS", configs)
+    variants = {n: list(f) for n, f in model_configs.PRETRAIN_VARIANTS.items()}
+    monkeypatch.setattr(model_configs, "PRETRAIN_VARIANTS", variants)
     for name in ("SEEDS", "FRACTIONS", "SELECT_SEEDS", "TRAIN", "TEST"):
-        monkeypatch.setattr(model_study, name, getattr(model_study, name))
+        monkeypatch.setattr(model_configs, name, getattr(model_configs, name))
+    monkeypatch.setattr(model_ledger, "DS2_LEDGER", Path("ds2_scored.json"))
     model_study.quick()
+    assert model_ledger.DS2_LEDGER is None  # every stage reads the ledger from model_ledger
     for flags in variants.values():  # a variant's own step count is cut as PRETRAIN's
         assert "--steps" not in flags or int(flags[flags.index("--steps") + 1]) <= 20
     inits = {"--from-scratch" in flags for flags in configs.values()}
     assert inits == {True, False}  # `final` picks a pretrained and a scratch recipe
     assert not any("--epochs" in flags for flags in configs.values())
-    assert not set(model_study.TRAIN + model_study.TEST) & set(MITDB_DS2)
+    assert not set(model_configs.TRAIN + model_configs.TEST) & set(MITDB_DS2)
 
 
 def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_windows():
@@ -1012,32 +1021,32 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
 ):
     flags = ["--inputs", "relative", "(evaluate --views", "4)"]
     result = {"stage": "final", "config": {"pretrained: rec_views4": flags}, "beats": [],
-              "codebook_version": model_study.CODEBOOK_VERSION}  # fmt: skip
+              "codebook_version": CODEBOOK_VERSION}  # fmt: skip
     (tmp_path / "final_round20.json").write_text(json.dumps(result))
     ledger = tmp_path / "ds2_scored.json"
     ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
-    monkeypatch.setattr(model_study, "DS2_LEDGER", ledger)
+    monkeypatch.setattr(model_ledger, "DS2_LEDGER", ledger)
     chosen = {"pretrained": "rec_views4", "scratch": "new"}
     both = {"pretrained": flags, "scratch": ["--from-scratch"]}
-    assert model_study.unscored("final", chosen, both, replicate=False) == {"scratch": "new"}
-    assert model_study.unscored("final", chosen, both, replicate=True) == chosen
+    assert model_ledger.unscored("final", chosen, both, replicate=False) == {"scratch": "new"}
+    assert model_ledger.unscored("final", chosen, both, replicate=True) == chosen
     other = {"pretrained": flags[:2], "scratch": ["--from-scratch"]}  # other flags: new
-    assert model_study.unscored("final", chosen, other, replicate=False) == chosen
-    assert model_study.unscored("final_afib", chosen, both, replicate=False) == chosen
+    assert model_ledger.unscored("final", chosen, other, replicate=False) == chosen
+    assert model_ledger.unscored("final_afib", chosen, both, replicate=False) == chosen
     with pytest.raises(SystemExit, match="every recipe the folds chose was scored on DS2"):
-        model_study.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)
+        model_ledger.unscored("final", {"pretrained": "rec_views4"}, both, replicate=False)
     # A recipe scored on an older codebook format read other feature columns: a new recipe,
     # whether the round file or the ledger entry leaves the format out.
-    assert model_study.CODEBOOK_VERSION > pool_rounds.UNRECORDED_CODEBOOK
+    assert CODEBOOK_VERSION > pool_rounds.UNRECORDED_CODEBOOK
     del result["codebook_version"]
     (tmp_path / "final_round20.json").write_text(json.dumps(result))
     ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
-    assert model_study.unscored("final", chosen, both, replicate=False) == chosen
+    assert model_ledger.unscored("final", chosen, both, replicate=False) == chosen
     entries = pool_rounds.ledger([tmp_path / "final_round20.json"])
     for entry in entries:
         del entry["codebook_version"]
     ledger.write_text(json.dumps(entries))
-    assert model_study.unscored("final", chosen, both, replicate=False) == chosen
+    assert model_ledger.unscored("final", chosen, both, replicate=False) == chosen
 
 
 def test_pooling_refuses_rounds_of_two_codebook_formats(tmp_path: Path):
@@ -1050,13 +1059,13 @@ def test_pooling_refuses_rounds_of_two_codebook_formats(tmp_path: Path):
 
 
 def test_a_work_folder_of_another_codebook_format_is_refused(tmp_path: Path):
-    assert model_study.stale_codebook(tmp_path) is None
+    assert model_runner.stale_codebook(tmp_path) is None
     (tmp_path / "tok_pre").mkdir()
     meta = tmp_path / "tok_pre" / "codebook.json"
-    meta.write_text(json.dumps({"version": model_study.CODEBOOK_VERSION}))
-    assert model_study.stale_codebook(tmp_path) is None
-    meta.write_text(json.dumps({"version": model_study.CODEBOOK_VERSION - 1}))
-    assert "use a fresh --work" in model_study.stale_codebook(tmp_path)
+    meta.write_text(json.dumps({"version": CODEBOOK_VERSION}))
+    assert model_runner.stale_codebook(tmp_path) is None
+    meta.write_text(json.dumps({"version": CODEBOOK_VERSION - 1}))
+    assert "use a fresh --work" in model_runner.stale_codebook(tmp_path)
 
 
 def test_pooling_refuses_beat_and_afib_rounds_together(tmp_path: Path):
@@ -1130,7 +1139,7 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
         rules.judge({"scratch_y": {"threshold_curve": pooled}})  # a select of before
     assert scores["scratch_x"][winner] == max(scores["scratch_x"].values())
     # Where every rule carries as well, the study's own rule stays.
-    assert model_study.THRESHOLD_RULE is metrics.plateau_threshold
+    assert model_configs.THRESHOLD_RULE is metrics.plateau_threshold
     separated = metrics.threshold_counts(labels, np.r_[np.linspace(0.6, 0.9, 10),
                                                        np.linspace(0.0, 0.4, 30)])  # fmt: skip
     tie, tied = rules.judge({"scratch_y": {"fold_curves": [separated, separated]}})
@@ -1177,10 +1186,10 @@ def test_a_failed_crossfit_fine_tune_ends_the_stage_without_waiting_for_the_floo
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _records_only(names))
     monkeypatch.setattr(afib_crossfit, "_floor_study", slow_floors)
     monkeypatch.setattr(afib_crossfit, "Floor", lambda r, data, kind: None)
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
                                                       "pretrained_rhythm": []})  # fmt: skip
     (tmp_path / "select_afib.json").write_text(json.dumps({"afib": {
-        name: {"f1": 0.9} for name in model_study.AFIB_CONFIGS}}))  # fmt: skip
+        name: {"f1": 0.9} for name in model_configs.AFIB_CONFIGS}}))  # fmt: skip
     started = time.perf_counter()
     try:
         with pytest.raises(SystemExit, match="failed"):
@@ -1298,15 +1307,15 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
             made.append(tuple(map(str, args)))
             return ""
 
-    monkeypatch.setattr(model_study, "write_lead_copies",
+    monkeypatch.setattr(model_runner, "write_lead_copies",
                         lambda r, sources: ["leads/mitdb_V1", "leads/ludb_I"])  # fmt: skip
-    monkeypatch.setattr(model_study, "AFIB_CONFIGS", {})
-    monkeypatch.setattr(model_study, "CONFIGS", {"pretrained_next_relative": []})
-    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {})
+    monkeypatch.setattr(model_configs, "CONFIGS", {"pretrained_next_relative": []})
+    model_runner.prepare(Preparing(), tmp_path / "ecg", 2)
     assert not any("store_pre_leads" in args for args in made)
-    monkeypatch.setattr(model_study, "CONFIGS", {"pretrained_nextleads_relative": []})
+    monkeypatch.setattr(model_configs, "CONFIGS", {"pretrained_nextleads_relative": []})
     made.clear()
-    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    model_runner.prepare(Preparing(), tmp_path / "ecg", 2)
     ingest = next(a for a in made if a[0] == "ingest" and "store_pre_leads" in a)
     plain = next(a for a in made if a[0] == "ingest" and "store_pre" in a)
     # the leads come beside every source of tok_pre, and their codes are tok_pre's
@@ -1317,15 +1326,15 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
     assert not any("store_beats_leads" in args for args in made)
     # A beat recipe that fine-tunes on the copies: MIT-BIH's copies join the beat training
     # folder's sources (no other database's), with tok_pre's codes; no pretraining corpus.
-    monkeypatch.setattr(model_study, "CONFIGS", {"scratch_relative_leadcopies": []})
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative_leadcopies": []})
     made.clear()
-    model_study.prepare(Preparing(), tmp_path / "ecg", 2)
+    model_runner.prepare(Preparing(), tmp_path / "ecg", 2)
     assert not any("store_pre_leads" in args for args in made)
     beats = next(a for a in made if a[0] == "ingest" and "store_beats" in a)
     with_copies = next(a for a in made if a[0] == "ingest" and "store_beats_leads" in a)
     assert with_copies[:-2] == (*beats[:-2], "leads/mitdb_V1")
     tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_beats_leads")
-    assert tokenize[2:] == ("--out", model_study.BEATS_LEADS, "--codebook", "tok_pre")
+    assert tokenize[2:] == ("--out", model_configs.BEATS_LEADS, "--codebook", "tok_pre")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,183 @@
+"""The model study's recipe names: the configuration, views, pretraining run, floors and
+recorded flags a name stands for, and the recipe the folds chose for each initialisation."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import model_configs as cfg
+
+
+def _variant(config: str) -> str:
+    """The PRETRAIN_VARIANTS key a configuration starts from (the word in its name; from
+    scratch: SCRATCH_VARIANT, for the architecture only)."""
+    if config.startswith("scratch"):
+        return cfg.SCRATCH_VARIANT
+    words = set(config.split("_"))
+    return next((v for v in cfg.PRETRAIN_VARIANTS if v and v in words), "")
+
+
+def _pre(seed: int, variant: str = "") -> str:
+    """The pretrained run that fine-tuning seed `seed` starts from: its own pretraining run
+    (`pre` for seed 0, as before round 13), so a seed's spread includes pretraining's."""
+    name = f"pre_{variant}" if variant else "pre"
+    return name if seed == 0 else f"{name}_s{seed}"
+
+
+def _inputs(flags: list[str]) -> str:
+    """The `--inputs` value of a configuration's flags (finetune's default: all)."""
+    return flags[flags.index("--inputs") + 1] if "--inputs" in flags else "all"
+
+
+def _floor_name(
+    inputs: str,
+    context: int = 0,
+    synthetic: tuple[str, ...] | None = None,
+    data: str = "tok_beats",
+) -> str:
+    """The floor's row name; `synthetic`: the synthetic folders an AFIB floor trains on, named
+    where they are not SYNTHETIC (the floors of earlier rounds keep their names); `data`: a
+    beat floor's training token folder, named where it is BEATS_LEADS."""
+    parts = [inputs, *([f"context {context}"] if context else [])]
+    if synthetic is not None and synthetic != cfg.SYNTHETIC:
+        parts.append(f"synthetic {' '.join(synthetic)}")
+    if data == cfg.BEATS_LEADS:
+        parts.append("lead copies")
+    return f"tree floor ({', '.join(parts)})"
+
+
+def _beat_data(config: str) -> str:
+    """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
+    return cfg.BEATS_LEADS if config.endswith(cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
+
+
+def _beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:
+    """(inputs, training token folder) of the floors beside these beat configurations."""
+    return sorted({(_inputs(cfg.CONFIGS[c]), _beat_data(c)) for c in configs})
+
+
+def _afib_window() -> int:
+    """The AFIB windows every model and floor is scored on (the goal's 32 beats)."""
+    return int(cfg.AFIB[cfg.AFIB.index("--window") + 1])
+
+
+def _afib_context(flags: list[str]) -> int:
+    """Beats of context an AFIB configuration sees around each scored window (0: none)."""
+    window = int(flags[flags.index("--window") + 1]) if "--window" in flags else _afib_window()
+    return window if window > _afib_window() else 0
+
+
+def _afib_floor_kinds(configs: list[str]) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(inputs, context, synthetic folders) of the floors beside these AFIB configurations
+    (names of AFIB_CONFIGS): each floor sees what its recipes see and trains on the same
+    records."""
+    table = cfg.AFIB_CONFIGS
+    return sorted({(_inputs(table[c]), _afib_context(table[c]), _afib_synthetic(c))
+                   for c in configs})  # fmt: skip
+
+
+def _viewed(config: str, views: int) -> str:
+    """A beat recipe's name: the configuration, with `_viewsN` when scored over N windows."""
+    return config if views == 1 else f"{config}_views{views}"
+
+
+VIEWED = re.compile(r"(?P<config>.+)_views(?P<views>\d+)")
+
+
+def _parse_recipe(name: str) -> tuple[str, int]:
+    """(configuration, views) a row's name reads as; the configuration may be unknown."""
+    found = VIEWED.fullmatch(name)
+    return (found["config"], int(found["views"])) if found else (name, 1)
+
+
+def _table(configs: dict[str, list] | None) -> dict[str, list]:
+    """The configuration table a recipe helper reads: CONFIGS (beats) unless given one (AFIB:
+    AFIB_CONFIGS); read when called, so a table swapped in later is the one read."""
+    return cfg.CONFIGS if configs is None else configs
+
+
+def _split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[str, int]:
+    """(configuration, views) of a recipe's name (beats: of CONFIGS, the default; AFIB: of
+    AFIB_CONFIGS); SystemExit for an unknown one."""
+    config, views = _parse_recipe(recipe)
+    if config not in _table(configs):
+        which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
+        raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN)")
+    return config, views
+
+
+def _is_recipe(name: str, configs: dict[str, list] | None = None) -> bool:
+    """Whether a selection row is a recipe (a configuration, perhaps with _viewsN)."""
+    return _parse_recipe(name)[0] in _table(configs)
+
+
+def _config_of(recipe: str, configs: dict[str, list] | None = None) -> str:
+    return _split_recipe(recipe, configs)[0]
+
+
+def _views_of(recipe: str, configs: dict[str, list] | None = None) -> int:
+    return _split_recipe(recipe, configs)[1]
+
+
+def _recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
+    """A recipe's fine-tuning flags, then how it is scored where that is not one view (the
+    flags the tables and the DS2 ledger record)."""
+    config, views = _split_recipe(recipe, configs)
+    data = _data_note(_beat_data(config)) if configs is None else []
+    return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"]),
+            *data]  # fmt: skip
+
+
+def _data_note(folder: str) -> list[str]:
+    """What a beat recipe's or floor's recorded flags add when it trains on BEATS_LEADS
+    (nothing for tok_beats, so earlier rounds' flags stay as they were)."""
+    return [] if folder == "tok_beats" else ["(trained on", f"{folder})"]
+
+
+def _afib_synthetic(config: str) -> tuple[str, ...]:
+    """The synthetic folder keys an AFIB configuration trains on (in both folds, and on DS2)."""
+    return cfg.AFIB_TRAIN_SYNTHETIC.get(config, cfg.SYNTHETIC)
+
+
+def _afib_recipe_flags(recipe: str) -> list[str]:
+    """An AFIB recipe's flags as the tables and the DS2 ledger record them: its fine-tuning
+    flags and views, then its synthetic training folders where they are not SYNTHETIC."""
+    synthetic = _afib_synthetic(_config_of(recipe, cfg.AFIB_CONFIGS))
+    return [*_recipe_flags(recipe, cfg.AFIB_CONFIGS), *_synthetic_note(synthetic)]
+
+
+def _synthetic_note(synthetic: tuple[str, ...]) -> list[str]:
+    """What a recipe's or floor's recorded flags add when it trains on other synthetic
+    folders than SYNTHETIC (nothing otherwise, so earlier rounds' flags stay as they were)."""
+    return [] if synthetic == cfg.SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
+
+
+def _best_afib(rows: dict[str, Any], init: str) -> str:
+    """The `init` ("pretrained" or "scratch") AFIB configuration with the best window F1
+    pooled over the folds, each at its own fold-chosen threshold."""
+    table = cfg.AFIB_CONFIGS
+    candidates = [
+        c for c in rows if _is_recipe(c, table)
+        and ("--from-scratch" in table[_config_of(c, table)]) == (init == "scratch")
+    ]  # fmt: skip
+    if not candidates:
+        raise SystemExit(f"select_afib.json: no {init} configuration of AFIB_CONFIGS")
+    return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
+
+
+def _best_selected(path: Path, init: str) -> str:
+    """The `init` ("pretrained" or "scratch") configuration with the best mean S/V F1."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
+    rows = json.loads(path.read_text())["beats"]
+
+    def score(name: str) -> float:
+        c = rows[name]["per_class"]
+        return (c["S"]["f1"] + c["V"]["f1"]) / 2
+
+    candidates = [n for n in rows if _is_recipe(n) and (
+        "--from-scratch" in cfg.CONFIGS[_config_of(n)]) == (init == "scratch")]  # fmt: skip
+    return max(candidates, key=score)

@@ -1,0 +1,315 @@
+"""The model study's heartlm commands: the Runner that logs them, the `prepare` stage's token
+folders and the `pretrain` stage's runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import model_configs as cfg
+from model_ledger import _scored_rounds
+from model_recipes import (
+    _afib_recipe_flags,
+    _beat_data,
+    _best_afib,
+    _best_selected,
+    _config_of,
+    _pre,
+    _recipe_flags,
+    _variant,
+)
+
+from heartlm.ecg.labels import MITDB_DS1, MITDB_PACED
+from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
+
+
+def stale_codebook(work: Path) -> str | None:
+    """A sentence when `work`'s token folders were made with another codebook format than
+    this heartlm writes: the stages would reuse them (and the runs trained on them) and the
+    results would claim CODEBOOK_VERSION."""
+    meta = work / "tok_pre" / "codebook.json"
+    if not meta.is_file():
+        return None
+    try:
+        version = json.loads(meta.read_text()).get("version")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"{meta}: unreadable ({exc})"
+    if version != CODEBOOK_VERSION:
+        return (f"{meta}: codebook format {version}, this heartlm writes {CODEBOOK_VERSION}; "
+                "use a fresh --work")  # fmt: skip
+    return None
+
+
+def _tag(*parts: Any) -> str:
+    """Short digest of what a run was trained with (flags, records, label share) for its
+    folder name: a work folder reused after a change never passes an old run off as new."""
+    parts = (*parts, f"codebook {CODEBOOK_VERSION}")
+    text = json.dumps([cfg.PRETRAIN, cfg.BEATS, cfg.AFIB, cfg.TRAIN_SYNTHETIC, *parts], default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+class Runner:
+    """Runs heartlm commands in the work folder, logging each with its wall time."""
+
+    def __init__(
+        self, work: Path, device: str, jobs: int, ecg: Path, replicate: bool = False
+    ) -> None:
+        self.work, self.device, self.jobs, self.ecg = work, device, jobs, ecg
+        self.replicate = replicate
+        """score on DS2 a recipe DS2_LEDGER lists (`unscored`)"""
+        self.commands: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
+        argv = [sys.executable, "-m", "heartlm", *map(str, args)]
+        # Logged with the databases' folder as ECG: no machine's paths in committed results.
+        shown = "heartlm " + shlex.join(argv[3:]).replace(str(self.ecg), "ECG")
+        # A resumed run is the run its first command started: the stamp leaves --resume out.
+        made = "heartlm " + shlex.join(a for a in argv[3:] if a != "--resume")
+        made = made.replace(str(self.ecg), "ECG")
+        stamp = None if done is None else self.work / f".{Path(done).parts[0]}.command"
+        if done is not None and (self.work / done).exists():
+            made_by = stamp.read_text() if stamp.is_file() else made  # older folders: trusted
+            if made_by != made:
+                raise SystemExit(f"{self.work / done}: made by `{made_by}`, not `{made}`; "
+                                 "use a fresh --work or remove it")  # fmt: skip
+            return ""
+        print(f"$ {shown}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        env = {**os.environ, "HEARTLM_PROGRESS": "0"}
+        result = subprocess.run(
+            argv, cwd=self.work, text=True, env=env, stdout=subprocess.PIPE if capture else None
+        )
+        with self.lock:
+            self.commands.append({"command": shown, "seconds": round(time.perf_counter() - t0, 1)})
+        if result.returncode != 0:
+            raise SystemExit(f"failed ({result.returncode}): {shown}")
+        if stamp is not None:
+            stamp.write_text(made)
+        return result.stdout or ""
+
+    def finetune(self, name: str, task: str, data: str, *extra: Any, pre: str = "pre") -> None:
+        flags = cfg.BEATS if task == "beats" else cfg.AFIB
+        self.heartlm(
+            "finetune",
+            pre,
+            "--task",
+            task,
+            "--data",
+            data,
+            "--out",
+            name,
+            *flags,
+            *extra,
+            "--device",
+            self.device,
+            "--no-compile",
+            done=name,
+        )
+
+    def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
+        out = self.heartlm(
+            "evaluate", name, data, "--json", "--device", self.device, *extra, capture=True
+        )
+        return json.loads(out)
+
+    def parallel(self, jobs: list[Any]) -> list[Any]:
+        with ThreadPoolExecutor(self.jobs) as pool:
+            return list(pool.map(lambda job: job(), jobs))
+
+
+def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
+    mitdb, nstdb, ludb = ecg / "mitdb", ecg / "nstdb", ecg / "ludb"
+    r.heartlm(
+        "synth",
+        "synth",
+        "--records",
+        synth_records,
+        "--minutes",
+        30,
+        "--fs",
+        360,
+        "--seed",
+        0,
+        done="synth",
+    )
+    for folder, (seed, flags) in cfg.PATIENTS.items():
+        r.heartlm("synth", folder, "--records", 20, "--minutes", 10, "--fs", 360, "--seed", seed,
+                  *flags, done=folder)  # fmt: skip
+    real = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb]
+    pre = [*real, nstdb, "synth", *cfg.TRAIN_SYNTHETIC]
+    r.heartlm("ingest", *pre, "--out", "store_pre", done="store_pre")
+    r.heartlm(
+        "tokenize", "store_pre", "--out", "tok_pre", "--vocab", 512, "--seed", 0, done="tok_pre"
+    )
+    r.heartlm("ingest", mitdb, "--out", "store_mitdb", done="store_mitdb")
+    r.heartlm(
+        "tokenize", "store_mitdb", "--out", "tok_mitdb", "--codebook", "tok_pre", done="tok_mitdb"
+    )
+    r.heartlm("ingest", mitdb, *cfg.TRAIN_SYNTHETIC, "--out", "store_beats", done="store_beats")
+    r.heartlm(
+        "tokenize", "store_beats", "--out", "tok_beats", "--codebook", "tok_pre", done="tok_beats"
+    )
+    for kind, tokens in cfg.HELD_OUT.items():
+        r.heartlm("ingest", f"synth_{kind}_test", "--out", f"store_{kind}_test",
+                  done=f"store_{kind}_test")  # fmt: skip
+        r.heartlm("tokenize", f"store_{kind}_test", "--out", tokens, "--codebook", "tok_pre",
+                  done=tokens)  # fmt: skip
+    r.heartlm("ingest", *real, "synth", *cfg.TRAIN_SYNTHETIC, *cfg.AFIB_ONLY_SYNTHETIC, "--out",
+              "store_afib", done="store_afib")  # fmt: skip
+    r.heartlm(
+        "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
+    )
+    corpora = _extra_corpora()
+    if {"tok_pre_leads", cfg.BEATS_LEADS} & corpora:
+        copies = write_lead_copies(r, [*real, nstdb])
+    if "tok_pre_leads" in corpora:
+        _extended_corpus(r, "leads", [*pre, *copies])
+    if cfg.BEATS_LEADS in corpora:
+        mitdb_copies = [c for c in copies if Path(c).name.startswith(f"{mitdb.name}_")]
+        r.heartlm("ingest", mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies,
+                  "--out", "store_beats_leads", done="store_beats_leads")  # fmt: skip
+        r.heartlm("tokenize", "store_beats_leads", "--out", cfg.BEATS_LEADS,
+                  "--codebook", "tok_pre", done=cfg.BEATS_LEADS)  # fmt: skip
+    if "tok_pre_scale" in corpora:
+        s = cfg.SCALE
+        scale = s["folder"]
+        r.heartlm("synth", scale, "--records", s["records"], "--minutes", s["minutes"],
+                  "--fs", 360, "--seed", s["seed"], *s["flags"], done=scale)  # fmt: skip
+        _extended_corpus(r, "scale", [*pre, scale])
+
+
+def _extended_corpus(r: Runner, suffix: str, sources: list[Any]) -> None:
+    """tok_pre_<suffix>: `sources` ingested and tokenized with tok_pre's codebook, so that the
+    codes mean what they mean in tok_pre."""
+    store, tokens = f"store_pre_{suffix}", f"tok_pre_{suffix}"
+    r.heartlm("ingest", *sources, "--out", store, done=store)
+    r.heartlm("tokenize", store, "--out", tokens, "--codebook", "tok_pre", done=tokens)
+
+
+def _extra_corpora() -> set[str]:
+    """The PRETRAIN_CORPUS token folders that a recipe of CONFIGS or AFIB_CONFIGS starts from,
+    and BEATS_LEADS where a beat recipe trains on it."""
+    variants = {_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
+    beats = {_beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
+    return {cfg.PRETRAIN_CORPUS[v] for v in variants if v in cfg.PRETRAIN_CORPUS} | beats
+
+
+def write_lead_copies(r: Runner, sources: list[Path]) -> list[str]:
+    """LEADS's folders (relative to the work folder), written by `lead_copies.py` unless an
+    earlier call finished them."""
+    from lead_copies import write_all
+
+    done = r.work / f".{cfg.LEADS}.done"
+    if not done.is_file():
+        print(f"$ lead_copies.py -> {cfg.LEADS}/", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        write_all(sources, r.work / cfg.LEADS)
+        r.commands.append({"command": f"lead_copies.py ECG/... --out {cfg.LEADS}",
+                           "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
+        done.touch()
+    return sorted(str(p.relative_to(r.work)) for p in (r.work / cfg.LEADS).iterdir() if p.is_dir())
+
+
+def _pretraining_runs(
+    stages: list[str], work: Path, replicate: bool = False
+) -> list[tuple[str, int]]:
+    """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
+    from; with none of them, those some recipe of CONFIGS or AFIB_CONFIGS uses. `final`
+    (`final_afib`) after an earlier `select` (`select_afib`; its file in `work`) needs only
+    the chosen recipes' runs, and of those only the ones DS2_LEDGER does not stop (all of them
+    with `replicate`)."""
+
+    def to_score(stage: str, chosen: dict[str, str], flags: Callable[[str], list[str]]) -> list:
+        return [name for init, name in chosen.items()
+                if replicate or not _scored_rounds(stage, init, name, flags(name))]  # fmt: skip
+
+    inits = ("pretrained", "scratch")
+    beats: list[str] = []
+    if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
+        beats = list(cfg.CONFIGS)
+    elif "final" in stages and cfg.FINAL != "auto":
+        beats = [_config_of(cfg.FINAL)]
+    elif "final" in stages:
+        chosen = {init: _best_selected(work / "select.json", init) for init in inits}
+        beats = [_config_of(name) for name in to_score("final", chosen, _recipe_flags)]
+    afib: list[str] = list(cfg.AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
+    if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
+        rows = json.loads((work / "select_afib.json").read_text())["afib"]
+        chosen = {init: _best_afib(rows, init) for init in inits}
+        # crossfit_afib trains both chosen recipes, whatever DS2 has scored
+        kept = chosen.values() if "crossfit_afib" in stages else to_score(
+            "final_afib", chosen, _afib_recipe_flags)  # fmt: skip
+        afib = [_config_of(name, cfg.AFIB_CONFIGS) for name in kept]
+    if not set(stages) & {"select", "final", *AFIB_STAGES}:
+        beats, afib = list(cfg.CONFIGS), list(cfg.AFIB_CONFIGS)
+    variants = {_variant(c) for c in [*beats, *afib]}
+    return sorted((v, s) for v in variants for s in _stage_seeds(stages))
+
+
+def _stage_seeds(stages: list[str]) -> set[int]:
+    """The fine-tuning seeds of the stages among `stages` (each seed starts from its own
+    pretraining run): `select` SELECT_SEEDS, `select_afib` seed 0, the final stages SEEDS;
+    with none of them, every seed some stage uses."""
+    per_stage = {"select": cfg.SELECT_SEEDS, "final": cfg.SEEDS, "select_afib": (0,),
+                 "final_afib": cfg.SEEDS, "crossfit_afib": cfg.SEEDS}  # fmt: skip
+    seeds = {seed for stage in stages for seed in per_stage.get(stage, ())}
+    return seeds or {*cfg.SEEDS, *cfg.SELECT_SEEDS}
+
+
+def missing_pretraining(stages: list[str], work: Path, replicate: bool = False) -> list[str]:
+    """The pretraining runs that the fine-tuning stages among `stages` start from and that
+    `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
+    if "pretrain" in stages or not set(stages) & {"select", "final", *AFIB_STAGES}:
+        return []
+    runs = _pretraining_runs(stages, work, replicate)
+    names = [_pre(seed, variant) for variant, seed in runs]
+    return [n for n in names if not (work / n / "model.safetensors").is_file()]
+
+
+def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
+    """Every pretraining run the stages need, side by side; their loss curves."""
+
+    def one(variant: str, seed: int) -> None:
+        seeded = ["--seed", seed] if seed else []
+        name = _pre(seed, variant)
+        corpus = cfg.PRETRAIN_CORPUS.get(variant, "tok_pre")
+        # A run that an earlier call's time limit stopped continues from its last checkpoint.
+        stopped = (r.work / name).exists() and not (r.work / name / "model.safetensors").exists()
+        resume = ["--resume"] if stopped else []
+        r.heartlm("pretrain", corpus, "--out", name, *cfg.PRETRAIN, *cfg.PRETRAIN_VARIANTS[variant],
+                  *seeded, "--device", r.device, *resume,
+                  done=f"{name}/model.safetensors")  # fmt: skip
+
+    runs = _pretraining_runs(stages, r.work, r.replicate)
+    r.parallel([lambda v=v, s=s: one(v, s) for v, s in runs])
+    return {"pretraining": {_pre(s, v): loss_curve(r.work / _pre(s, v)) for v, s in runs}}
+
+
+def loss_curve(run: Path) -> dict[str, Any]:
+    """A pretraining run's validations from its metrics.jsonl: the step, the training loss
+    logged there and the validation loss, so an encoder fitted to its training records
+    shows as a validation loss that rises while the training loss falls."""
+    path = run / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""  # absent: a run made without one
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    checks = [{"step": m["step"], "loss": m["loss"], "val_loss": m["val_loss"]}
+              for m in rows if "val_loss" in m]  # fmt: skip
+    result = run / "result.json"  # the engine's choice with --export best (ties: the later)
+    best = json.loads(result.read_text()).get("best_step") if result.is_file() else None
+    if best is None and checks:
+        best = min(checks, key=lambda c: c["val_loss"])["step"]
+    return {"validations": checks, "best_step": best, "steps": rows[-1]["step"] if rows else 0}
+
+
+AFIB_STAGES = {"select_afib", "final_afib", "crossfit_afib"}
