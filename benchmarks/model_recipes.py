@@ -51,7 +51,7 @@ def _floor_name(
 
 def _beat_data(config: str) -> str:
     """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
-    return cfg.BEATS_LEADS if config.endswith(cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
+    return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
 
 
 def _beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:

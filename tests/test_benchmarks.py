@@ -176,6 +176,8 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     data = _mitdb()
     monkeypatch.setattr(tree_floor, "_fit", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_configs, "CONFIGS",
+                        {"scratch_relative": ["--from-scratch", *model_configs.REL]})  # fmt: skip
     monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
     monkeypatch.setattr(model_configs, "SEEDS", (0,))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
@@ -400,6 +402,7 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     data = _mitdb()
     monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
     monkeypatch.setattr(model_configs, "SEEDS", (0, 2))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
