@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call of the model study (benchmarks/model_study.py) on a fresh GPU machine:
-# install the carried wheels, run the stages, bring back their tables and a log.
+# install the carried wheels, run the stages, bring back their tables, a log and each
+# fine-tuning run's finetune.json (finetune_runs.tar.gz).
 #
 #   bash benchmarks/model_study_call.sh prepare pretrain select final
 #
@@ -40,5 +41,8 @@ status=$?
 for stage in "$@"; do
   cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
 done
+# Every fine-tuning run's finetune.json (its training and validation records, the step it
+# exported), so that a score can be traced to its split without the run folders.
+(cd "$WORK" && ls -d -- */finetune.json 2>/dev/null | tar czf "$DEST/finetune_runs.tar.gz" -T -)
 tail -5 "$DEST/model_study.log"
 exit $status
