@@ -19,7 +19,7 @@ from heartlm.train import distributed
 from heartlm.train.config import ParallelConfig
 
 
-def grouped_fsdp_units(tmp: Path) -> None:
+def grouped_fsdp_units() -> None:
     """Four blocks in two FSDP2 units of two, resharded after forward, so each unit
     prefetches the next one in forward and the previous one in backward: the plain model's
     loss and gradients."""
@@ -43,7 +43,7 @@ def grouped_fsdp_units(tmp: Path) -> None:
         torch.testing.assert_close(a.grad, grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def ddp_wrap(tmp: Path) -> None:
+def ddp_wrap() -> None:
     """torch 2.13 renamed DDP's broadcast_buffers and warns at every wrap, on every rank;
     either name must turn off the buffer collective at each forward."""
     model = HeartLM(model_config("tiny", vocab_size=40, rhythm_vocab_size=9, max_len=8))
@@ -64,7 +64,7 @@ def main(case: str, tmp: str) -> None:
     store = dist.FileStore(str(Path(tmp) / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        CASES[case](Path(tmp))
+        CASES[case]()
     finally:
         dist.destroy_process_group()
 
