@@ -80,6 +80,24 @@ def machine() -> dict[str, Any]:
     return info
 
 
+SELECTIONS = {"final": ("select", "select.json"), "final_afib": ("select_afib", "select_afib.json"),
+              "crossfit_afib": ("select_afib", "select_afib.json")}  # fmt: skip
+"""The stages that score what a selection stage chose, and the stage and file they read."""
+
+
+def missing_selections(stages: list[str], work: Path) -> list[str]:
+    """The selection files that `stages` read and that neither `work` holds nor an earlier
+    stage among them writes (`final` with a fixed cfg.FINAL reads none)."""
+    missing = []
+    for i, stage in enumerate(stages):
+        if stage not in SELECTIONS or (stage == "final" and cfg.FINAL != "auto"):
+            continue
+        selecting, name = SELECTIONS[stage]
+        if selecting not in stages[:i] and not (work / name).is_file() and name not in missing:
+            missing.append(name)
+    return missing
+
+
 STAGES = {"prepare": None, "pretrain": None, "select": select, "final": final,
           "select_afib": select_afib, "final_afib": final_afib,
           "crossfit_afib": crossfit_afib}  # fmt: skip
@@ -112,6 +130,11 @@ def main() -> int:
     if missing := missing_pretraining(args.stages, args.work.resolve(), args.replicate):
         print(f"model_study: {args.work}: no pretraining run {', '.join(missing)}; "
               "add the `pretrain` stage", file=sys.stderr)  # fmt: skip
+        return 2
+    if missing := missing_selections(args.stages, args.work):
+        print(f"model_study: {args.work}: no {', '.join(missing)}; put the stage that writes it "
+              "first, or carry an earlier call's (model_study_call.sh: SELECT, SELECT_AFIB)",
+              file=sys.stderr)  # fmt: skip
         return 2
     r = Runner(args.work.resolve(), args.device, args.jobs, args.ecg.resolve(), args.replicate)
     for stage in args.stages:

@@ -564,6 +564,34 @@ def test_a_fine_tuning_stage_without_pretrain_names_the_encoders_it_lacks(
     assert not (tmp_path / "select_afib.json").exists()
 
 
+def test_a_scoring_stage_without_its_selection_stops_before_any_stage_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """Round 40's second call reached a fresh machine without `select.json`, ran `prepare`
+    and `pretrain` for five minutes, and only then found that `final` had nothing to score."""
+    monkeypatch.setattr(model_configs, "FINAL", "auto")
+    assert model_study.missing_selections(["prepare", "pretrain", "final"], tmp_path) == [
+        "select.json"
+    ]
+    assert model_study.missing_selections(["select", "final"], tmp_path) == []
+    # a selection stage that comes after the stage reading it does not count
+    assert model_study.missing_selections(["final_afib", "select_afib"], tmp_path) == [
+        "select_afib.json"
+    ]
+    both = ["final_afib", "crossfit_afib", "final"]
+    assert model_study.missing_selections(both, tmp_path) == ["select_afib.json", "select.json"]
+    (tmp_path / "select_afib.json").write_text("{}")
+    assert model_study.missing_selections(both, tmp_path) == ["select.json"]
+    monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")  # a fixed recipe reads none
+    assert model_study.missing_selections(both, tmp_path) == []
+    monkeypatch.setattr(model_configs, "FINAL", "auto")
+    argv = ["model_study.py", "prepare", "pretrain", "final", "--work", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--ecg", str(tmp_path / "no-ecg")])
+    assert model_study.main() == 2
+    assert "no select.json" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["select_afib.json"]  # nothing prepared
+
+
 def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
     from model_tables import markdown
 
