@@ -242,20 +242,24 @@ def test_a_lead_copy_keeps_the_labels_of_the_beats_its_record_keeps():
     rng = np.random.default_rng(0)
     record = rng.integers(-1, 5, 200)  # -1: an unlabelled beat
     other = rng.integers(0, 5, 150)
-    # mitdb/101, ludb/7, then 101's copy in V1 and one with an edge beat lost
-    labels = np.concatenate([record, other, record, record[:-1]])
-    bounds = np.array([0, 200, 350, 550, 749])
-    recordings = ["mitdb/101", "ludb/7", "mitdb/101", "mitdb/101"]
+    # mitdb/101, ludb/7, then 101's copies: in V1, with its last beat lost, with its first
+    # beat lost, and one whose labels fit 101's at neither end
+    misfit = rng.integers(0, 5, 199)
+    labels = np.concatenate([record, other, record, record[:-1], record[1:], misfit])
+    bounds = np.array([0, 200, 350, 550, 749, 948, 1147])
+    recordings = ["mitdb/101", "ludb/7", *["mitdb/101"] * 4]
     kept = data.keep_recording_label_fraction(labels, bounds, recordings, 0.1, seed=3)
     # the share is drawn over the two recordings' first records, exactly as without copies
     firsts = np.concatenate([record, other])
     np.testing.assert_array_equal(kept[:350], data.keep_label_fraction(firsts, 0.1, seed=3))
     np.testing.assert_array_equal(kept[350:550], kept[:200])  # the copy: the same beats
-    assert (kept[550:] == data.IGNORE).all()  # a copy that cannot be aligned: none
+    np.testing.assert_array_equal(kept[550:749], kept[:199])  # aligned at its start
+    np.testing.assert_array_equal(kept[749:948], kept[1:200])  # aligned at its end
+    assert (kept[948:] == data.IGNORE).all()  # a copy that cannot be aligned: none
     # all labels, or no copies: what keep_label_fraction keeps
     np.testing.assert_array_equal(
         data.keep_recording_label_fraction(labels, bounds, recordings, 1.0, 3), labels)  # fmt: skip
-    distinct = ["a", "b", "c", "d"]
+    distinct = ["a", "b", "c", "d", "e", "f"]
     np.testing.assert_array_equal(
         data.keep_recording_label_fraction(labels, bounds, distinct, 0.1, 3),
         data.keep_label_fraction(labels, 0.1, 3))  # fmt: skip
@@ -268,7 +272,8 @@ def test_a_lead_copy_keeps_the_labels_of_the_beats_its_record_keeps():
                      rhythm_label=np.zeros(n, np.int8), boundaries=bounds, records=[],
                      vocab_size=20, rhythm_vocab_size=9, meta={})  # fmt: skip
     refs = [RecordRef(0, "101", "mitdb", 200), RecordRef(1, "7", "ludb", 150),
-            RecordRef(2, "101", "mitdb_V1", 200), RecordRef(3, "101", "mitdb_V5", 199)]  # fmt: skip
+            RecordRef(2, "101", "mitdb_V1", 200), RecordRef(3, "101", "mitdb_V5", 199),
+            RecordRef(4, "101", "mitdb_V2", 199), RecordRef(5, "101", "mitdb_V4", 199)]  # fmt: skip
     np.testing.assert_array_equal(_label_share(part, refs, 0.1, 3), kept)
 
 

@@ -234,9 +234,10 @@ def keep_recording_label_fraction(
     """`keep_label_fraction` over whole recordings: the share is drawn over the beats of each
     recording's first record (`boundaries` delimit the records, `recordings` name each one's
     recording), and its other leads keep exactly the same beats' labels, so a lead copy adds
-    no labelled beat the share did not draw. A copy whose beat count differs from its first
-    record's (a beat lost at an edge) keeps none. Without copies this is keep_label_fraction."""
-    labels = np.array(labels, dtype=np.int64, copy=True)
+    no labelled beat the share did not draw (`copy_keeps`). Without copies this is
+    keep_label_fraction."""
+    original = np.asarray(labels, dtype=np.int64)
+    labels = original.copy()
     if fraction == 1.0:
         return labels
     spans = list(zip(boundaries[:-1].tolist(), boundaries[1:].tolist(), strict=True))
@@ -246,12 +247,36 @@ def keep_recording_label_fraction(
     drawn = np.concatenate([np.arange(a, b) for a, b in first.values()] or [np.zeros(0, int)])
     labels[drawn] = keep_label_fraction(labels[drawn], fraction, seed)
     for recording, (a, b) in zip(recordings, spans, strict=True):
-        fa, fb = first[recording]
-        if (a, b) == (fa, fb):
-            continue
-        kept = labels[fa:fb] >= 0 if fb - fa == b - a else np.zeros(b - a, bool)
-        labels[a:b] = np.where(kept, labels[a:b], IGNORE)
+        if (a, b) != first[recording]:
+            kept = copy_keeps(original, labels >= 0, first[recording], (a, b))
+            labels[a:b] = np.where(kept, labels[a:b], IGNORE)
     return labels
+
+
+def copy_keeps(
+    original: np.ndarray, kept: np.ndarray, first: tuple[int, int], copy: tuple[int, int]
+) -> np.ndarray:
+    """Which beats of a lead copy (the span `copy`) keep their label: those whose beat in the
+    recording's first record (the span `first`) does (`kept`). A copy with a beat or two more
+    or fewer (lost at an edge of one lead) is aligned at its start, else at its end, whichever
+    first makes the two records' `original` labels agree beat for beat (a record of one class
+    throughout aligns at its start); a copy that no alignment fits keeps none."""
+    (fa, fb), (a, b) = first, copy
+    if fb - fa == b - a:
+        return kept[fa:fb].copy()
+    out = np.zeros(b - a, dtype=bool)
+    n = min(fb - fa, b - a)
+    if abs((fb - fa) - (b - a)) > MAX_EDGE_BEATS:
+        return out
+    for src, dst in ((fa, a), (fb - n, b - n)):
+        if np.array_equal(original[src : src + n], original[dst : dst + n]):
+            out[dst - a : dst - a + n] = kept[src : src + n]
+            break
+    return out
+
+
+MAX_EDGE_BEATS = 2
+"""Beats by which a lead copy's count may differ from its record's and still be aligned."""
 
 
 def class_weights(
