@@ -31,21 +31,21 @@ from typing import Any
 
 import model_configs as cfg
 import numpy as np
-from model_afib import _afib_keys, _afib_synthetic_keys, _held_out_scores, afib_folds
+from model_afib import afib_folds, afib_keys, afib_synthetic_keys, held_out_scores
 from model_ledger import unscored
 from model_recipes import (
-    _afib_floor_kinds,
-    _afib_recipe_flags,
-    _afib_synthetic,
-    _afib_window,
-    _best_afib,
-    _config_of,
-    _floor_name,
-    _pre,
-    _split_recipe,
-    _variant,
+    afib_floor_kinds,
+    afib_recipe_flags,
+    afib_synthetic,
+    afib_window,
+    best_afib,
+    config_of,
+    floor_name,
+    pretrain_variant,
+    pretraining_run,
+    split_recipe,
 )
-from model_runner import _tag
+from model_runner import run_tag
 
 from heartlm import scores as score_fns
 from heartlm.labelled import metrics
@@ -64,7 +64,7 @@ def afib_groups(data: Any) -> list[list[str]]:
     each, the other records dealt in turn (those with AF first, as `afib_folds` deals)."""
     from heartlm.labelled.windows import AFIB
 
-    keys = _afib_keys(data)
+    keys = afib_keys(data)
     if missing := [patient for patient in AF_PATIENTS if patient not in keys]:
         raise SystemExit(f"crossfit_afib: the AFIB token folder lacks {', '.join(missing)}")
     groups = [[patient] for patient in AF_PATIENTS]
@@ -134,24 +134,24 @@ class Transformer:
 
     def __init__(self, r: Any, data: Any, recipe: str) -> None:
         self.r, self.data, self.recipe = r, data, recipe
-        self.config, self.views = _split_recipe(recipe, cfg.AFIB_CONFIGS)
-        self.synthetic = _afib_synthetic(self.config)
+        self.config, self.views = split_recipe(recipe, cfg.AFIB_CONFIGS)
+        self.synthetic = afib_synthetic(self.config)
 
     def name(self, records: list[str], seed: int) -> str:
-        tag = _tag(cfg.AFIB_CONFIGS[self.config], sorted(records), self.synthetic, seed)
+        tag = run_tag(cfg.AFIB_CONFIGS[self.config], sorted(records), self.synthetic, seed)
         return f"xfit_afib_{self.config}_s{seed}_{tag}"
 
     def train(self, records: list[str], seed: int) -> str:
         records = sorted(records)  # one set, one run, whatever order it comes in
         name = self.name(records, seed)
         self.r.finetune(name, "afib", "tok_afib", "--records", *records,
-                        *_afib_synthetic_keys(self.data, self.synthetic),
+                        *afib_synthetic_keys(self.data, self.synthetic),
                         *cfg.AFIB_CONFIGS[self.config], "--seed", seed,
-                        pre=_pre(seed, _variant(self.config)))  # fmt: skip
+                        pre=pretraining_run(seed, pretrain_variant(self.config)))  # fmt: skip
         return name
 
     def called(self, threshold: float = 0.5) -> list[Any]:
-        return ["--afib-window", _afib_window(), "--afib-threshold", threshold,
+        return ["--afib-window", afib_window(), "--afib-threshold", threshold,
                 "--views", self.views]  # fmt: skip
 
     def evaluate(self, names: list[str], folder: str, records: list[str] | None = None,
@@ -163,7 +163,7 @@ class Transformer:
     def held_out(self, names: list[str], threshold: float) -> dict[str, float]:
         counts = {kind: self.evaluate(names, folder, threshold=threshold)["counts"]
                   for kind, folder in cfg.HELD_OUT.items()}  # fmt: skip
-        return _held_out_scores(counts)
+        return held_out_scores(counts)
 
 
 def _nested_trainings(t: Transformer, groups: list[list[str]]) -> list[Callable[[], str]]:
@@ -192,7 +192,7 @@ def _nested_cells(t: Transformer, groups: list[list[str]]) -> list[Callable[[], 
 def _real_records(data: Any) -> list[str]:
     """The AFIB token folder's real records (all outside DS2): what a full model trains on
     beside its synthetic folders."""
-    return [k for k in _afib_keys(data) if not k.startswith(cfg.ANY_SYNTHETIC)]
+    return [k for k in afib_keys(data) if not k.startswith(cfg.ANY_SYNTHETIC)]
 
 
 def _needs_halves(rule: str) -> bool:
@@ -234,15 +234,15 @@ class Floor:
         from heartlm.train.data import load_tokens
 
         self.data, (self.inputs, self.context, self.synthetic) = data, kind
-        self.name = _floor_name(*kind)
+        self.name = floor_name(*kind)
         self.mitdb = load_tokens(r.work / "tok_mitdb")
         self.held = [load_tokens(r.work / folder) for folder in cfg.HELD_OUT.values()]
 
     def scores(self, train: list[str], tests: list[tuple[Any, list[str]]], seed: int) -> list:
         from tree_floor import afib_floor_scores
 
-        records = [*train, *_afib_synthetic_keys(self.data, self.synthetic)]
-        return afib_floor_scores(self.data, records, tests, window=_afib_window(), seed=seed,
+        records = [*train, *afib_synthetic_keys(self.data, self.synthetic)]
+        return afib_floor_scores(self.data, records, tests, window=afib_window(), seed=seed,
                                  threads=FLOOR_THREADS, inputs=self.inputs,
                                  context=self.context)  # fmt: skip
 
@@ -270,7 +270,7 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
     from tree_floor import afib_report
 
     real = _real_records(f.data)
-    tests = [(f.mitdb, list(cfg.TEST)), *((d, _afib_keys(d)) for d in f.held)]
+    tests = [(f.mitdb, list(cfg.TEST)), *((d, afib_keys(d)) for d in f.held)]
     oof: list[Curve] = []
     members: dict[int, list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]] = {}
     for seed in cfg.SEEDS:
@@ -293,11 +293,11 @@ def _ds2_floor(f: Floor, halves: tuple[list[str], list[str]], rule: str) -> list
         held_out = {kind: _counts(rep) for kind, rep in zip(cfg.HELD_OUT, held, strict=True)}
         rows.append({"init": f"{f.name} ({rule})", "label_fraction": 1.0, "seed": seed,
                      "afib": ds2, "threshold": threshold,
-                     **_held_out_scores(held_out)})  # fmt: skip
+                     **held_out_scores(held_out)})  # fmt: skip
     return rows
 
 
-def _floor_study(
+def floor_study(
     f: Floor, groups: list[list[str]], halves: tuple[list[str], list[str]]
 ) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
     """A floor's nested scores, the rule they choose, and its DS2 rows by that rule."""
@@ -346,15 +346,15 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
     rows = json.loads(path.read_text())["afib"]
     data = load_tokens(r.work / "tok_afib")
     groups, halves = afib_groups(data), afib_folds(data)
-    chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
+    chosen = {init: best_afib(rows, init) for init in ("pretrained", "scratch")}
     nested: dict[str, Any] = {}
     rules: dict[str, str] = {}
     transformers = {init: Transformer(r, data, recipe) for init, recipe in chosen.items()}
-    kinds = _afib_floor_kinds([_config_of(c, cfg.AFIB_CONFIGS) for c in chosen.values()])
+    kinds = afib_floor_kinds([config_of(c, cfg.AFIB_CONFIGS) for c in chosen.values()])
     floors = [Floor(r, data, kind) for kind in kinds]
     floor_rows: list[dict[str, Any]] = []
     # The floors train on the CPU while the transformers train on the GPU.
-    floor_job = Background(lambda: [_floor_study(f, groups, halves) for f in floors])
+    floor_job = Background(lambda: [floor_study(f, groups, halves) for f in floors])
     r.parallel([job for t in transformers.values() for job in _nested_trainings(t, groups)])
     cells = {init: _nested_cells(t, groups) for init, t in transformers.items()}
     found = r.parallel([job for jobs in cells.values() for job in jobs])
@@ -367,7 +367,7 @@ def crossfit_afib(r: Any) -> dict[str, Any]:
         floor_rows += rows_of_floor
     scored = {init: f"{chosen[init]}_{rules[init]}" for init in chosen
               if rules[init] != "full_fold"}  # fmt: skip
-    flags = {init: _afib_recipe_flags(chosen[init]) for init in scored}
+    flags = {init: afib_recipe_flags(chosen[init]) for init in scored}
     try:
         left = unscored("crossfit_afib", scored, flags, r.replicate) if scored else {}
     except SystemExit as listed:  # the nested results and the floors are still written

@@ -19,7 +19,7 @@ from unittest import mock
 
 import model_configs as cfg
 import tree_floor
-from model_afib import _afib_keys, _pooled, afib_folds
+from model_afib import afib_folds, afib_keys, pooled_scores
 
 from heartlm.inputs import hidden_columns
 from heartlm.labelled.metrics import best_threshold
@@ -47,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     data = load_tokens(args.tokens)
     folds = afib_folds(data)
-    synth = [k for k in _afib_keys(data) if k.startswith(cfg.SYNTHETIC)]
+    synth = [k for k in afib_keys(data) if k.startswith(cfg.SYNTHETIC)]
     print("| columns | F1 at 0.5 | Se | +P | best pooled threshold | F1 there |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, hidden in column_sets(list(data.meta.get("features", []))).items():
@@ -60,7 +60,7 @@ def main() -> int:
                         data, folds[k] + synth, [(data, folds[1 - k])], window=32, seed=seed,
                         inputs="rhythm", context=128,
                     )  # fmt: skip
-        pooled = _pooled(reports)
+        pooled = pooled_scores(reports)
         threshold, f1 = best_threshold([r["threshold_counts"] for r in reports])
         print(f"| {name} | {pooled['f1']:.3f} | {pooled['se']:.3f} | {pooled['ppv']:.3f} "
               f"| {threshold:g} | {f1:.3f} |", flush=True)  # fmt: skip

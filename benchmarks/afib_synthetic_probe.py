@@ -22,7 +22,7 @@ from pathlib import Path
 
 import model_configs as cfg
 import model_study
-from model_afib import _afib_keys, _pooled, afib_folds
+from model_afib import afib_folds, afib_keys, pooled_scores
 from tree_floor import afib_floors
 
 from heartlm.labelled.metrics import best_threshold
@@ -44,7 +44,7 @@ def main() -> int:
         return 2
     data = load_tokens(tokens)
     folds = afib_folds(data)
-    keys = _afib_keys(data)
+    keys = afib_keys(data)
     patients = [k for k in keys if k.startswith(cfg.PATIENTS_ONLY)]
     general = sorted(k for k in keys if k.startswith("synth/"))
     variants = {
@@ -70,7 +70,7 @@ def main() -> int:
             reports = [afib_floors(data, folds[k] + synth, [(data, folds[1 - k])], window=32,
                                    seed=seed, inputs="rhythm", context=128)[0]
                        for k in (0, 1)]  # fmt: skip
-            pooled = _pooled(reports)
+            pooled = pooled_scores(reports)
             threshold, f1 = best_threshold([rep["threshold_counts"] for rep in reports])
             lines.append(
                 f"| {name} | {seed} | {pooled['f1']:.3f} | {pooled['se']:.3f} | "

@@ -27,8 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import model_configs as cfg
-from model_afib import _afib_keys, _afib_synthetic_keys, _fold_threshold, _pooled, afib_folds
-from model_beats import _mitdb_keys, _sum_reports, _synthetic_keys
+from model_afib import (
+    afib_folds,
+    afib_keys,
+    afib_synthetic_keys,
+    fold_threshold_choice,
+    pooled_scores,
+)
+from model_beats import mitdb_keys, sum_reports, synthetic_keys
 from tree_floor import afib_floors, beat_floor
 
 from heartlm.train.data import TokenData, load_tokens, recordings
@@ -42,16 +48,16 @@ def beats(work: Path, seeds: tuple[int, ...] = (0, 1)) -> list[dict[str, Any]]:
     """One row per training set, input set and label share."""
     plain = load_tokens(work / "tok_beats")
     leads = load_tokens(work / cfg.BEATS_LEADS)
-    synthetic = _synthetic_keys(plain)
+    synthetic = synthetic_keys(plain)
     rows = []
     for label, data in (("MLII", plain), ("MLII and lead copies", leads)):
         for inputs in INPUTS:
             for fraction in FRACTIONS:
                 reports = [beat_floor(data, [*cfg.FOLDS[k], *synthetic],
-                                      _mitdb_keys(cfg.FOLDS[1 - k]), seed, fraction=fraction,
+                                      mitdb_keys(cfg.FOLDS[1 - k]), seed, fraction=fraction,
                                       inputs=inputs)
                            for k in (0, 1) for seed in seeds]  # fmt: skip
-                summed = _sum_reports(reports)
+                summed = sum_reports(reports)
                 classes = summed["per_class"]
                 rows.append({"training": label, "inputs": inputs, "label_fraction": fraction,
                              "accuracy": summed["accuracy"],
@@ -66,7 +72,7 @@ def with_copies(data: TokenData, keys: list[str]) -> list[str]:
     """`keys` and the lead copies (`mitdb_V1/NAME`: `recording_key`) of their records in
     `data`."""
     wanted = set(keys)
-    copies = [k for k, rec in zip(_afib_keys(data), recordings(data), strict=True)
+    copies = [k for k, rec in zip(afib_keys(data), recordings(data), strict=True)
               if rec in wanted and k not in wanted]  # fmt: skip
     return [*keys, *copies]
 
@@ -82,12 +88,12 @@ def afib(work: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, list[dict[
             reports = []
             for k in (0, 1):
                 train = folds[k] if data is plain else with_copies(data, folds[k])
-                train = [*train, *_afib_synthetic_keys(data, cfg.PATIENTS_ONLY)]
+                train = [*train, *afib_synthetic_keys(data, cfg.PATIENTS_ONLY)]
                 (report,) = afib_floors(data, train, [(plain, folds[1 - k])], window=32,
                                         seed=seed, inputs="rhythm", context=CONTEXT)  # fmt: skip
                 reports.append(report)
-            chosen = _fold_threshold(reports)
-            out[label].append({"seed": seed, "f1_at_0.5": _pooled(reports)["f1"],
+            chosen = fold_threshold_choice(reports)
+            out[label].append({"seed": seed, "f1_at_0.5": pooled_scores(reports)["f1"],
                                "threshold": chosen["threshold"],
                                "f1_at_threshold": chosen["threshold_f1"]})  # fmt: skip
     return out

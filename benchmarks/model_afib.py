@@ -11,25 +11,25 @@ import model_configs as cfg
 import numpy as np
 from model_ledger import unscored
 from model_recipes import (
-    _afib_floor_kinds,
-    _afib_recipe_flags,
-    _afib_synthetic,
-    _afib_window,
-    _best_afib,
-    _config_of,
-    _floor_name,
-    _pre,
-    _split_recipe,
-    _synthetic_note,
-    _variant,
-    _viewed,
+    afib_floor_kinds,
+    afib_recipe_flags,
+    afib_synthetic,
+    afib_window,
+    best_afib,
+    config_of,
+    floor_name,
+    pretrain_variant,
+    pretraining_run,
+    split_recipe,
+    synthetic_note,
+    viewed,
 )
-from model_runner import Runner, _tag
+from model_runner import Runner, run_tag
 
 from heartlm.labelled.metrics import pooled_curve
 
 
-def _afib_keys(data: Any) -> list[str]:
+def afib_keys(data: Any) -> list[str]:
     """DB/NAME of the AFIB token folder's records (names repeat: LUDB has a 101 too)."""
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]]
 
@@ -47,13 +47,13 @@ def _afib_grid(
     data = load_tokens(r.work / "tok_afib")
 
     def afib(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        config, views = _split_recipe(chosen[init], cfg.AFIB_CONFIGS)
+        config, views = split_recipe(chosen[init], cfg.AFIB_CONFIGS)
         threshold = thresholds[init] if fraction == 1.0 else 0.5
-        called = ["--afib-window", _afib_window(), "--afib-threshold", threshold, "--views", views]
-        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{_tag(config, cfg.AFIB_CONFIGS[config])}"
-        r.finetune(name, "afib", "tok_afib", *_afib_training_records(data, config),
+        called = ["--afib-window", afib_window(), "--afib-threshold", threshold, "--views", views]
+        name = f"ft_afib_{init}_{fraction:g}_s{seed}_{run_tag(config, cfg.AFIB_CONFIGS[config])}"
+        r.finetune(name, "afib", "tok_afib", *afib_training_records(data, config),
                    "--label-fraction", fraction, "--seed", seed, *cfg.AFIB_CONFIGS[config],
-                   pre=_pre(seed, _variant(config)))  # fmt: skip
+                   pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         rep = r.evaluate(name, "tok_mitdb", "--records", *cfg.TEST, *called)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 **_held_out_afib(r, name, threshold, views)}  # fmt: skip
@@ -67,38 +67,38 @@ def _afib_training_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
     token folder (it holds none of DS2) and the `synthetic` folders' records, in the folder's
     order (with SYNTHETIC: all its records but the AFIB-only ones, as the floors of earlier
     rounds trained)."""
-    keys = _afib_keys(data)
+    keys = afib_keys(data)
     return [k for k in keys if k.startswith(synthetic) or not k.startswith(cfg.ANY_SYNTHETIC)]
 
 
-def _afib_training_records(data: Any, config: str) -> list[str]:
+def afib_training_records(data: Any, config: str) -> list[str]:
     """`--records` for an AFIB configuration's DS2 runs: none where that is the whole token
     folder (as every round before 24 trained), else its records."""
-    keys = _afib_training_keys(data, _afib_synthetic(config))
-    return [] if len(keys) == len(_afib_keys(data)) else ["--records", *keys]
+    keys = _afib_training_keys(data, afib_synthetic(config))
+    return [] if len(keys) == len(afib_keys(data)) else ["--records", *keys]
 
 
-def _false_alarms(counts: dict[str, int]) -> float:
+def false_alarms(counts: dict[str, int]) -> float:
     """Share of windows called AFIB where none is (the synthetic sick-sinus patients: an
     irregular rhythm with P waves is not atrial fibrillation; flutter is not either)."""
     return counts["fp"] / max(counts["fp"] + counts["tn"], 1)
 
 
-def _held_out_scores(counts: dict[str, dict[str, int]]) -> dict[str, float]:
+def held_out_scores(counts: dict[str, dict[str, int]]) -> dict[str, float]:
     """AFIB window scores on the held-out synthetic patients, from their window counts by
     HELD_OUT kind."""
-    return {"sick_false_alarms": _false_alarms(counts["sick"]),
-            "flutter_f1": _pooled([counts["flutter"]])["f1"],
-            "flutter_false_alarms": _false_alarms(counts["flutter"]),
-            "ectopy_af_f1": _pooled([counts["afib_ectopy"]])["f1"]}  # fmt: skip
+    return {"sick_false_alarms": false_alarms(counts["sick"]),
+            "flutter_f1": pooled_scores([counts["flutter"]])["f1"],
+            "flutter_false_alarms": false_alarms(counts["flutter"]),
+            "ectopy_af_f1": pooled_scores([counts["afib_ectopy"]])["f1"]}  # fmt: skip
 
 
 def _held_out_afib(
     r: Runner, name: str, threshold: float = 0.5, views: int = 1
 ) -> dict[str, float]:
     """An AFIB model on the held-out synthetic patients (HELD_OUT)."""
-    called = ["--afib-window", _afib_window(), "--afib-threshold", threshold, "--views", views]
-    return _held_out_scores({kind: r.evaluate(name, folder, *called)["counts"]
+    called = ["--afib-window", afib_window(), "--afib-threshold", threshold, "--views", views]
+    return held_out_scores({kind: r.evaluate(name, folder, *called)["counts"]
                              for kind, folder in cfg.HELD_OUT.items()})  # fmt: skip
 
 
@@ -112,9 +112,9 @@ def _afib_floor_with_held_out(
     from heartlm.train.data import load_tokens
 
     held_out = [load_tokens(work / folder) for folder in cfg.HELD_OUT.values()]
-    tests = [(test_data, test), *((d, _afib_keys(d)) for d in held_out)]
+    tests = [(test_data, test), *((d, afib_keys(d)) for d in held_out)]
     report, *held = afib_floors(train_data, train, tests, **kw)
-    return report, _held_out_scores(dict(zip(cfg.HELD_OUT, held, strict=True)))
+    return report, held_out_scores(dict(zip(cfg.HELD_OUT, held, strict=True)))
 
 
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
@@ -126,7 +126,7 @@ def afib_folds(data: Any) -> tuple[list[str], list[str]]:
 
     halves: tuple[list[str], list[str]] = ([], [])
     rest = []
-    for i, key in enumerate(_afib_keys(data)):
+    for i, key in enumerate(afib_keys(data)):
         if key.startswith(cfg.ANY_SYNTHETIC):
             continue
         if key in ("mitdb/201",):
@@ -141,7 +141,7 @@ def afib_folds(data: Any) -> tuple[list[str], list[str]]:
     return halves
 
 
-def _pooled(counts: list[dict[str, int]]) -> dict[str, float]:
+def pooled_scores(counts: list[dict[str, int]]) -> dict[str, float]:
     """F1, Se, +P of window counts summed over folds."""
     from heartlm import scores
 
@@ -161,15 +161,15 @@ def select_afib(r: Runner) -> dict[str, Any]:
     folds = afib_folds(data)
 
     def one(config: str, k: int) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
-        synthetic = _afib_synthetic(config)
+        synthetic = afib_synthetic(config)
         other = [] if synthetic == cfg.SYNTHETIC else [synthetic]  # earlier rounds' names kept
-        name = f"sel_afib_{config}_fold{k}_{_tag(cfg.AFIB_CONFIGS[config], folds[k], *other)}"
+        name = f"sel_afib_{config}_fold{k}_{run_tag(cfg.AFIB_CONFIGS[config], folds[k], *other)}"
         r.finetune(name, "afib", "tok_afib", "--records", *folds[k],
-                   *_afib_synthetic_keys(data, synthetic), *cfg.AFIB_CONFIGS[config],
-                   pre=_pre(0, _variant(config)))  # fmt: skip
-        return [(_viewed(config, views),
+                   *afib_synthetic_keys(data, synthetic), *cfg.AFIB_CONFIGS[config],
+                   pre=pretraining_run(0, pretrain_variant(config)))  # fmt: skip
+        return [(viewed(config, views),
                  r.evaluate(name, "tok_afib", "--records", *folds[1 - k], "--afib-window",
-                            _afib_window(), "--views", views),
+                            afib_window(), "--views", views),
                  _held_out_afib(r, name, views=views)) for views in (1, cfg.VIEWS)]  # fmt: skip
 
     def mean_held_out(held_out: list[dict[str, float]]) -> dict[str, float]:
@@ -177,40 +177,40 @@ def select_afib(r: Runner) -> dict[str, Any]:
 
     runs = r.parallel([lambda c=c, k=k: one(c, k) for c in cfg.AFIB_CONFIGS for k in (0, 1)])
     found = [scored for run in runs for scored in run]
-    recipes = [_viewed(c, views) for c in cfg.AFIB_CONFIGS for views in (1, cfg.VIEWS)]
-    rows = {c: _pooled([rep["counts"] for cc, rep, _ in found if cc == c]) for c in recipes}
+    recipes = [viewed(c, views) for c in cfg.AFIB_CONFIGS for views in (1, cfg.VIEWS)]
+    rows = {c: pooled_scores([rep["counts"] for cc, rep, _ in found if cc == c]) for c in recipes}
     for c in recipes:
         rows[c].update(mean_held_out([h for cc, _, h in found if cc == c]))
-        rows[c].update(_fold_threshold([rep for cc, rep, _ in found if cc == c]))
+        rows[c].update(fold_threshold_choice([rep for cc, rep, _ in found if cc == c]))
         # each real record is scored in exactly one fold: its row comes from that fold
         rows[c]["per_record"] = [row for cc, rep, _ in found if cc == c
                                  for row in rep.get("per_record", [])]  # fmt: skip
-    configs = {c: _afib_recipe_flags(c) for c in recipes}
-    for inputs, context, synthetic in _afib_floor_kinds(list(cfg.AFIB_CONFIGS)):
-        synth = _afib_synthetic_keys(data, synthetic)
+    configs = {c: afib_recipe_flags(c) for c in recipes}
+    for inputs, context, synthetic in afib_floor_kinds(list(cfg.AFIB_CONFIGS)):
+        synth = afib_synthetic_keys(data, synthetic)
         floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
-                                            window=_afib_window(), inputs=inputs,
+                                            window=afib_window(), inputs=inputs,
                                             context=context) for k in (0, 1)]  # fmt: skip
         reports = [rep for rep, _ in floors]
-        floor = _floor_name(inputs, context, synthetic)
-        rows[floor] = {**_pooled(reports), **_fold_threshold(reports),
+        floor = floor_name(inputs, context, synthetic)
+        rows[floor] = {**pooled_scores(reports), **fold_threshold_choice(reports),
                        **mean_held_out([h for _, h in floors])}  # fmt: skip
         configs[floor] = _floor_flags(inputs, context, synthetic)
     return {"folds": folds, "configs": configs, "afib": rows}
 
 
-def _afib_synthetic_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
+def afib_synthetic_keys(data: Any, synthetic: tuple[str, ...]) -> list[str]:
     """The AFIB token folder's records in the `synthetic` folders."""
-    return [k for k in _afib_keys(data) if k.startswith(synthetic)]
+    return [k for k in afib_keys(data) if k.startswith(synthetic)]
 
 
 def _floor_flags(inputs: str, context: int, synthetic: tuple[str, ...]) -> list[str]:
     """How an AFIB floor was made, as the tables record it."""
     return ["tree_floor.py", "--inputs", inputs, "--context", str(context),
-            *_synthetic_note(synthetic)]  # fmt: skip
+            *synthetic_note(synthetic)]  # fmt: skip
 
 
-def _fold_threshold(reports: list[dict[str, Any]]) -> dict[str, float]:
+def fold_threshold_choice(reports: list[dict[str, Any]]) -> dict[str, float]:
     """The AFIB decision threshold chosen on the window F1 pooled over the folds' reports
     (`threshold_counts`) by THRESHOLD_RULE, and the F1 there: used on DS2 as it is. The
     pooled curve and each fold's are kept beside it, so that another rule can be tried on
@@ -234,23 +234,23 @@ def final_afib(r: Runner) -> dict[str, Any]:
     if not path.is_file():
         raise SystemExit(f"{path}: run select_afib first")
     rows = json.loads(path.read_text())["afib"]
-    chosen = {init: _best_afib(rows, init) for init in ("pretrained", "scratch")}
-    flags = {init: _afib_recipe_flags(c) for init, c in chosen.items()}
+    chosen = {init: best_afib(rows, init) for init in ("pretrained", "scratch")}
+    flags = {init: afib_recipe_flags(c) for init, c in chosen.items()}
     chosen = unscored("final_afib", chosen, flags, r.replicate)
     configs = {f"{init}: {c}": flags[init] for init, c in chosen.items()}
     thresholds = {init: float(rows[c].get("threshold", 0.5)) for init, c in chosen.items()}
     afib_rows = _afib_grid(r, chosen, thresholds)
     mitdb, afib_data = load_tokens(r.work / "tok_mitdb"), load_tokens(r.work / "tok_afib")
-    kinds = _afib_floor_kinds([_config_of(c, cfg.AFIB_CONFIGS) for c in chosen.values()])
+    kinds = afib_floor_kinds([config_of(c, cfg.AFIB_CONFIGS) for c in chosen.values()])
     for inputs, context, synthetic in kinds:
-        floor = _floor_name(inputs, context, synthetic)
+        floor = floor_name(inputs, context, synthetic)
         floor_threshold = rows.get(floor, {}).get("threshold", 0.5)
         train = _afib_training_keys(afib_data, synthetic)
         for fraction in cfg.FRACTIONS:
             threshold = floor_threshold if fraction == 1.0 else 0.5
             for seed in cfg.SEEDS:
                 kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
-                      "window": _afib_window(), "threshold": threshold}  # fmt: skip
+                      "window": afib_window(), "threshold": threshold}  # fmt: skip
                 rep, held_out = _afib_floor_with_held_out(
                     afib_data, train, mitdb, list(cfg.TEST), r.work, **kw
                 )

@@ -9,28 +9,28 @@ import model_configs as cfg
 import numpy as np
 from model_ledger import unscored
 from model_recipes import (
-    _beat_data,
-    _beat_floor_kinds,
-    _best_selected,
-    _config_of,
-    _data_note,
-    _floor_name,
-    _pre,
-    _recipe_flags,
-    _variant,
-    _viewed,
-    _views_of,
+    beat_data,
+    beat_floor_kinds,
+    best_selected,
+    config_of,
+    data_note,
+    floor_name,
+    pretrain_variant,
+    pretraining_run,
+    recipe_flags,
+    viewed,
+    views_of,
 )
-from model_runner import Runner, _tag
+from model_runner import Runner, run_tag
 
 
-def _mitdb_keys(names: Sequence[str]) -> list[str]:
+def mitdb_keys(names: Sequence[str]) -> list[str]:
     """DB/NAME of MIT-BIH records: in BEATS_LEADS a plain name also takes the record's copy,
     which is never scored."""
     return [f"mitdb/{name}" for name in names]
 
 
-def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+def sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     from heartlm.labelled import metrics
 
     cm = np.sum([np.asarray(rep["confusion"]) for rep in reports], axis=0)
@@ -42,7 +42,7 @@ def _sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _synthetic_keys(data: Any) -> list[str]:
+def synthetic_keys(data: Any) -> list[str]:
     """DB/NAME of the records of the TRAIN_SYNTHETIC folders inside a token folder."""
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]
             if m.get("db") in cfg.TRAIN_SYNTHETIC]  # fmt: skip
@@ -56,18 +56,18 @@ def select(r: Runner) -> dict[str, Any]:
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_beats")
-    synthetic = _synthetic_keys(data)
+    synthetic = synthetic_keys(data)
 
     def one(config: str, k: int, seed: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
         train, test = [*cfg.FOLDS[k], *synthetic], cfg.FOLDS[1 - k]
-        tag = _tag(cfg.CONFIGS[config], train, cfg.SELECT_FRACTION)
+        tag = run_tag(cfg.CONFIGS[config], train, cfg.SELECT_FRACTION)
         name = f"sel_{config}_fold{k}_s{seed}_{tag}"
-        r.finetune(name, "beats", _beat_data(config), "--records", *train, "--seed", seed,
+        r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
-                   pre=_pre(seed, _variant(config)))  # fmt: skip
+                   pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         return [
             (
-                _viewed(config, views),
+                viewed(config, views),
                 r.evaluate(name, "tok_beats", "--records", *test, "--views", views),
                 r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views),
             )
@@ -76,19 +76,19 @@ def select(r: Runner) -> dict[str, Any]:
 
     grid = [(c, k, s) for c in cfg.CONFIGS for k in (0, 1) for s in cfg.SELECT_SEEDS]
     found = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
-    recipes = [_viewed(c, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS)]
-    rows = {c: _sum_reports([rep for cc, rep, _ in found if cc == c]) for c in recipes}
-    held_out = {c: _sum_reports([rep for cc, _, rep in found if cc == c]) for c in recipes}
-    configs = {c: _recipe_flags(c) for c in recipes}
-    for inputs, folder in _beat_floor_kinds(list(cfg.CONFIGS)):
+    recipes = [viewed(c, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS)]
+    rows = {c: sum_reports([rep for cc, rep, _ in found if cc == c]) for c in recipes}
+    held_out = {c: sum_reports([rep for cc, _, rep in found if cc == c]) for c in recipes}
+    configs = {c: recipe_flags(c) for c in recipes}
+    for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
         floors = [beat_floor(floor_data, [*cfg.FOLDS[k], *synthetic],
-                             _mitdb_keys(cfg.FOLDS[1 - k]), s,
+                             mitdb_keys(cfg.FOLDS[1 - k]), s,
                              fraction=cfg.SELECT_FRACTION, inputs=inputs)
                   for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
-        floor = _floor_name(inputs, data=folder)
-        rows[floor] = _sum_reports(floors)
-        configs[floor] = ["tree_floor.py", "--inputs", inputs, *_data_note(folder)]
+        floor = floor_name(inputs, data=folder)
+        rows[floor] = sum_reports(floors)
+        configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out}  # fmt: skip
 
@@ -100,39 +100,39 @@ def final(r: Runner) -> dict[str, Any]:
     from heartlm.train.data import load_tokens
 
     chosen = {
-        init: cfg.FINAL if cfg.FINAL != "auto" else _best_selected(r.work / "select.json", init)
+        init: cfg.FINAL if cfg.FINAL != "auto" else best_selected(r.work / "select.json", init)
         for init in ("pretrained", "scratch")
     }
-    flags = {init: _recipe_flags(name) for init, name in chosen.items()}
+    flags = {init: recipe_flags(name) for init, name in chosen.items()}
     chosen = unscored("final", chosen, flags, r.replicate)
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
 
     data = load_tokens(r.work / "tok_beats")
-    train = [*cfg.TRAIN, *_synthetic_keys(data)]
+    train = [*cfg.TRAIN, *synthetic_keys(data)]
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        config, views = _config_of(chosen[init]), _views_of(chosen[init])
-        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{_tag(config, cfg.CONFIGS[config], train)}"
+        config, views = config_of(chosen[init]), views_of(chosen[init])
+        name = f"ft_beats_{init}_{fraction:g}_s{seed}_{run_tag(config, cfg.CONFIGS[config], train)}"
         flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
-        r.finetune(name, "beats", _beat_data(config), "--records", *train, "--label-fraction",
+        r.finetune(name, "beats", beat_data(config), "--records", *train, "--label-fraction",
                    fraction, "--seed", seed, *flags, *scratch,
-                   pre=_pre(seed, _variant(config)))  # fmt: skip
+                   pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         # DS2 only, not the synthetic records
         rep = r.evaluate(name, "tok_beats", "--records", *cfg.TEST, "--views", views)
         held_out = r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
-                "sick_test": _sum_reports([held_out])}  # fmt: skip
+                "sick_test": sum_reports([held_out])}  # fmt: skip
 
     grid = [(i, f, s) for i in chosen for f in cfg.FRACTIONS for s in cfg.SEEDS]
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
-    for inputs, folder in _beat_floor_kinds([_config_of(name) for name in chosen.values()]):
+    for inputs, folder in beat_floor_kinds([config_of(name) for name in chosen.values()]):
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
         for fraction in cfg.FRACTIONS:
             # the same share of DS1's labels; scored, as above, on all of DS2
             for seed in cfg.SEEDS:
-                rep = beat_floor(floor_data, train, _mitdb_keys(cfg.TEST), seed,
+                rep = beat_floor(floor_data, train, mitdb_keys(cfg.TEST), seed,
                                  fraction=fraction, inputs=inputs)  # fmt: skip
-                beat_rows.append({"init": _floor_name(inputs, data=folder),
+                beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
     return {"config": configs, "beats": beat_rows, "afib": []}

@@ -723,7 +723,7 @@ only), a rule fixed before DS2 is read. Each initialisation gets its own best re
 
 
 SEEDS = (0, 1, 2)
-"""Seeds of `final`, each a whole pipeline seed: its own pretraining run (`_pre`) and its
+"""Seeds of `final`, each a whole pipeline seed: its own pretraining run (`pretraining_run`) and its
 own fine-tuning. Round 12 repeated round 11's pretrained recipe with the same fine-tuning
 seeds on one new pretraining run: S F1 0.705 +- 0.049 against 0.771 +- 0.005, a difference
 that three fine-tuning seeds of one pretraining run cannot show."""

@@ -31,7 +31,7 @@ def _ledger_key(entry: dict[str, Any]) -> tuple[str, str, list[str], int]:
             entry.get("codebook_version", UNRECORDED_CODEBOOK))  # fmt: skip
 
 
-def _scored_rounds(stage: str, init: str, name: str, flags: list[str]) -> list[str]:
+def scored_rounds(stage: str, init: str, name: str, flags: list[str]) -> list[str]:
     """The rounds DS2_LEDGER lists `init`'s recipe `name` (with `flags`) under for `stage`."""
     if DS2_LEDGER is None or not DS2_LEDGER.is_file():
         return []
@@ -48,7 +48,7 @@ def unscored(stage: str, chosen: dict[str, str], flags: dict[str, list[str]],
         return dict(chosen)
     left = {}
     for init, name in chosen.items():
-        if rounds := _scored_rounds(stage, init, name, flags[init]):
+        if rounds := scored_rounds(stage, init, name, flags[init]):
             print(f"{stage}: {init}: {name} was scored on DS2 in round {', '.join(rounds)} "
                   f"({DS2_LEDGER.name}): not scored again", file=sys.stderr)  # fmt: skip
         else:

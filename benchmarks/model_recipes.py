@@ -11,7 +11,7 @@ from typing import Any
 import model_configs as cfg
 
 
-def _variant(config: str) -> str:
+def pretrain_variant(config: str) -> str:
     """The PRETRAIN_VARIANTS key a configuration starts from (the word in its name; from
     scratch: SCRATCH_VARIANT, for the architecture only)."""
     if config.startswith("scratch"):
@@ -20,7 +20,7 @@ def _variant(config: str) -> str:
     return next((v for v in cfg.PRETRAIN_VARIANTS if v and v in words), "")
 
 
-def _pre(seed: int, variant: str = "") -> str:
+def pretraining_run(seed: int, variant: str = "") -> str:
     """The pretrained run that fine-tuning seed `seed` starts from: its own pretraining run
     (`pre` for seed 0, as before round 13), so a seed's spread includes pretraining's."""
     name = f"pre_{variant}" if variant else "pre"
@@ -32,7 +32,7 @@ def _inputs(flags: list[str]) -> str:
     return flags[flags.index("--inputs") + 1] if "--inputs" in flags else "all"
 
 
-def _floor_name(
+def floor_name(
     inputs: str,
     context: int = 0,
     synthetic: tuple[str, ...] | None = None,
@@ -49,37 +49,37 @@ def _floor_name(
     return f"tree floor ({', '.join(parts)})"
 
 
-def _beat_data(config: str) -> str:
+def beat_data(config: str) -> str:
     """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
     return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
 
 
-def _beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:
+def beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:
     """(inputs, training token folder) of the floors beside these beat configurations."""
-    return sorted({(_inputs(cfg.CONFIGS[c]), _beat_data(c)) for c in configs})
+    return sorted({(_inputs(cfg.CONFIGS[c]), beat_data(c)) for c in configs})
 
 
-def _afib_window() -> int:
+def afib_window() -> int:
     """The AFIB windows every model and floor is scored on (the goal's 32 beats)."""
     return int(cfg.AFIB[cfg.AFIB.index("--window") + 1])
 
 
 def _afib_context(flags: list[str]) -> int:
     """Beats of context an AFIB configuration sees around each scored window (0: none)."""
-    window = int(flags[flags.index("--window") + 1]) if "--window" in flags else _afib_window()
-    return window if window > _afib_window() else 0
+    window = int(flags[flags.index("--window") + 1]) if "--window" in flags else afib_window()
+    return window if window > afib_window() else 0
 
 
-def _afib_floor_kinds(configs: list[str]) -> list[tuple[str, int, tuple[str, ...]]]:
+def afib_floor_kinds(configs: list[str]) -> list[tuple[str, int, tuple[str, ...]]]:
     """(inputs, context, synthetic folders) of the floors beside these AFIB configurations
     (names of AFIB_CONFIGS): each floor sees what its recipes see and trains on the same
     records."""
     table = cfg.AFIB_CONFIGS
-    return sorted({(_inputs(table[c]), _afib_context(table[c]), _afib_synthetic(c))
+    return sorted({(_inputs(table[c]), _afib_context(table[c]), afib_synthetic(c))
                    for c in configs})  # fmt: skip
 
 
-def _viewed(config: str, views: int) -> str:
+def viewed(config: str, views: int) -> str:
     """A beat recipe's name: the configuration, with `_viewsN` when scored over N windows."""
     return config if views == 1 else f"{config}_views{views}"
 
@@ -99,7 +99,7 @@ def _table(configs: dict[str, list] | None) -> dict[str, list]:
     return cfg.CONFIGS if configs is None else configs
 
 
-def _split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[str, int]:
+def split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[str, int]:
     """(configuration, views) of a recipe's name (beats: of CONFIGS, the default; AFIB: of
     AFIB_CONFIGS); SystemExit for an unknown one."""
     config, views = _parse_recipe(recipe)
@@ -114,61 +114,61 @@ def _is_recipe(name: str, configs: dict[str, list] | None = None) -> bool:
     return _parse_recipe(name)[0] in _table(configs)
 
 
-def _config_of(recipe: str, configs: dict[str, list] | None = None) -> str:
-    return _split_recipe(recipe, configs)[0]
+def config_of(recipe: str, configs: dict[str, list] | None = None) -> str:
+    return split_recipe(recipe, configs)[0]
 
 
-def _views_of(recipe: str, configs: dict[str, list] | None = None) -> int:
-    return _split_recipe(recipe, configs)[1]
+def views_of(recipe: str, configs: dict[str, list] | None = None) -> int:
+    return split_recipe(recipe, configs)[1]
 
 
-def _recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
+def recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[str]:
     """A recipe's fine-tuning flags, then how it is scored where that is not one view (the
     flags the tables and the DS2 ledger record)."""
-    config, views = _split_recipe(recipe, configs)
-    data = _data_note(_beat_data(config)) if configs is None else []
+    config, views = split_recipe(recipe, configs)
+    data = data_note(beat_data(config)) if configs is None else []
     return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"]),
             *data]  # fmt: skip
 
 
-def _data_note(folder: str) -> list[str]:
+def data_note(folder: str) -> list[str]:
     """What a beat recipe's or floor's recorded flags add when it trains on BEATS_LEADS
     (nothing for tok_beats, so earlier rounds' flags stay as they were)."""
     return [] if folder == "tok_beats" else ["(trained on", f"{folder})"]
 
 
-def _afib_synthetic(config: str) -> tuple[str, ...]:
+def afib_synthetic(config: str) -> tuple[str, ...]:
     """The synthetic folder keys an AFIB configuration trains on (in both folds, and on DS2)."""
     return cfg.AFIB_TRAIN_SYNTHETIC.get(config, cfg.SYNTHETIC)
 
 
-def _afib_recipe_flags(recipe: str) -> list[str]:
+def afib_recipe_flags(recipe: str) -> list[str]:
     """An AFIB recipe's flags as the tables and the DS2 ledger record them: its fine-tuning
     flags and views, then its synthetic training folders where they are not SYNTHETIC."""
-    synthetic = _afib_synthetic(_config_of(recipe, cfg.AFIB_CONFIGS))
-    return [*_recipe_flags(recipe, cfg.AFIB_CONFIGS), *_synthetic_note(synthetic)]
+    synthetic = afib_synthetic(config_of(recipe, cfg.AFIB_CONFIGS))
+    return [*recipe_flags(recipe, cfg.AFIB_CONFIGS), *synthetic_note(synthetic)]
 
 
-def _synthetic_note(synthetic: tuple[str, ...]) -> list[str]:
+def synthetic_note(synthetic: tuple[str, ...]) -> list[str]:
     """What a recipe's or floor's recorded flags add when it trains on other synthetic
     folders than SYNTHETIC (nothing otherwise, so earlier rounds' flags stay as they were)."""
     return [] if synthetic == cfg.SYNTHETIC else ["(synthetic", f"{' '.join(synthetic)})"]
 
 
-def _best_afib(rows: dict[str, Any], init: str) -> str:
+def best_afib(rows: dict[str, Any], init: str) -> str:
     """The `init` ("pretrained" or "scratch") AFIB configuration with the best window F1
     pooled over the folds, each at its own fold-chosen threshold."""
     table = cfg.AFIB_CONFIGS
     candidates = [
         c for c in rows if _is_recipe(c, table)
-        and ("--from-scratch" in table[_config_of(c, table)]) == (init == "scratch")
+        and ("--from-scratch" in table[config_of(c, table)]) == (init == "scratch")
     ]  # fmt: skip
     if not candidates:
         raise SystemExit(f"select_afib.json: no {init} configuration of AFIB_CONFIGS")
     return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
 
 
-def _best_selected(path: Path, init: str) -> str:
+def best_selected(path: Path, init: str) -> str:
     """The `init` ("pretrained" or "scratch") configuration with the best mean S/V F1."""
     if not path.is_file():
         raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
@@ -179,5 +179,5 @@ def _best_selected(path: Path, init: str) -> str:
         return (c["S"]["f1"] + c["V"]["f1"]) / 2
 
     candidates = [n for n in rows if _is_recipe(n) and (
-        "--from-scratch" in cfg.CONFIGS[_config_of(n)]) == (init == "scratch")]  # fmt: skip
+        "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
     return max(candidates, key=score)

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import model_configs as cfg
-from model_ledger import _scored_rounds
+from model_ledger import scored_rounds
 from model_recipes import (
-    _afib_recipe_flags,
-    _beat_data,
-    _best_afib,
-    _best_selected,
-    _config_of,
-    _pre,
-    _recipe_flags,
-    _variant,
+    afib_recipe_flags,
+    beat_data,
+    best_afib,
+    best_selected,
+    config_of,
+    pretrain_variant,
+    pretraining_run,
+    recipe_flags,
 )
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_PACED
@@ -50,7 +50,7 @@ def stale_codebook(work: Path) -> str | None:
     return None
 
 
-def _tag(*parts: Any) -> str:
+def run_tag(*parts: Any) -> str:
     """Short digest of what a run was trained with (flags, records, label share) for its
     folder name: a work folder reused after a change never passes an old run off as new."""
     parts = (*parts, f"codebook {CODEBOOK_VERSION}")
@@ -200,8 +200,8 @@ def _extended_corpus(r: Runner, suffix: str, sources: list[Any]) -> None:
 def _extra_corpora() -> set[str]:
     """The PRETRAIN_CORPUS token folders that a recipe of CONFIGS or AFIB_CONFIGS starts from,
     and BEATS_LEADS where a beat recipe trains on it."""
-    variants = {_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
-    beats = {_beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
+    variants = {pretrain_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
+    beats = {beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
     return {cfg.PRETRAIN_CORPUS[v] for v in variants if v in cfg.PRETRAIN_CORPUS} | beats
 
 
@@ -221,7 +221,7 @@ def write_lead_copies(r: Runner, sources: list[Path]) -> list[str]:
     return sorted(str(p.relative_to(r.work)) for p in (r.work / cfg.LEADS).iterdir() if p.is_dir())
 
 
-def _pretraining_runs(
+def pretraining_runs(
     stages: list[str], work: Path, replicate: bool = False
 ) -> list[tuple[str, int]]:
     """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
@@ -232,28 +232,28 @@ def _pretraining_runs(
 
     def to_score(stage: str, chosen: dict[str, str], flags: Callable[[str], list[str]]) -> list:
         return [name for init, name in chosen.items()
-                if replicate or not _scored_rounds(stage, init, name, flags(name))]  # fmt: skip
+                if replicate or not scored_rounds(stage, init, name, flags(name))]  # fmt: skip
 
     inits = ("pretrained", "scratch")
     beats: list[str] = []
     if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
         beats = list(cfg.CONFIGS)
     elif "final" in stages and cfg.FINAL != "auto":
-        beats = [_config_of(cfg.FINAL)]
+        beats = [config_of(cfg.FINAL)]
     elif "final" in stages:
-        chosen = {init: _best_selected(work / "select.json", init) for init in inits}
-        beats = [_config_of(name) for name in to_score("final", chosen, _recipe_flags)]
+        chosen = {init: best_selected(work / "select.json", init) for init in inits}
+        beats = [config_of(name) for name in to_score("final", chosen, recipe_flags)]
     afib: list[str] = list(cfg.AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
     if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
         rows = json.loads((work / "select_afib.json").read_text())["afib"]
-        chosen = {init: _best_afib(rows, init) for init in inits}
+        chosen = {init: best_afib(rows, init) for init in inits}
         # crossfit_afib trains both chosen recipes, whatever DS2 has scored
         kept = chosen.values() if "crossfit_afib" in stages else to_score(
-            "final_afib", chosen, _afib_recipe_flags)  # fmt: skip
-        afib = [_config_of(name, cfg.AFIB_CONFIGS) for name in kept]
+            "final_afib", chosen, afib_recipe_flags)  # fmt: skip
+        afib = [config_of(name, cfg.AFIB_CONFIGS) for name in kept]
     if not set(stages) & {"select", "final", *AFIB_STAGES}:
         beats, afib = list(cfg.CONFIGS), list(cfg.AFIB_CONFIGS)
-    variants = {_variant(c) for c in [*beats, *afib]}
+    variants = {pretrain_variant(c) for c in [*beats, *afib]}
     return sorted((v, s) for v in variants for s in _stage_seeds(stages))
 
 
@@ -272,8 +272,8 @@ def missing_pretraining(stages: list[str], work: Path, replicate: bool = False) 
     `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
     if "pretrain" in stages or not set(stages) & {"select", "final", *AFIB_STAGES}:
         return []
-    runs = _pretraining_runs(stages, work, replicate)
-    names = [_pre(seed, variant) for variant, seed in runs]
+    runs = pretraining_runs(stages, work, replicate)
+    names = [pretraining_run(seed, variant) for variant, seed in runs]
     return [n for n in names if not (work / n / "model.safetensors").is_file()]
 
 
@@ -282,7 +282,7 @@ def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
 
     def one(variant: str, seed: int) -> None:
         seeded = ["--seed", seed] if seed else []
-        name = _pre(seed, variant)
+        name = pretraining_run(seed, variant)
         corpus = cfg.PRETRAIN_CORPUS.get(variant, "tok_pre")
         # A run that an earlier call's time limit stopped continues from its last checkpoint.
         stopped = (r.work / name).exists() and not (r.work / name / "model.safetensors").exists()
@@ -291,9 +291,13 @@ def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
                   *seeded, "--device", r.device, *resume,
                   done=f"{name}/model.safetensors")  # fmt: skip
 
-    runs = _pretraining_runs(stages, r.work, r.replicate)
+    runs = pretraining_runs(stages, r.work, r.replicate)
     r.parallel([lambda v=v, s=s: one(v, s) for v, s in runs])
-    return {"pretraining": {_pre(s, v): loss_curve(r.work / _pre(s, v)) for v, s in runs}}
+    return {
+        "pretraining": {
+            pretraining_run(s, v): loss_curve(r.work / pretraining_run(s, v)) for v, s in runs
+        }
+    }
 
 
 def loss_curve(run: Path) -> dict[str, Any]:

@@ -217,10 +217,10 @@ def _select_afib(results: dict[str, Any]) -> list[str]:
         "here, used on DS2 at 100 % of the labels; the held-out columns and the per-record "
         "table at 0.5). "
         f"{HELD_OUT_NOTE}",
-    ) + _fold_records(results)
+    ) + fold_records(results)
 
 
-def _fold_records(results: dict[str, Any]) -> list[str]:
+def fold_records(results: dict[str, Any]) -> list[str]:
     """Each fold record's false AFIB windows and missed AFIB windows per configuration (the
     records where some configuration erred), so a failure has a name before DS2 is read."""
     runs = {c: [rep["per_record"]] for c, rep in results["afib"].items() if rep.get("per_record")}
@@ -271,7 +271,7 @@ def _record_errors(title: str, legend_name: str, runs: dict[str, list[list[dict]
     return lines
 
 
-def _per_record(results: dict[str, Any]) -> list[str]:
+def per_record_table(results: dict[str, Any]) -> list[str]:
     """The per-record table of the first pretrained run at 100 % of the labels (seed 0) for
     beats; for AFIB every initialisation's and floor's runs (`_final_afib_records`)."""
     if results["afib"]:
@@ -334,9 +334,9 @@ def markdown(results: dict[str, Any]) -> str:
     elif stage == "select_afib":
         lines = _select_afib(results)
     elif stage == "crossfit_afib":
-        lines = _final(results) + _crossfit(results) + _per_record(results)
+        lines = _final(results) + _crossfit(results) + per_record_table(results)
     else:
-        lines = _final(results) + _sick(results) + _per_record(results)
+        lines = _final(results) + _sick(results) + per_record_table(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]
     lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
     return "\n".join(lines) + "\n"

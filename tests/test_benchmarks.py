@@ -214,17 +214,17 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
         "tree floor (relative)": row(0.9, 0.9),
     }
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    best = model_recipes._best_selected
+    best = model_recipes.best_selected
     assert best(tmp_path / "select.json", "pretrained") == "pretrained_relative_window32"
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative"
     # A recipe scored over several windows competes with the same configuration's plain one.
     rows["scratch_relative_views4"] = row(0.6, 0.9)
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
     assert best(tmp_path / "select.json", "scratch") == "scratch_relative_views4"
-    assert model_recipes._config_of("scratch_relative_views4") == "scratch_relative"
-    assert model_recipes._views_of("scratch_relative_views4") == 4
+    assert model_recipes.config_of("scratch_relative_views4") == "scratch_relative"
+    assert model_recipes.views_of("scratch_relative_views4") == 4
     with pytest.raises(SystemExit, match="not a configuration"):
-        model_recipes._views_of("scratch_other_views4")
+        model_recipes.views_of("scratch_other_views4")
 
 
 def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
@@ -243,10 +243,10 @@ def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
         "scratch_relative": {"f1": 0.95},  # no threshold row: its F1 at 0.5 counts
         "tree floor (rhythm, context 128)": {"f1": 0.99, "threshold_f1": 0.99},
     }
-    assert model_recipes._best_afib(rows, "pretrained") == "pretrained_best_rhythm"
-    assert model_recipes._best_afib(rows, "scratch") == "scratch_relative"
+    assert model_recipes.best_afib(rows, "pretrained") == "pretrained_best_rhythm"
+    assert model_recipes.best_afib(rows, "scratch") == "scratch_relative"
     with pytest.raises(SystemExit, match="no pretrained configuration"):
-        model_recipes._best_afib({"scratch_rhythm": rows["scratch_rhythm"]}, "pretrained")
+        model_recipes.best_afib({"scratch_rhythm": rows["scratch_rhythm"]}, "pretrained")
 
 
 def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
@@ -383,7 +383,7 @@ def test_afib_folds_never_score_synthetic_records_and_split_the_af_records():
     assert "mitdb/201" in first and "mitdb/203" in second
     assert not {k for k in first + second if k.startswith(model_configs.SYNTHETIC)}
     assert sorted(first + second) == ["ludb/1", "mitdb/101", "mitdb/201", "mitdb/203"]
-    assert model_afib._false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
+    assert model_afib.false_alarms({"tp": 0, "fp": 3, "fn": 0, "tn": 9}) == 0.25
 
 
 def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
@@ -410,7 +410,7 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     # Each seed fine-tunes from its own pretraining run (from scratch: for its architecture
     # only, SCRATCH_VARIANT's run): seed 0 from the plain name, seed 2 from its _s2.
     starts = {(c[c.index("--seed") + 1], c[-1]) for c in calls if c[0] == "finetune"}
-    plain = model_recipes._pre(0, model_configs.SCRATCH_VARIANT)
+    plain = model_recipes.pretraining_run(0, model_configs.SCRATCH_VARIANT)
     assert starts == {(0, plain), (2, f"{plain}_s2")}
 
     def records(args: tuple) -> set[str]:
@@ -452,7 +452,7 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     outs = sorted(args[args.index("--out") + 1] for args, _ in made)
     assert outs == ["pre", "pre_s1", "pre_s2"]  # the AFIB recipes need no periodic run
     # `pretrain` alone: the variants some recipe uses, not every variant there is
-    alone = {v for v, _ in model_runner._pretraining_runs(["pretrain"], tmp_path)}
+    alone = {v for v, _ in model_runner.pretraining_runs(["pretrain"], tmp_path)}
     assert alone == {"", "plr"} < set(model_configs.PRETRAIN_VARIANTS)
     seed0 = next(args for args, _ in made if args[args.index("--out") + 1] == "pre")
     assert "--seed" not in seed0  # seed 0's command is the one earlier rounds ran
@@ -481,20 +481,23 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     runs = {args[args.index("--out") + 1]: args for args, _ in made}
     assert "--resume" in runs["pre_s1"] and "--resume" not in runs["pre_s2"]
     # `select` alone fine-tunes SELECT_SEEDS: no run for seed 2.
-    assert {s for _, s in model_runner._pretraining_runs(["pretrain", "select"], tmp_path)} == {
+    assert {s for _, s in model_runner.pretraining_runs(["pretrain", "select"], tmp_path)} == {
         0, 1}  # fmt: skip
-    assert model_recipes._pre(1, model_recipes._variant("pretrained_plr_relative")) == "pre_plr_s1"
+    assert (
+        model_recipes.pretraining_run(1, model_recipes.pretrain_variant("pretrained_plr_relative"))
+        == "pre_plr_s1"
+    )
     # `final` after a selection pretrains only what the chosen recipes start from.
     row = {"per_class": {"S": {"f1": 0.5}, "V": {"f1": 0.9}}}
     worse = {"per_class": {"S": {"f1": 0.1}, "V": {"f1": 0.9}}}
     rows = {"scratch_relative": row, "pretrained_plr_relative": worse}
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    runs = model_runner._pretraining_runs(["pretrain", "final"], tmp_path)
+    runs = model_runner.pretraining_runs(["pretrain", "final"], tmp_path)
     assert runs == [("", 0), ("", 1), ("", 2), ("plr", 0), ("plr", 1), ("plr", 2)]
     rows["pretrained_relative"] = row
     model_configs.CONFIGS["pretrained_relative"] = []
     (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
-    runs = model_runner._pretraining_runs(["pretrain", "final"], tmp_path)
+    runs = model_runner.pretraining_runs(["pretrain", "final"], tmp_path)
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
@@ -516,7 +519,7 @@ def test_pretrain_before_a_final_stage_skips_the_runs_of_recipes_the_ledger_stop
         name: row for name in model_configs.AFIB_CONFIGS}}))  # fmt: skip
 
     def variants(stage: str, replicate: bool = False) -> set[str]:
-        runs = model_runner._pretraining_runs(["pretrain", stage], tmp_path, replicate)
+        runs = model_runner.pretraining_runs(["pretrain", stage], tmp_path, replicate)
         return {variant for variant, _ in runs}
 
     assert variants("final") == {"best", "plr"} and variants("final_afib") == {"best", "next"}
@@ -727,7 +730,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     assert all(selecting.views[name] == {1, model_configs.VIEWS} for name in selecting.tuned)
     for name in model_configs.AFIB_CONFIGS:
         assert f"{name}_views{model_configs.VIEWS}" in chosen_rows
-    kinds = model_recipes._afib_floor_kinds(list(model_configs.AFIB_CONFIGS))
+    kinds = model_recipes.afib_floor_kinds(list(model_configs.AFIB_CONFIGS))
     assert len(fits) == 2 * len(kinds)  # one tree per fold and kind of floor
     # A configuration that sees 128 beats of context has a floor that sees them too.
     assert ("relative", 128, model_configs.SYNTHETIC) in kinds
@@ -781,7 +784,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
     for name, (extra, pre) in runner.tuned.items():
         win = pre_win if name.startswith("ft_afib_pretrained") else scr_win
         assert list(extra[-len(configs[win]) :]) == configs[win], name
-        assert pre == model_recipes._pre(0, model_recipes._variant(win)), name
+        assert pre == model_recipes.pretraining_run(0, model_recipes.pretrain_variant(win)), name
     # The two recipes see different inputs: a floor on each, each at its own threshold.
     floors = {r["init"] for r in rows if r["init"].startswith("tree floor")}
     assert floors == {floor_name, "tree floor (rhythm, context 128)"}
@@ -889,11 +892,11 @@ def test_bigeminy_patients_train_only_the_afib_configurations_that_name_them(
     model_afib.select_afib(_RecordingAfib(tmp_path))
     assert fits == default_fits
     # On DS2 the default recipe names its records now: every one but the bigeminy patients.
-    assert model_afib._afib_training_records(without, default) == []
-    named = model_afib._afib_training_records(data, default)
+    assert model_afib.afib_training_records(without, default) == []
+    named = model_afib.afib_training_records(data, default)
     assert named[0] == "--records" and "synth/g0000" in named and "mitdb/201" in named
     assert not any(k.startswith("synth_bigeminy/") for k in named)
-    assert len(named) - 1 == len(model_afib._afib_keys(data)) - 2
+    assert len(named) - 1 == len(model_afib.afib_keys(data)) - 2
 
 
 def test_the_study_s_afib_recipes_name_their_synthetic_folders_and_context():
@@ -901,14 +904,14 @@ def test_the_study_s_afib_recipes_name_their_synthetic_folders_and_context():
     trains on the bigeminy patients, and a recipe's `contextN` is its training window."""
     assert model_configs.AFIB_CONFIGS
     for name, flags in model_configs.AFIB_CONFIGS.items():
-        synthetic = model_recipes._afib_synthetic(name)
+        synthetic = model_recipes.afib_synthetic(name)
         assert ("synth_bigeminy/" in synthetic) == name.endswith("_bigeminy"), name
         context = int(re.search(r"context(\d+)", name).group(1))
         assert flags[flags.index("--window") + 1] == str(context), name
 
 
 def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred():
-    from model_tables import _fold_records
+    from model_tables import fold_records
 
     def row(record: str, fp: int, fn: int) -> dict:
         return {"record": record, "n_windows": 80, "n_afib": 40, "tp": 40 - fn, "fp": fp,
@@ -919,17 +922,17 @@ def test_the_afib_selection_names_the_fold_records_where_a_configuration_erred()
         "b": {"f1": 0.7, "per_record": [row("203", 2, 0), row("101", 0, 0)]},
         "tree floor (relative)": {"f1": 0.6},
     }}  # fmt: skip
-    lines = _fold_records(results)
+    lines = fold_records(results)
     assert "Configurations: 1 = a; 2 = b." in lines
     assert "| 203 | 80 | 40 | 0 / 7 | 2 / 0 |" in lines
     assert not any(line.startswith("| 101 ") for line in lines)  # no configuration erred
     results["afib"]["a"]["per_record"][0] = row("203", 0, 0)
     results["afib"]["b"]["per_record"][0] = row("203", 0, 0)
-    assert _fold_records(results) == []
+    assert fold_records(results) == []
 
 
 def test_the_ds2_afib_table_sums_each_record_over_seeds_for_models_and_floors():
-    from model_tables import _per_record
+    from model_tables import per_record_table
 
     def row(record: str, fp: int, fn: int) -> dict:
         return {"record": record, "n_windows": 82, "n_afib": 30, "tp": 30 - fn, "fp": fp,
@@ -942,7 +945,7 @@ def test_the_ds2_afib_table_sums_each_record_over_seeds_for_models_and_floors():
         {"init": floor, "label_fraction": 1.0, "afib": {"per_record": [row("200", 0, 1)]}},
         {"init": "scratch", "label_fraction": 0.1, "per_record": [row("200", 9, 9)]},
     ]
-    lines = _per_record({"afib": runs, "beats": []})
+    lines = per_record_table({"afib": runs, "beats": []})
     assert f"Columns: 1 = scratch; 2 = {floor}." in lines
     assert "| 200 | 82 | 30 | 86 / 0 | 0 / 1 |" in lines  # 10 % of the labels left out
     assert any("summed over 1/3 seeds" in line for line in lines)
@@ -1215,7 +1218,7 @@ def test_a_failed_crossfit_fine_tune_ends_the_stage_without_waiting_for_the_floo
 
     names = [("mitdb", "201"), ("mitdb", "203"), ("mitdb", "217"), ("ludb", "1")]
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _records_only(names))
-    monkeypatch.setattr(afib_crossfit, "_floor_study", slow_floors)
+    monkeypatch.setattr(afib_crossfit, "floor_study", slow_floors)
     monkeypatch.setattr(afib_crossfit, "Floor", lambda r, data, kind: None)
     monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {"scratch_rhythm": ["--from-scratch"],
                                                       "pretrained_rhythm": []})  # fmt: skip
