@@ -236,7 +236,7 @@ def pretraining_runs(
 
     inits = ("pretrained", "scratch")
     beats: list[str] = []
-    if "select" in stages or ("final" in stages and not (work / "select.json").is_file()):
+    if "select" in stages:
         beats = list(cfg.CONFIGS)
     elif "final" in stages and cfg.FINAL != "auto":
         beats = [config_of(cfg.FINAL)]

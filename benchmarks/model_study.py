@@ -125,16 +125,16 @@ def main() -> int:
     if stale := stale_codebook(args.work):
         print(f"model_study: {stale}", file=sys.stderr)
         return 2
+    if missing := missing_selections(args.stages, args.work):
+        print(f"model_study: {args.work}: no {', '.join(missing)}; put the stage that writes it "
+              "first, or carry an earlier call's (model_study_call.sh: SELECT, SELECT_AFIB)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     # Before any fine-tuning starts, so that a device call does not spend minutes on the
     # stages' other runs before the first one that needs a missing encoder fails.
     if missing := missing_pretraining(args.stages, args.work.resolve(), args.replicate):
         print(f"model_study: {args.work}: no pretraining run {', '.join(missing)}; "
               "add the `pretrain` stage", file=sys.stderr)  # fmt: skip
-        return 2
-    if missing := missing_selections(args.stages, args.work):
-        print(f"model_study: {args.work}: no {', '.join(missing)}; put the stage that writes it "
-              "first, or carry an earlier call's (model_study_call.sh: SELECT, SELECT_AFIB)",
-              file=sys.stderr)  # fmt: skip
         return 2
     r = Runner(args.work.resolve(), args.device, args.jobs, args.ecg.resolve(), args.replicate)
     for stage in args.stages:

@@ -246,9 +246,10 @@ def keep_recording_label_fraction(
         first.setdefault(recording, span)
     drawn = np.concatenate([np.arange(a, b) for a, b in first.values()] or [np.zeros(0, int)])
     labels[drawn] = keep_label_fraction(labels[drawn], fraction, seed)
+    drawn_kept = labels >= 0  # read at the first records only, which the loop leaves alone
     for recording, (a, b) in zip(recordings, spans, strict=True):
         if (a, b) != first[recording]:
-            kept = copy_keeps(original, labels >= 0, first[recording], (a, b))
+            kept = copy_keeps(original, drawn_kept, first[recording], (a, b))
             labels[a:b] = np.where(kept, labels[a:b], IGNORE)
     return labels
 
