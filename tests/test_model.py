@@ -60,6 +60,29 @@ def test_causal_model_does_not_see_the_future_and_masked_model_does():
         assert not torch.allclose(a[:, 10:], b[:, 10:])
 
 
+def _attention_ops(model: torch.nn.Module, morph: torch.Tensor, rhythm: torch.Tensor) -> set:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(morph, rhythm)
+    return {e.key for e in prof.key_averages() if "scaled_dot" in e.key or "softmax" in e.key}
+
+
+def test_the_chosen_attention_kernel_runs_inside_a_compiled_model():
+    """`--sdpa` is traced into the graph: on the CPU PyTorch picks its fused kernel, and the
+    math kernel (a plain softmax) only when asked; "auto" gives the choice back."""
+    morph, rhythm = _inputs()
+    model = _tiny().eval()
+    fused = {"aten::_scaled_dot_product_flash_attention_for_cpu"}
+    for name, expect_fused in (("auto", True), ("math", False), ("auto", True)):
+        torch._dynamo.reset()
+        model.use_attention_kernel(name)
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+        ops = _attention_ops(compiled, morph, rhythm)
+        assert bool(ops & fused) == expect_fused, (name, ops)
+        assert expect_fused or "aten::_softmax" in ops
+
+
 def test_padded_beats_do_not_change_the_real_ones():
     model = _tiny().eval()
     morph, rhythm = _inputs()

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from heartlm.model.config import (
     PERIODIC_DIM,
@@ -19,6 +20,14 @@ from heartlm.model.load import Pretrained, load_into
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
 HEADS = ("hidden", "mlm", "masked", "next", "choice", "beat", "window", "window_beats")
+
+ATTENTION_KERNELS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+"""`use_attention_kernel` names (and "auto": PyTorch's own choice)."""
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
@@ -57,19 +66,23 @@ class Block(nn.Module):
         self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
         self.drop = nn.Dropout(cfg.dropout)
+        self.attention_kernel: SDPBackend | None = None  # HeartLM.use_attention_kernel
+
+    def _attention(self, q: Tensor, k: Tensor, v: Tensor, mask_B11T: Tensor | None) -> Tensor:
+        dropout = self.dropout if self.training else 0.0
+        if mask_B11T is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, dropout_p=dropout)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask_B11T, dropout_p=dropout)
 
     def forward(self, x_BTD: Tensor, mask_B11T: Tensor | None) -> Tensor:
         B, T, D = x_BTD.shape
         q, k, v = self.qkv(self.norm1(x_BTD)).view(B, T, 3, self.n_heads, -1).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if mask_B11T is None:
-            a = F.scaled_dot_product_attention(
-                q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
-            )
+        if self.attention_kernel is None:
+            a = self._attention(q, k, v, mask_B11T)
         else:
-            a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask_B11T, dropout_p=self.dropout if self.training else 0.0
-            )
+            with sdpa_kernel(self.attention_kernel):
+                a = self._attention(q, k, v, mask_B11T)
         x_BTD = x_BTD + self.drop(self.proj(a.transpose(1, 2).reshape(B, T, D)))
         return x_BTD + self.drop(
             self.fc_out(F.gelu(self.fc_in(self.norm2(x_BTD)), approximate=self.approximate))
@@ -176,6 +189,15 @@ class HeartLM(nn.Module, Pretrained):
             "beat": list(self.beat_head.parameters()),
             "window": list(self.window_head.parameters()),
         }
+
+    def use_attention_kernel(self, name: str) -> None:
+        """Run attention with one of ATTENTION_KERNELS ("auto": PyTorch chooses). The choice is
+        made inside each block's forward, where torch.compile traces it into the graph: a
+        context around a compiled call is not part of the graph, and a compiled graph from the
+        cache would keep the kernel it was traced with."""
+        kernel = None if name == "auto" else ATTENTION_KERNELS[name]
+        for block in self.blocks:
+            block.attention_kernel = kernel
 
     def use_heads(self, heads: tuple[str, ...]) -> None:
         """Freeze the heads an objective does not use (DDP then needs no unused search)."""

@@ -11,11 +11,12 @@ import math
 from dataclasses import dataclass
 
 from heartlm.errors import HeartlmError
+from heartlm.model.hlm import ATTENTION_KERNELS
 from heartlm.settings import setting
 
 SCHEDULES = ("cosine", "step", "exponential", "constant")
 BACKENDS = ("ddp", "fsdp", "deepspeed")
-SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+SDPA_BACKENDS = ("auto", *ATTENTION_KERNELS)
 STATIC_GRAPH = ("auto", "on", "off")
 GRAD_REDUCE = ("fp32", "bf16")
 RESHARD = ("auto", "always", "never")

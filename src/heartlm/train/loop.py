@@ -89,20 +89,6 @@ def check_ema(cfg: TrainConfig, env: DistEnv) -> None:
                            f"{cfg.backend} (whose ranks hold shards)")  # fmt: skip
 
 
-def _sdpa_context(name: str, cuda: bool) -> Callable[[], contextlib.AbstractContextManager]:
-    if name == "auto" or not cuda:
-        return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "cudnn": SDPBackend.CUDNN_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }[name]
-    return lambda: sdpa_kernel(backend)
-
-
 def evaluate(
     model: nn.Module,
     objective: Objective,
@@ -209,6 +195,7 @@ class Trainer:
         model.to(env.device)
         objective_to(self.objective, env.device)
         model.use_heads(self.objective.heads)
+        model.use_attention_kernel(cfg.sdpa if self.cuda else "auto")
         self.bf16 = self.cuda and cfg.precision == "bf16"
         self.compile_on = self.cuda if cfg.compile is None else cfg.compile
         self.average = WeightAverage(model, cfg.ema) if cfg.ema > 0 else None
@@ -330,7 +317,7 @@ class Trainer:
             self.last.update(last_values(self.run_dir / "metrics.jsonl") if env.is_main else {})
 
     def _step_functions(self) -> None:
-        """Autocast, attention kernel, the loss (compiled with `compile_objective`), the
+        """Autocast, the loss (compiled with `compile_objective`), the
         batch source and, with `cudagraph`, the captured step."""
         cfg = self.cfg
         # No cast cache under graph capture: cached casts would outlive the capture.
@@ -339,7 +326,6 @@ class Trainer:
             self.autocast = functools.partial(
                 torch.autocast, "cuda", dtype=torch.bfloat16, cache_enabled=not cfg.cudagraph
             )
-        self.sdpa = _sdpa_context(cfg.sdpa, self.cuda)
         self.ddp_sync = hasattr(self.wrapped, "no_sync")
         # FSDP2: reduce-scatter (and reshard) only after the last micro-batch's backward.
         self.fsdp_sync = hasattr(self.wrapped, "set_requires_gradient_sync")
@@ -391,7 +377,7 @@ class Trainer:
             if self.fsdp_sync and self.accum > 1:
                 self.wrapped.set_requires_gradient_sync(last)
                 self.wrapped.set_reshard_after_backward(last)
-            with sync, self.autocast(), self.sdpa():
+            with sync, self.autocast():
                 loss, _ = self.step_loss(batch)
                 (loss / self.accum).backward()
             loss_sum += loss.detach()
