@@ -26,6 +26,7 @@ import model_recipes
 import model_runner
 import model_study
 import pool_rounds
+import profile_step
 import tree_floor
 
 
@@ -1383,3 +1384,27 @@ def test_each_final_stage_s_table_is_headed_by_what_it_scored(round_file, says, 
     results = Path(__file__).resolve().parents[1] / "benchmarks/results/h100/model_study"
     heading = markdown(json.loads((results / round_file).read_text())).splitlines()[0]
     assert says in heading and not_said not in heading
+
+
+def test_profile_step_sorts_kernels_by_kind_and_bounds_the_mfu():
+    """Names as an H200 profile of `base` prints them; attention kernels also say "wgmma"."""
+    kernels = [
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 600.0),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", 200.0),
+        ("triton_per_fused__to_copy_add_native_layer_norm_backward_view_7", 100.0),
+        ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel", 50.0),
+        ("Memcpy DtoD (Device -> Device)", 40.0),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 8.0),
+        ("void at::native::(anonymous namespace)::indexSelectLargeIndex", 2.0),
+    ]
+    by_kind = profile_step.time_by_kind(kernels)
+    assert list(by_kind) == [
+        "matmul", "attention", "elementwise and norms", "optimizer", "copies", "communication",
+        "other",
+    ]  # fmt: skip
+    # 2 steps: 0.3 ms of matmuls doing 3e11 FLOP each step reach 1000 TFLOP/s.
+    table = profile_step.kind_table(by_kind, 2, {"matmul": 3e11, "attention": 1e11}, 1e15)
+    assert "| matmul | 0.30 | 60.0% | 1000 |" in table
+    assert "| optimizer | 0.03 | 5.0% | – |" in table
+    # 4e11 FLOP in 0.4 ms of matmul and attention: 1.0 of the peak; in all 0.5 ms: 0.8.
+    assert "took time: 1.000; with every kernel: 0.800" in table
