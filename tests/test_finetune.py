@@ -583,6 +583,25 @@ def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corp
         assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
+def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluate(
+    corpus, tmp_path, capsys
+):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft_mlp"
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+            "--beat-mlp", "8"]  # fmt: skip
+    assert _cli(*args) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["beat_mlp"] == 8
+    n_features = len(json.loads((corpus / "tok" / "tokens.json").read_text())["features"])
+    weights = load_file(out / "model.safetensors")
+    assert weights["beat_mlp.0.weight"].shape == (8, 3 * n_features + 2)
+    assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+    assert _cli(*args[:-2], "--beat-mlp", "-1", "--overwrite") == 2
+    assert "--beat-mlp must be >= 0, not -1" in capsys.readouterr().err
+
+
 def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(
     corpus, tmp_path, capsys
 ):

@@ -165,6 +165,55 @@ def test_local_statistics_reach_the_beats_and_padding_does_not():
         _tiny(n_features=3, local_stats=2, causal=True)
 
 
+def test_beat_neighbourhood_reads_each_beats_neighbours_and_flags_the_missing_ones():
+    from heartlm.model.hlm import beat_neighbourhood
+
+    features = torch.arange(1.0, 9.0).reshape(1, 4, 2)  # beats 1-4: (1, 2) (3, 4) (5, 6) (7, 8)
+    valid = torch.tensor([[True, True, True, False]])  # the fourth beat pads
+    near = beat_neighbourhood(features, valid)
+    assert near.shape == (1, 4, 3 * 2 + 2)
+    assert near[0, 0].tolist() == [1, 2, 0, 0, 3, 4, 0, 1]  # no previous beat
+    assert near[0, 1].tolist() == [3, 4, 1, 2, 5, 6, 1, 1]
+    assert near[0, 2].tolist() == [5, 6, 3, 4, 0, 0, 1, 0]  # its next beat is padding
+    assert near[0, 3, :2].tolist() == [0, 0]
+    assert beat_neighbourhood(features, None)[0, 2].tolist() == [5, 6, 3, 4, 7, 8, 1, 1]
+
+
+def test_the_per_beat_network_adds_its_logits_to_the_beat_heads():
+    model = _tiny(n_features=3, beat_mlp=8).eval()
+    plain = _tiny(n_features=3).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    morph, rhythm = _inputs()
+    features = torch.randn(2, 16, 3)
+    a = model(morph, rhythm, head="beat", features_BTF=features)
+    b = plain(morph, rhythm, head="beat", features_BTF=features)
+    assert not torch.allclose(a, b, atol=1e-4)
+    # A beat's own network sees only it and its neighbours: beat 9's features move beat 8's
+    # share and not beat 2's (the transformer's share moves everywhere: compare differences).
+    moved = features.clone()
+    moved[:, 9] += 3.0
+    delta = model(morph, rhythm, head="beat", features_BTF=moved) - a
+    delta_plain = plain(morph, rhythm, head="beat", features_BTF=moved) - b
+    torch.testing.assert_close(delta[:, 2], delta_plain[:, 2], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(delta[:, 8], delta_plain[:, 8], atol=1e-4)
+    heads = {id(p) for p in model.head_parameters()["beat"]}
+    assert all(id(p) in heads for p in model.beat_mlp.parameters())
+    with pytest.raises(ValueError, match="beat_mlp needs beat features"):
+        _tiny(beat_mlp=8)
+
+
+def test_a_pretrained_encoder_loads_with_a_per_beat_network_added(tmp_path: Path):
+    model = _tiny(n_features=3).eval()
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    tuned, _ = load_pretrained(tmp_path, beat_mlp=16)
+    assert tuned.beat_mlp[0].in_features == 3 * 3 + 2 and tuned.beat_mlp[0].out_features == 16
+    assert torch.equal(tuned.blocks[1].qkv.weight, model.blocks[1].qkv.weight)
+    tuned.save_pretrained(tmp_path / "ft")
+    assert load_pretrained(tmp_path / "ft")[0].cfg.beat_mlp == 16
+    with pytest.raises(HeartlmError, match="16 wide, not 8 \\(--beat-mlp\\)"):
+        load_pretrained(tmp_path / "ft", beat_mlp=8)
+
+
 def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path: Path):
     model = _tiny(n_features=3).eval()
     export_model(tmp_path, model.state_dict(), model.cfg, {})

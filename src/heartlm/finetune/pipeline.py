@@ -76,13 +76,15 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
-    if cfg.local_stats:
-        from heartlm.model.load import read_config
+    for flag, value, field in (("--local-stats", cfg.local_stats, "local_stats"),
+                               ("--beat-mlp", cfg.beat_mlp, "beat_mlp")):  # fmt: skip
+        if value:
+            from heartlm.model.load import read_config
 
-        if not read_config(run)["model"].get("n_features"):
-            raise HeartlmError("--local-stats needs an encoder pretrained with beat features", run)
-    if cfg.local_stats is not None:
-        overrides["local_stats"] = cfg.local_stats
+            if not read_config(run)["model"].get("n_features"):
+                raise HeartlmError(f"{flag} needs an encoder pretrained with beat features", run)
+        if value is not None:
+            overrides[field] = value
     from heartlm.inputs import model_inputs
 
     try:  # --inputs all too: an encoder pretrained on fewer inputs then reads them all

@@ -122,6 +122,21 @@ def feature_statistics(features_BTF: Tensor, valid_BT: Tensor | None, half_width
     return torch.cat([part for pair in parts for part in pair], dim=-1)
 
 
+def beat_neighbourhood(features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
+    """(B, T, 3F + 2): each beat's feature row, its previous and next beats' rows (zeros where
+    the window ends or pads), and two flags saying whether those neighbours exist."""
+    B, T, _ = features_BTF.shape
+    if valid_BT is None:
+        real = torch.ones(B, T, dtype=features_BTF.dtype, device=features_BTF.device)
+    else:
+        real = valid_BT.to(features_BTF.dtype)
+    x = features_BTF * real[..., None]
+    previous, following = F.pad(x[:, :-1], (0, 0, 1, 0)), F.pad(x[:, 1:], (0, 0, 0, 1))
+    has_previous, has_following = F.pad(real[:, :-1], (1, 0)), F.pad(real[:, 1:], (0, 1))
+    flags = torch.stack([has_previous, has_following], dim=-1)
+    return torch.cat([x, previous, following, flags], dim=-1)
+
+
 class HeartLM(nn.Module, Pretrained):
     """Morphology + rhythm + position embeddings and a projection of the beat features,
     pre-norm blocks, and task heads.
@@ -163,6 +178,16 @@ class HeartLM(nn.Module, Pretrained):
         self.norm = _norm(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         self.beat_head = nn.Linear(cfg.d_model, cfg.n_beat_classes)
+        self.beat_mlp = (
+            nn.Sequential(
+                nn.Linear(3 * cfg.n_features + 2, cfg.beat_mlp),
+                nn.GELU(),
+                nn.Dropout(cfg.dropout),
+                nn.Linear(cfg.beat_mlp, cfg.n_beat_classes),
+            )
+            if cfg.beat_mlp
+            else None
+        )
         self.window_head = nn.Linear(cfg.d_model, cfg.n_window_classes)
         self.apply(self._init)
         for block in self.blocks:  # GPT-2 style scaling of the residual projections
@@ -186,7 +211,10 @@ class HeartLM(nn.Module, Pretrained):
                 if m is not None
                 for p in m.parameters()
             ],
-            "beat": list(self.beat_head.parameters()),
+            "beat": [
+                *self.beat_head.parameters(),
+                *([] if self.beat_mlp is None else self.beat_mlp.parameters()),
+            ],
             "window": list(self.window_head.parameters()),
         }
 
@@ -220,11 +248,7 @@ class HeartLM(nn.Module, Pretrained):
             morph_BT = torch.where(morph_BT >= NUM_SPECIAL, MASK, morph_BT)
         x = self.morph_emb(morph_BT) + self.rhythm_emb(rhythm_BT)
         if self.feature_proj is not None:
-            if features_BTF is None:
-                raise ValueError(f"the model takes {cfg.n_features} beat features per beat")
-            features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
-            if cfg.absolute_columns:
-                features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
+            features_BTF = self._visible(features_BTF)
             if self.stats_proj is not None:
                 stats = feature_statistics(features_BTF, valid_BT, cfg.local_stats)
                 x = x + self.stats_proj(stats.to(self.stats_proj.weight.dtype))
@@ -251,6 +275,16 @@ class HeartLM(nn.Module, Pretrained):
         for block in self.blocks:
             x = block(x, mask)
         return self.norm(x)
+
+    def _visible(self, features_BTF: Tensor | None) -> Tensor:
+        """The feature rows as the model reads them: absolute columns zeroed under
+        `relative_only` inputs."""
+        if features_BTF is None:
+            raise ValueError(f"the model takes {self.cfg.n_features} beat features per beat")
+        features_BTF = features_BTF.to(self.feature_proj.weight.dtype)
+        if self.cfg.absolute_columns:
+            features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
+        return features_BTF
 
     def forward(
         self,
@@ -283,7 +317,10 @@ class HeartLM(nn.Module, Pretrained):
             key = self.choice_key(targets_BTF.to(self.choice_query.weight.dtype))
             return self.lm_head(h), self.choice_query(h), key
         if head == "beat":
-            return self.beat_head(h)
+            if self.beat_mlp is None:
+                return self.beat_head(h)
+            near = beat_neighbourhood(self._visible(features_BTF), valid_BT)
+            return self.beat_head(h) + self.beat_mlp(near.to(h.dtype))
         if head == "window_beats":  # the window head on each beat; their valid mean is "window"
             return self.window_head(h)
         if head == "window":

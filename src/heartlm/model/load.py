@@ -62,8 +62,9 @@ def _saved_model_config(config: dict[str, Any], path: Path) -> ModelConfig:
         raise HeartlmError(f"model: {exc}", path) from None
 
 
-_ADDED_BY_OVERRIDE = ("stats_proj.",)
-"""Weights of an input that fine-tuning may add to a pretrained encoder (`local_stats`)."""
+_ADDED_BY_OVERRIDE = {"local_stats": "stats_proj.", "beat_mlp": "beat_mlp."}
+"""Weights that fine-tuning may add to a pretrained encoder, by the config field that adds
+them: an input's projection (`local_stats`), the per-beat network (`beat_mlp`)."""
 
 
 class Pretrained:
@@ -99,8 +100,8 @@ def load_into(
     vocabulary.
 
     `overrides` change head-only fields (`n_beat_classes`, `n_window_classes`, `causal`,
-    `cls_token`) or add an input (`local_stats`); heads whose shape changes, and an added
-    input's projection, are left freshly initialised.
+    `cls_token`) or add weights (`local_stats`, `beat_mlp`: _ADDED_BY_OVERRIDE); heads whose
+    shape changes, and added weights, are left freshly initialised.
     """
     run_dir = Path(run_dir)
     config = read_config(run_dir)
@@ -120,6 +121,12 @@ def load_into(
             "(--local-stats)",
             run_dir,
         )
+    width = overrides.get("beat_mlp", saved.beat_mlp)
+    if saved.beat_mlp and width != saved.beat_mlp:
+        raise HeartlmError(
+            f"was trained with a per-beat network {saved.beat_mlp} wide, not {width} (--beat-mlp)",
+            run_dir,
+        )
     cfg = _saved_model_config({"model": {**saved.to_dict(), **overrides}}, run_dir / "config.json")
     model = cls(cfg)
     path = run_dir / "model.safetensors"
@@ -131,9 +138,8 @@ def load_into(
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise HeartlmError(f"holds non-finite weights (tensor {name})", path)
     own = model.state_dict()
-    added: set[str] = set()
-    if not saved.local_stats:
-        added = {k for k in own.keys() - state.keys() if k.startswith(_ADDED_BY_OVERRIDE)}
+    new = tuple(prefix for field, prefix in _ADDED_BY_OVERRIDE.items() if not getattr(saved, field))
+    added = {k for k in own.keys() - state.keys() if k.startswith(new)}
     mismatched = sorted((set(state) ^ set(own)) - added)
     if mismatched:
         raise HeartlmError(f"weights do not fit the model config ({mismatched[:3]})", path)

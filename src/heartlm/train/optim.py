@@ -60,9 +60,9 @@ def scaled_lr(lr: float, global_batch: int, scale: bool) -> float:
 def layer_depth(name: str, n_layers: int) -> int:
     """0 for the input embeddings, i + 1 for transformer block i, n_layers + 1 for the final
     norm and the heads (wrapper prefixes such as `module.` or `_orig_mod.` are ignored).
-    `stats_proj` (`--local-stats`) counts with the heads: fine-tuning adds it freshly
-    initialised, so it learns at the heads' rate and trains while `--head-first` holds the
-    pretrained encoder still."""
+    `stats_proj` (`--local-stats`) and `beat_mlp` (`--beat-mlp`) count with the heads:
+    fine-tuning adds them freshly initialised, so they learn at the heads' rate and train
+    while `--head-first` holds the pretrained encoder still."""
     parts = name.split(".")
     if "blocks" in parts:
         return int(parts[parts.index("blocks") + 1]) + 1

@@ -1,0 +1,178 @@
+"""Does the scale of the beat features cost a neural model V sensitivity? (issue 12)
+
+On the DS1 folds the transformer finds fewer V beats than the LightGBM floor on the same
+inputs, calling the rest N or S. A tree splits a column at any value; a network reads it
+through weights, and heartlm's patient-relative columns are standardised and clipped, so a
+column such as the QRS correlation with the record's template keeps almost every beat
+between 0.2 and 0.26 and spreads the ectopic ones down to -7. This probe trains the same
+small per-beat network (the beat and one neighbour each side, as the floor reads them) on
+one fold and scores it on the other, once on the columns as the model reads them and once
+after a rank (quantile-normal) transform fitted on the training fold, beside the floor.
+
+    python benchmarks/feature_scale_probe.py TOKENS [--out FILE.json] [--epochs 8]
+
+TOKENS is a labelled token folder of MIT-BIH (e.g. a model-study work folder's tok_mitdb).
+DS2 is not read: both folds are DS1's (model_configs.FOLDS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import norm
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+import model_configs
+import tree_floor
+
+from heartlm.ecg.labels import AAMI_CLASSES
+from heartlm.labelled import metrics
+from heartlm.labelled.windows import keep_recording_label_fraction
+from heartlm.runinfo import versions
+from heartlm.train.data import TokenData, load_tokens, recordings
+
+QUANTILES = 1001
+
+
+def quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Each column of `x` mapped through the training rows' empirical distribution onto a
+    standard normal (ties and NaN kept: NaN stays NaN)."""
+    probabilities = np.linspace(0.0, 1.0, QUANTILES)
+    out = np.empty_like(x)
+    edge = 0.5 / QUANTILES
+    for j in range(x.shape[1]):
+        known = train[:, j][np.isfinite(train[:, j])]
+        if known.size == 0:
+            out[:, j] = 0.0
+            continue
+        levels = np.quantile(known, probabilities)
+        # np.interp needs increasing x: repeated quantile levels (ties) take their mean rank
+        levels, first = np.unique(levels, return_index=True)
+        ranks = np.interp(x[:, j], levels, probabilities[first])
+        out[:, j] = norm.ppf(np.clip(ranks, edge, 1.0 - edge))
+        out[~np.isfinite(x[:, j]), j] = np.nan
+    return out
+
+
+def class_weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    """(n / (K n_c))^0.5 over the classes present, as fine-tuning and the floor weigh."""
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
+    present = counts > 0
+    w = np.zeros(n_classes)
+    w[present] = (counts[present].sum() / (present.sum() * counts[present])) ** 0.5
+    return w
+
+
+def fit_network(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs: int) -> nn.Module:
+    torch.manual_seed(seed)
+    missing = np.isnan(x)
+    inputs = torch.tensor(np.concatenate([np.nan_to_num(x), missing], axis=1), dtype=torch.float32)
+    targets = torch.tensor(y)
+    model = nn.Sequential(
+        nn.Linear(inputs.shape[1], 256), nn.GELU(), nn.Dropout(0.1),
+        nn.Linear(256, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, n_classes),
+    )  # fmt: skip
+    weight = torch.tensor(class_weights(y, n_classes), dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(targets), generator=generator).split(512):
+            loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch], weight)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model.eval()
+
+
+def predict(model: nn.Module, x: np.ndarray) -> np.ndarray:
+    inputs = np.concatenate([np.nan_to_num(x), np.isnan(x)], axis=1)
+    with torch.no_grad():
+        return model(torch.tensor(inputs, dtype=torch.float32)).argmax(1).numpy()
+
+
+def fold_beats(
+    data: TokenData, records: tuple[str, ...], aami: np.ndarray, fraction: float, seed: int
+) -> np.ndarray:
+    """The labelled beats of `records`, keeping a seeded `fraction` of the labels per
+    recording as `heartlm finetune --label-fraction` and the floor draw them."""
+    indices = tree_floor._indices(data, list(records))
+    beats = tree_floor._beats(data, indices)
+    if fraction < 1.0:
+        lengths = np.diff(data.boundaries)[indices]
+        recording = recordings(data)
+        kept = keep_recording_label_fraction(
+            aami[beats], np.concatenate([[0], np.cumsum(lengths)]),
+            [recording[i] for i in indices], fraction, seed,
+        )  # fmt: skip
+        return beats[kept >= 0]
+    return beats[aami[beats] >= 0]
+
+
+def probe(data: TokenData, seeds: list[int], epochs: int, fraction: float) -> dict[str, dict]:
+    """Confusion matrices summed over both fold directions and `seeds`, per arm."""
+    x = tree_floor.beat_inputs(data, "relative")
+    aami = np.asarray(data.aami).astype(np.int64)
+    n = len(AAMI_CLASSES)
+    arms = ("network, columns as the model reads them", "network, quantile-normal columns",
+            "floor (LightGBM)")  # fmt: skip
+    confusion = {arm: np.zeros((n, n), np.int64) for arm in arms}
+    for train_fold, test_fold in (model_configs.FOLDS, model_configs.FOLDS[::-1]):
+        te = fold_beats(data, test_fold, aami, 1.0, 0)
+        for seed in seeds:
+            tr = fold_beats(data, train_fold, aami, fraction, seed)
+            ranked = quantile_normal(x[tr], x)
+            for arm, columns in zip(arms[:2], (x, ranked), strict=True):
+                model = fit_network(columns[tr], aami[tr], n, seed, epochs)
+                confusion[arm] += metrics.confusion_matrix(aami[te], predict(model, columns[te]), n)
+            tree = tree_floor._fit(x[tr], aami[tr], n, seed, threads=0)
+            predicted = tree.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
+            confusion[arms[2]] += metrics.confusion_matrix(aami[te], predicted, n)
+    return {
+        arm: {
+            "accuracy": metrics.accuracy(cm),
+            "per_class": metrics.class_scores(cm),
+            "confusion": cm.tolist(),
+        }
+        for arm, cm in confusion.items()
+    }
+
+
+def table(results: dict[str, dict]) -> str:
+    rows = ["| model | accuracy | S F1 | V Se | V +P | V F1 | F F1 |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for arm, r in results.items():
+        c = r["per_class"]
+        rows.append(
+            f"| {arm} | {r['accuracy']:.3f} | {c['S']['f1']:.3f} | {c['V']['se']:.3f} | "
+            f"{c['V']['ppv']:.3f} | {c['V']['f1']:.3f} | {c['F']['f1']:.3f} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("tokens", help="labelled MIT-BIH token folder")
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--label-fraction", type=float, default=model_configs.SELECT_FRACTION)
+    args = p.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    results = probe(load_tokens(args.tokens), args.seeds, args.epochs, args.label_fraction)
+    print(table(results))
+    if args.out:
+        body = {"command": " ".join(sys.argv), "versions": versions(), "folds": model_configs.FOLDS,
+                "seeds": args.seeds, "epochs": args.epochs,
+                "label_fraction": args.label_fraction, "results": results}  # fmt: skip
+        Path(args.out).write_text(json.dumps(body, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
