@@ -344,6 +344,20 @@ sensitivity 0.869 against 0.874, 0.868 against 0.875), F rose on the folds (0.08
 0.005 to 0.31); DS2 not scored (benchmarks/README.md, round 42)."""
 
 
+BEAT_MLP = ["--beat-mlp", "256"]
+BEAT_MLP_SUFFIX = "_beatmlp256"
+CONFIGS = {name: CONFIGS[name] for name in (_PRETRAINED_41, _SCRATCH_41)}
+CONFIGS |= {f"{name}{BEAT_MLP_SUFFIX}": [*flags, *BEAT_MLP] for name, flags in CONFIGS.items()}
+"""Round 43 (prepared in the eighteenth session, not yet run): round 40's fold winners, each as
+it is and with a per-beat network beside the transformer (`finetune --beat-mlp 256`: one
+hidden layer of 256 from the beat's visible feature columns and its two neighbours', its
+logits added to the beat head's). On the DS1 folds (10 % of the labels, seeds 0 and 1;
+benchmarks/feature_scale_probe.py, CPU) such a network alone finds V at sensitivity
+0.918-0.925, level with the floor's 0.915, at +P 0.55-0.71, where the transformers find it at
+0.87 and +P 0.87 (rounds 40-42): the transformer's context buys precision and loses
+sensitivity, the per-beat view keeps it. Rank-transforming the columns (the other candidate:
+the network reads them at their scale) lost V sensitivity in the same probe (0.872)."""
+
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same
