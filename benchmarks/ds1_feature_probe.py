@@ -32,7 +32,7 @@ from heartlm.train.data import TokenData, load_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_configs import FOLDS
-from tree_floor import _beats, _fit, _indices, beat_inputs
+from tree_floor import beat_inputs, fit_tree, record_beats, record_indices
 
 PAST = 8
 
@@ -109,10 +109,10 @@ def cross_validate(
     aami = np.asarray(data.aami).astype(np.int64)
     cms = []
     for k in (0, 1):
-        tr = _beats(data, _indices(data, list(FOLDS[k])))
-        te = _beats(data, _indices(data, list(FOLDS[1 - k])))
+        tr = record_beats(data, record_indices(data, list(FOLDS[k])))
+        te = record_beats(data, record_indices(data, list(FOLDS[1 - k])))
         tr, te = tr[aami[tr] >= 0], te[aami[te] >= 0]
-        model = _fit(x[tr], aami[tr], 5, seed, threads)
+        model = fit_tree(x[tr], aami[tr], 5, seed, threads)
         predicted = model.predict(x_test[te]).reshape(len(te), -1).argmax(axis=1)
         cms.append(np.asarray(metrics.beat_report(aami[te], predicted)["confusion"]))
     cm = np.sum(cms, axis=0)

@@ -101,8 +101,8 @@ def fold_beats(
 ) -> np.ndarray:
     """The labelled beats of `records`, keeping a seeded `fraction` of the labels per
     recording as `heartlm finetune --label-fraction` and the floor draw them."""
-    indices = tree_floor._indices(data, list(records))
-    beats = tree_floor._beats(data, indices)
+    indices = tree_floor.record_indices(data, list(records))
+    beats = tree_floor.record_beats(data, indices)
     if fraction < 1.0:
         lengths = np.diff(data.boundaries)[indices]
         recording = recordings(data)
@@ -130,7 +130,7 @@ def probe(data: TokenData, seeds: list[int], epochs: int, fraction: float) -> di
             for arm, columns in zip(arms[:2], (x, ranked), strict=True):
                 model = fit_network(columns[tr], aami[tr], n, seed, epochs)
                 confusion[arm] += metrics.confusion_matrix(aami[te], predict(model, columns[te]), n)
-            tree = tree_floor._fit(x[tr], aami[tr], n, seed, threads=0)
+            tree = tree_floor.fit_tree(x[tr], aami[tr], n, seed, threads=0)
             predicted = tree.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
             confusion[arms[2]] += metrics.confusion_matrix(aami[te], predicted, n)
     return {

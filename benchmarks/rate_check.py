@@ -31,7 +31,7 @@ from heartlm.runinfo import versions
 from heartlm.train.data import TokenData, load_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tree_floor import _beats, _fit, _indices, beat_inputs
+from tree_floor import beat_inputs, fit_tree, record_beats, record_indices
 
 RATES = (128, 250)
 
@@ -71,7 +71,7 @@ def tokens_at(rate: int, ecg: Path, codebook: Path, work: Path) -> TokenData:
 
 def labelled(data: TokenData, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     x, aami = beat_inputs(data), np.asarray(data.aami).astype(np.int64)
-    idx = _beats(data, _indices(data, names))
+    idx = record_beats(data, record_indices(data, names))
     idx = idx[aami[idx] >= 0]
     return x[idx], aami[idx]
 
@@ -90,7 +90,7 @@ def main() -> int:
     tests = {360: base, **{r: tokens_at(r, args.ecg, args.tokens, args.work) for r in RATES}}
     rows = []
     for seed in args.seeds:
-        model = _fit(x_tr, y_tr, 5, seed, args.threads)
+        model = fit_tree(x_tr, y_tr, 5, seed, args.threads)
         for rate, data in tests.items():
             x_te, y_te = labelled(data, list(MITDB_DS2))
             predicted = model.predict(x_te).reshape(len(y_te), -1).argmax(axis=1)

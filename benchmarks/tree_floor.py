@@ -54,16 +54,16 @@ def min_rows_per_leaf(n_rows: int) -> int:
     return max(1, min(MIN_ROWS_PER_LEAF, n_rows // 5))
 
 
-def _keys(data: TokenData) -> list[str]:
+def record_keys(data: TokenData) -> list[str]:
     """DB/NAME of every record (names alone repeat across databases: LUDB has a 101)."""
     meta = data.meta.get("records", [])
     return [f"{m.get('db', '')}/{name}" for m, name in zip(meta, data.records, strict=True)]
 
 
-def _indices(data: TokenData, names: list[str]) -> list[int]:
+def record_indices(data: TokenData, names: list[str]) -> list[int]:
     """Records named NAME or DB/NAME, as `heartlm finetune --records` takes them."""
     wanted = set(names)
-    keys = _keys(data)
+    keys = record_keys(data)
     found = [i for i, r in enumerate(data.records) if r in wanted or keys[i] in wanted]
     missing = wanted - {data.records[i] for i in found} - {keys[i] for i in found}
     if missing:
@@ -71,7 +71,7 @@ def _indices(data: TokenData, names: list[str]) -> list[int]:
     return found
 
 
-def _beats(data: TokenData, records: list[int]) -> np.ndarray:
+def record_beats(data: TokenData, records: list[int]) -> np.ndarray:
     return np.concatenate(
         [np.arange(data.boundaries[r], data.boundaries[r + 1]) for r in records]
     ).astype(np.int64)
@@ -129,7 +129,7 @@ def window_inputs(
 
 def _record_names(data: TokenData) -> list[str]:
     """Record names as `heartlm evaluate` shows them: DB/NAME where two databases share one."""
-    return _keys(data) if len(set(data.records)) < len(data.records) else list(data.records)
+    return record_keys(data) if len(set(data.records)) < len(data.records) else list(data.records)
 
 
 def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -140,7 +140,7 @@ def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
     return w[labels]
 
 
-def _fit(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: int) -> Any:
+def fit_tree(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: int) -> Any:
     import lightgbm as lgb
 
     params = {**PARAMS, "seed": seed, "num_threads": threads,
@@ -167,8 +167,8 @@ def beat_floor(
     that fine-tuning with `--inputs` gives the transformer."""
     x = beat_inputs(data, inputs)
     aami = np.asarray(data.aami).astype(np.int64)
-    trained = _indices(data, train)
-    tr, te = _beats(data, trained), _beats(data, _indices(data, test))
+    trained = record_indices(data, train)
+    tr, te = record_beats(data, trained), record_beats(data, record_indices(data, test))
     # the share heartlm finetune keeps: drawn per recording, a lead copy follows its record
     lengths = np.diff(data.boundaries)[trained]
     recording = recordings(data)
@@ -178,7 +178,7 @@ def beat_floor(
     )  # fmt: skip
     tr, te = tr[kept >= 0], te[aami[te] >= 0]
     n_classes = len(AAMI_CLASSES)
-    model = _fit(x[tr], aami[tr], n_classes, seed, threads)
+    model = fit_tree(x[tr], aami[tr], n_classes, seed, threads)
     predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
     return metrics.beat_report(aami[te], predicted)
 
@@ -215,15 +215,16 @@ def afib_floor_scores(
     from one tree trained on `train` (record names) with a seeded `fraction` of the training
     windows' labels; the windows come in the same order for every tree, so that several
     trees' probabilities can be averaged."""
-    x_tr, y_tr, _ = window_inputs(train_data, _indices(train_data, train), window, inputs, context)
+    trained = record_indices(train_data, train)
+    x_tr, y_tr, _ = window_inputs(train_data, trained, window, inputs, context)
     if fraction < 1.0:
         keep = keep_label_fraction(y_tr, fraction, seed) >= 0
         x_tr, y_tr = x_tr[keep], y_tr[keep]
-    model = _fit(x_tr, y_tr, 2, seed, threads)
+    model = fit_tree(x_tr, y_tr, 2, seed, threads)
     out = []
     for test_data, test in tests:
         x_te, y_te, record = window_inputs(
-            test_data, _indices(test_data, test), window, inputs, context
+            test_data, record_indices(test_data, test), window, inputs, context
         )
         out.append((y_te, model.predict(x_te), record))
     return out

@@ -107,7 +107,7 @@ class _Runner:
 
 
 def _counting_fit(fits: list[int]):
-    """A stand-in for tree_floor._fit that records each tree's training rows."""
+    """A stand-in for tree_floor.fit_tree that records each tree's training rows."""
 
     def fit(x, y, n_classes, seed, threads):
         fits.append(len(y))
@@ -120,7 +120,7 @@ def _two_afib_recipes(monkeypatch: pytest.MonkeyPatch, data: TokenData, fit, oth
     """The model study on `data` (one seed, all labels, `fit` for the floors' trees) with two
     AFIB recipes on rhythm inputs and 128 beats of context: scratch, whose name it returns,
     and a pretrained one named `other`."""
-    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr(tree_floor, "fit_tree", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_configs, "SEEDS", (0,))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
@@ -175,7 +175,7 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
         return _Tree()
 
     data = _mitdb()
-    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr(tree_floor, "fit_tree", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_configs, "CONFIGS",
                         {"scratch_relative": ["--from-scratch", *model_configs.REL]})  # fmt: skip
@@ -260,7 +260,7 @@ def test_select_puts_a_floor_on_each_input_set_beside_the_configurations(
         return _Tree()
 
     data = _mitdb()
-    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr(tree_floor, "fit_tree", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0,))
     monkeypatch.setattr(model_configs, "CONFIGS", {
@@ -304,15 +304,15 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
         return copies if Path(folder).name == model_configs.BEATS_LEADS else plain
 
     picked: list[set[str]] = []  # the records each floor trains or is scored on, DB/NAME
-    indices = tree_floor._indices
+    indices = tree_floor.record_indices
 
     def recording_indices(data: TokenData, names: list[str]) -> list[int]:
         found = indices(data, names)
-        picked.append({tree_floor._keys(data)[i] for i in found})
+        picked.append({tree_floor.record_keys(data)[i] for i in found})
         return found
 
-    monkeypatch.setattr(tree_floor, "_indices", recording_indices)
-    monkeypatch.setattr(tree_floor, "_fit", _counting_fit(fits))
+    monkeypatch.setattr(tree_floor, "record_indices", recording_indices)
+    monkeypatch.setattr(tree_floor, "fit_tree", _counting_fit(fits))
     monkeypatch.setattr("heartlm.train.data.load_tokens", load)
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0,))
     monkeypatch.setattr(model_configs, "SELECT_FRACTION", 1.0)
@@ -401,7 +401,7 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
             return super().evaluate()
 
     data = _mitdb()
-    monkeypatch.setattr(tree_floor, "_fit", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
@@ -693,7 +693,7 @@ def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patien
         fits.append(len(y))
         return _NoAfib()
 
-    monkeypatch.setattr(tree_floor, "_fit", fit)
+    monkeypatch.setattr(tree_floor, "fit_tree", fit)
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
     monkeypatch.setattr(model_configs, "SEEDS", (0,))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
@@ -989,7 +989,7 @@ def test_the_afib_floor_with_context_adds_the_context_statistics_to_the_same_win
 
 def test_the_afib_floor_reports_each_test_record(monkeypatch: pytest.MonkeyPatch):
     data = _half_afib()
-    monkeypatch.setattr(tree_floor, "_fit", lambda *args: _NoAfib())
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda *args: _NoAfib())
     test = [MITDB_DS2[0], MITDB_DS2[1]]
     (report,) = tree_floor.afib_floors(data, list(MITDB_DS1), [(data, test)], window=16)
     rows = {row["record"]: row for row in report["per_record"]}
@@ -1133,7 +1133,7 @@ def test_the_floor_splits_even_when_a_label_fraction_leaves_it_a_few_rows():
     rng = np.random.default_rng(0)
     y = np.repeat([0, 1], 14)
     x = rng.normal(size=(28, 3)) + y[:, None] * 3.0
-    scores = tree_floor._fit(x, y, 2, seed=0, threads=1).predict(x)
+    scores = tree_floor.fit_tree(x, y, 2, seed=0, threads=1).predict(x)
     assert scores[y == 1].min() > scores[y == 0].max()
 
 
@@ -1151,15 +1151,15 @@ def test_threshold_rules_are_judged_fold_to_fold_and_ds2_read_at_the_winner():
 
     folds = [curve(0.995), curve(0.3)]
     pooled = metrics.pooled_curve(folds)
-    assert rules._default(pooled) == 0.5
-    assert rules._best(pooled) == metrics.best_threshold(folds)[0]
+    assert rules.RULES["default"](pooled) == 0.5
+    assert rules.RULES["best"](pooled) == metrics.best_threshold(folds)[0]
     top = max(p["f1"] for p in pooled)
-    plateau = rules._plateau(pooled)
+    plateau = rules.RULES["plateau"](pooled)
     assert rules.f1_at(pooled, plateau) >= top - metrics.PLATEAU
     # Fold to fold: the rule is fitted on one fold and scored on the other, both ways.
-    expected = (rules.f1_at(folds[1], rules._best(folds[0]))
-                + rules.f1_at(folds[0], rules._best(folds[1]))) / 2  # fmt: skip
-    assert rules.fold_to_fold(folds, rules._best) == pytest.approx(expected)
+    expected = (rules.f1_at(folds[1], rules.RULES["best"](folds[0]))
+                + rules.f1_at(folds[0], rules.RULES["best"](folds[1]))) / 2  # fmt: skip
+    assert rules.fold_to_fold(folds, rules.RULES["best"]) == pytest.approx(expected)
     floor = "tree floor (rhythm, context 128)"
     rows = {
         "scratch_x": {"fold_curves": folds, "threshold_curve": pooled},
