@@ -52,7 +52,7 @@ def quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
             out[:, j] = 0.0
             continue
         levels = np.quantile(known, probabilities)
-        # np.interp needs increasing x: repeated quantile levels (ties) take their mean rank
+        # np.interp needs increasing x: a repeated quantile level (ties) takes its first rank
         levels, first = np.unique(levels, return_index=True)
         ranks = np.interp(x[:, j], levels, probabilities[first])
         out[:, j] = norm.ppf(np.clip(ranks, edge, 1.0 - edge))

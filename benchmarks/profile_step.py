@@ -26,13 +26,13 @@ import train_bench
 from heartlm.model.config import model_config
 from heartlm.train.flops import peak_flops
 
-KINDS = (  # first match wins: attention kernels also say "gemm" or "wgmma", NCCL's "Reduce"
+KINDS = (  # first match wins: attention kernels also say "gemm", NCCL's "Reduce", casts "copy"
     ("communication", re.compile(r"nccl", re.I)),
     ("attention", re.compile(r"sdpa|flash|fmha|attention", re.I)),
-    ("matmul", re.compile(r"nvjet|gemm|cutlass|xmma|wgmma|sm90_", re.I)),
+    ("matmul", re.compile(r"nvjet|gemm|cutlass|xmma|wgmma|sm90_|splitKreduce|^triton_tem", re.I)),
     ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.I)),
+    ("copies", re.compile(r"memcpy|memset|copy_kernel", re.I)),
     ("elementwise and norms", re.compile(r"^triton_|elementwise|reduce|norm", re.I)),
-    ("copies", re.compile(r"memcpy|memset|copy", re.I)),
 )
 
 

@@ -1397,6 +1397,12 @@ def test_profile_step_sorts_kernels_by_kind_and_bounds_the_mfu():
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 8.0),
         ("void at::native::(anonymous namespace)::indexSelectLargeIndex", 2.0),
     ]
+    assert profile_step.kernel_kind("triton_tem_fused_mm_0") == "matmul"  # max-autotune's
+    assert profile_step.kernel_kind("void cublasLt::splitKreduce_kernel<32, 16>") == "matmul"
+    assert profile_step.kernel_kind("void at::native::elementwise_kernel<direct_copy_kernel>") == (
+        "copies"
+    )
+    assert profile_step.kernel_kind("triton_poi_fused__to_copy_add_1") == "elementwise and norms"
     by_kind = profile_step.time_by_kind(kernels)
     assert list(by_kind) == [
         "matmul", "attention", "elementwise and norms", "optimizer", "copies", "communication",

@@ -596,10 +596,12 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp"] == 8
     n_features = len(json.loads((corpus / "tok" / "tokens.json").read_text())["features"])
     weights = load_file(out / "model.safetensors")
-    assert weights["beat_mlp.0.weight"].shape == (8, 3 * n_features + 2)
+    assert weights["beat_mlp.hidden.weight"].shape == (8, 3 * n_features + 2)
     assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
     assert _cli(*args[:-2], "--beat-mlp", "-1", "--overwrite") == 2
     assert "--beat-mlp must be >= 0, not -1" in capsys.readouterr().err
+    assert _cli(*args, "--task", "afib", "--overwrite") == 2
+    assert "--beat-mlp feeds the beat head: only with --task beats" in capsys.readouterr().err
 
 
 def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(
@@ -1076,6 +1078,19 @@ def test_a_resume_with_nothing_to_resume_names_the_run(corpus, tmp_path, capsys)
     line = f"heartlm: {out}: nothing to resume (no checkpoint); starting at step 0"
     assert err.splitlines().count(line) == 1 and ".partial" not in err, err
     assert (out / "finetune.json").is_file()
+
+
+def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
+    out = tmp_path / "ft"
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    assert _finetune(corpus, out, "--beat-mlp", "8", *stop) == 0
+    capsys.readouterr()
+    for flags in ((), ("--beat-mlp", "16")):  # the pretrained run's 0, another width
+        assert _finetune(corpus, out, *flags, "--steps", "6", "--resume") == 2
+        err = capsys.readouterr().err.strip()
+        assert "checkpoint model has beat_mlp=8, this run" in err and "(--beat-mlp)" in err, err
+    assert _finetune(corpus, out, "--beat-mlp", "8", "--steps", "6", "--resume") == 0
+    assert json.loads((out / "config.json").read_text())["model"]["beat_mlp"] == 8
 
 
 def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys):

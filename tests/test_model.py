@@ -200,18 +200,25 @@ def test_the_per_beat_network_adds_its_logits_to_the_beat_heads():
     assert all(id(p) in heads for p in model.beat_mlp.parameters())
     with pytest.raises(ValueError, match="beat_mlp needs beat features"):
         _tiny(beat_mlp=8)
+    with pytest.raises(ValueError, match="not for a causal model"):
+        _tiny(n_features=3, beat_mlp=8, causal=True)
 
 
 def test_a_pretrained_encoder_loads_with_a_per_beat_network_added(tmp_path: Path):
     model = _tiny(n_features=3).eval()
     export_model(tmp_path, model.state_dict(), model.cfg, {})
     tuned, _ = load_pretrained(tmp_path, beat_mlp=16)
-    assert tuned.beat_mlp[0].in_features == 3 * 3 + 2 and tuned.beat_mlp[0].out_features == 16
+    hidden = tuned.beat_mlp.hidden
+    assert (hidden.in_features, hidden.out_features) == (3 * 3 + 2, 16)
     assert torch.equal(tuned.blocks[1].qkv.weight, model.blocks[1].qkv.weight)
     tuned.save_pretrained(tmp_path / "ft")
     assert load_pretrained(tmp_path / "ft")[0].cfg.beat_mlp == 16
     with pytest.raises(HeartlmError, match="16 wide, not 8 \\(--beat-mlp\\)"):
         load_pretrained(tmp_path / "ft", beat_mlp=8)
+    # another set of classes re-initialises the network's output layer as it does the head's
+    fewer, _ = load_pretrained(tmp_path / "ft", n_beat_classes=3)
+    assert fewer.beat_mlp.out.out_features == fewer.beat_head.out_features == 3
+    assert torch.equal(fewer.beat_mlp.hidden.weight, tuned.beat_mlp.hidden.weight)
 
 
 def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path: Path):

@@ -810,3 +810,31 @@ def test_pretraining_validation_holds_out_whole_recordings_with_their_lead_copie
     train, val = split_records(plain, 0.4, 3)
     order = np.random.default_rng(3).permutation(len(names))
     assert val.records == [names[i][1] for i in sorted(order[:2])]
+
+
+def test_the_sdpa_kernel_holds_for_training_steps_and_not_for_validation(tmp_path: Path):
+    """`--sdpa math` (the one kernel that runs on the CPU) is set in the blocks while the
+    steps train; validation and whatever follows the run get PyTorch's choice back."""
+    from torch.nn.attention import SDPBackend
+
+    from heartlm.train.callbacks import Callback
+
+    data = make_data([120, 90, 200, 150])
+    model = tiny(data, 16)
+    seen: dict[str, set] = {"step": set(), "validation": set()}
+
+    class Watch(Callback):
+        def on_step_end(self, step: int, rank: int) -> None:
+            seen["step"].add(model.blocks[0].attention_kernel)
+
+        def on_validation(self, m: torch.nn.Module) -> dict[str, float]:
+            seen["validation"].add(model.blocks[0].attention_kernel)
+            return {}
+
+    cfg = TrainConfig(steps=4, batch=8, warmup_steps=1, log_every=2, val_every=2, ckpt_every=0,
+                      sdpa="math")  # fmt: skip
+    samplers = WindowSampler(data.subset([0, 1, 2]), 16, 4), WindowSampler(data.subset([3]), 16, 16)
+    objective = MaskedBeats(data.vocab_size)
+    train(cfg, model, objective, *samplers, tmp_path, DistEnv(), callbacks=[Watch()])
+    assert seen == {"step": {SDPBackend.MATH}, "validation": {None}}
+    assert model.blocks[0].attention_kernel is None

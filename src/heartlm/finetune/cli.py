@@ -74,7 +74,8 @@ class FinetuneConfig:
     each side of it and over the whole window (default: the pretrained run's; 0 off)"""
     beat_mlp: int | None = setting(None, metavar="WIDTH", group=TASK)
     """beats: a network WIDTH wide from each beat's visible feature columns and its two
-    neighbours' adds its logits to the beat head's (default: the pretrained run's; 0 off)"""
+    neighbours' adds its logits to the beat head's (default: the pretrained run's; 0 adds
+    none to an encoder without one)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -118,6 +119,8 @@ class FinetuneConfig:
             raise ValueError(f"--local-stats must be >= 0, not {self.local_stats}")
         if self.beat_mlp is not None and self.beat_mlp < 0:
             raise ValueError(f"--beat-mlp must be >= 0, not {self.beat_mlp}")
+        if self.beat_mlp and self.task != "beats":
+            raise ValueError("--beat-mlp feeds the beat head: only with --task beats")
         for flag, value, allowed in (("--task", self.task, TASKS),
                                      ("--select", self.select, SELECT),
                                      ("--inputs", self.inputs, INPUTS)):  # fmt: skip

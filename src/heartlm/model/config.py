@@ -52,10 +52,12 @@ class ModelConfig:
     window's column means and spreads (the AFIB floor) gets them for free; attention has to
     learn a second moment from few AF patients."""
     beat_mlp: int = 0
-    """hidden width of a small network from each beat's visible feature columns and its two
-    neighbours' straight to the beat head's logits, added to the transformer's (0: off). On
-    the DS1 folds such a network alone finds as many V beats as the LightGBM floor, and the
-    transformer fewer (benchmarks/feature_scale_probe.py)."""
+    """hidden width of a small network (one hidden layer) from each beat's visible feature
+    columns and its two neighbours' straight to the beat head's logits, added to the
+    transformer's (0: off). On the DS1 folds a network of this kind alone (the probe's has two
+    hidden layers and reads the rhythm code too; one layer without it found as many) finds as
+    many V beats as the LightGBM floor, and the transformer fewer
+    (benchmarks/feature_scale_probe.py)."""
     choice_critic: bool = False
     """the critic of `pretrain --objective contrastive`: a query from each position's state
     and a key from each candidate beat's features (a small MLP), both d_model wide; head
@@ -105,6 +107,8 @@ class ModelConfig:
             raise ValueError(f"beat_mlp must be >= 0, not {self.beat_mlp}")
         if self.beat_mlp and not self.n_features:
             raise ValueError("beat_mlp needs beat features (token format v2 or later)")
+        if self.beat_mlp and self.causal:
+            raise ValueError("beat_mlp reads the beat after each one: not for a causal model")
         if self.choice_critic and not self.n_features:
             raise ValueError("choice_critic needs beat features (token format v2 or later)")
         if self.local_stats and self.causal:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -180,10 +181,12 @@ class HeartLM(nn.Module, Pretrained):
         self.beat_head = nn.Linear(cfg.d_model, cfg.n_beat_classes)
         self.beat_mlp = (
             nn.Sequential(
-                nn.Linear(3 * cfg.n_features + 2, cfg.beat_mlp),
-                nn.GELU(),
-                nn.Dropout(cfg.dropout),
-                nn.Linear(cfg.beat_mlp, cfg.n_beat_classes),
+                OrderedDict(
+                    hidden=nn.Linear(3 * cfg.n_features + 2, cfg.beat_mlp),
+                    activation=nn.GELU(),
+                    dropout=nn.Dropout(cfg.dropout),
+                    out=nn.Linear(cfg.beat_mlp, cfg.n_beat_classes),  # a head: load.HEAD_SUFFIXES
+                )
             )
             if cfg.beat_mlp
             else None

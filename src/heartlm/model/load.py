@@ -62,6 +62,10 @@ def _saved_model_config(config: dict[str, Any], path: Path) -> ModelConfig:
         raise HeartlmError(f"model: {exc}", path) from None
 
 
+HEAD_SUFFIXES = ("_head.weight", "_head.bias", "beat_mlp.out.weight", "beat_mlp.out.bias")
+"""Weights whose shape follows the classes: re-initialised when a reload changes them."""
+
+
 _ADDED_BY_OVERRIDE = {"local_stats": "stats_proj.", "beat_mlp": "beat_mlp."}
 """Weights that fine-tuning may add to a pretrained encoder, by the config field that adds
 them: an input's projection (`local_stats`), the per-beat network (`beat_mlp`)."""
@@ -144,9 +148,7 @@ def load_into(
     if mismatched:
         raise HeartlmError(f"weights do not fit the model config ({mismatched[:3]})", path)
     fitting = {k: v for k, v in state.items() if own[k].shape == v.shape}
-    wrong = [
-        k for k in fitting.keys() ^ state.keys() if not k.endswith(("_head.weight", "_head.bias"))
-    ]
+    wrong = [k for k in fitting.keys() ^ state.keys() if not k.endswith(HEAD_SUFFIXES)]
     if wrong:
         raise HeartlmError(f"weights do not fit the model config ({wrong[:3]})", path)
     model.load_state_dict(fitting, strict=False)

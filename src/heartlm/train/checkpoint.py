@@ -275,13 +275,14 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "dropout",
         "feature_embedding",
         "local_stats",
+        "beat_mlp",
         "choice_critic",
         "relative_only",
         "absolute_columns",
     ):
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
-                    "local_stats": " (--local-stats)",
+                    "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",

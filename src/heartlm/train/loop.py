@@ -195,10 +195,12 @@ class Trainer:
         model.to(env.device)
         objective_to(self.objective, env.device)
         model.use_heads(self.objective.heads)
-        model.use_attention_kernel(cfg.sdpa if self.cuda else "auto")
         self.bf16 = self.cuda and cfg.precision == "bf16"
         self.compile_on = self.cuda if cfg.compile is None else cfg.compile
         self.average = WeightAverage(model, cfg.ema) if cfg.ema > 0 else None
+        # the fused kernels are CUDA's; math runs anywhere
+        self.attention = cfg.sdpa if self.cuda or cfg.sdpa == "math" else "auto"
+        self._use_attention(self.attention)
         stage = cfg.parallel.zero_stage
         if cfg.backend == "deepspeed" and not zero.traceable(stage, env.distributed, self.bf16):
             if self.compile_on:
@@ -411,20 +413,29 @@ class Trainer:
 
     # --- validation, best, checkpoints ---------------------------------------------------
 
+    def _use_attention(self, name: str) -> None:
+        """`--sdpa`'s kernel in the model (and its weight average): for the training steps;
+        validation and what follows training run PyTorch's choice ("auto"), as a flash kernel
+        takes no padding mask."""
+        for model in (self.model, *([] if self.average is None else [self.average.module])):
+            model.use_attention_kernel(name)
+
     def validate(self) -> dict[str, float]:
         """The objective's loss on the validation windows, plus the callbacks' metrics (of
         the weight average with `ema`)."""
         wrapped, model = self.wrapped, self.model
         if self.average is not None:
             wrapped = model = self.average.module
-        out = evaluate(wrapped, self.objective, self.val_sampler, self.micro, self.env,
-                       self.cfg.val_batches, self.autocast)  # fmt: skip
         was_training = model.training
+        self._use_attention("auto")
         try:
+            out = evaluate(wrapped, self.objective, self.val_sampler, self.micro, self.env,
+                           self.cfg.val_batches, self.autocast)  # fmt: skip
             for callback in self.callbacks:
                 out.update(callback.on_validation(model))
         finally:
             model.train(was_training)
+            self._use_attention(self.attention)
         return out
 
     def _track_best(self, done: int, val: dict[str, float]) -> None:
@@ -495,18 +506,21 @@ class Trainer:
         done = self.start
         steps = range(self.start, self.stop)
         try:
-            with StepCollector(self.cfg.gc_every) as collector:
-                for step in progress(steps, total=len(steps), desc="train", unit="step"):
-                    self.step(step)
-                    done = step + 1
-                    collector.after_step(done)
-                    if self._after_step(done):
-                        break
-        except BaseException:
-            if self.graphed is not None:
-                self.graphed.release(sync=False)
-            raise
-        return self._finish(done)
+            try:
+                with StepCollector(self.cfg.gc_every) as collector:
+                    for step in progress(steps, total=len(steps), desc="train", unit="step"):
+                        self.step(step)
+                        done = step + 1
+                        collector.after_step(done)
+                        if self._after_step(done):
+                            break
+            except BaseException:
+                if self.graphed is not None:
+                    self.graphed.release(sync=False)
+                raise
+            return self._finish(done)
+        finally:
+            self._use_attention("auto")
 
     def _finish(self, done: int) -> TrainResult:
         """Export the weights (the best validation's with keep_best) when the run ended,
