@@ -39,7 +39,8 @@
 # wheels to install: ".carry/wheels .carry-ds"), OUT ($OUT, else benchmarks/gpu-study),
 # PYTHON (python3), TIMEOUT_S (per launch, 240); to run part of the core, repeats and
 # backends phases: WINDOWS (128,1024), SCALINGS (weak,strong), BACKENDS (backends phase:
-# ddp,fsdp,zero1,zero2,zero3), LEVERS (levers phase: NAME:BACKEND:FLAGS ...), LEVER_SCALINGS
+# ddp,fsdp,zero1,zero2,zero3), LEVERS (levers phase: NAME:BACKEND:FLAGS ..., several flags
+# of one lever joined by commas: bf16one:ddp:--grad-reduce=bf16,--ddp-bucket-mb=400), LEVER_SCALINGS
 # (the levers' scalings: weak; weak,strong for a lever against host overhead); for a smoke
 # test on a CPU machine: PRESET (base), SCALE_ARGS
 # (extra `heartlm scale` flags, e.g. "--steps 8 --warmup 2 --profile-steps 2 --batch 4").
@@ -127,6 +128,7 @@ phase_levers() {  # separate studies: engine flags are part of a grid's workload
   local spec name backend flags t
   for spec in $LEVERS; do  # NAME:BACKEND:FLAGS
     name=${spec%%:*}; backend=${spec#*:}; flags=${backend#*:}; backend=${backend%%:*}
+    flags=${flags//,/ }  # a lever of several flags joins them with commas
     t=$(budget) || return 0
     timeout $(( $(left) - 15 )) $PY -m heartlm scale --out "$STUDY/levers/$name" "${DATA[@]}" --gpus "$GPUS" \
       --preset "$PRESET" --timeout "$TIMEOUT_S" --max-time "$t" --cpus 16 --task pretrain \
