@@ -18,6 +18,7 @@ from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import feature_scale_probe
 import model_afib
 import model_beats
 import model_configs
@@ -1414,3 +1415,14 @@ def test_profile_step_sorts_kernels_by_kind_and_bounds_the_mfu():
     assert "| optimizer | 0.03 | 5.0% | – |" in table
     # 4e11 FLOP in 0.4 ms of matmul and attention: 1.0 of the peak; in all 0.5 ms: 0.8.
     assert "took time: 1.000; with every kernel: 0.800" in table
+
+
+def test_the_probes_rank_transform_is_monotone_normal_and_keeps_missing_values():
+    rng = np.random.default_rng(0)
+    train = np.column_stack([rng.exponential(size=2000), np.full(2000, 3.0)])
+    x = np.array([[0.01, 3.0], [0.5, 3.0], [5.0, np.nan], [np.nan, 3.0]])
+    out = feature_scale_probe.quantile_normal(train, x)
+    assert out[0, 0] < out[1, 0] < out[2, 0] and np.isnan(out[3, 0]) and np.isnan(out[2, 1])
+    ranked = feature_scale_probe.quantile_normal(train, train)[:, 0]
+    assert abs(ranked.mean()) < 0.05 and abs(ranked.std() - 1.0) < 0.05  # a standard normal
+    assert np.isfinite(feature_scale_probe.quantile_normal(train, train)[:, 1]).all()
