@@ -33,9 +33,9 @@ import tree_floor
 
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled import metrics
-from heartlm.labelled.windows import keep_recording_label_fraction
+from heartlm.labelled.windows import class_weights
 from heartlm.runinfo import versions
-from heartlm.train.data import TokenData, load_tokens, recordings
+from heartlm.train.data import TokenData, load_tokens
 
 QUANTILES = 1001
 
@@ -60,15 +60,6 @@ def quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def class_weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
-    """(n / (K n_c))^0.5 over the classes present, as fine-tuning and the floor weigh."""
-    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
-    present = counts > 0
-    w = np.zeros(n_classes)
-    w[present] = (counts[present].sum() / (present.sum() * counts[present])) ** 0.5
-    return w
-
-
 def fit_network(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs: int) -> nn.Module:
     torch.manual_seed(seed)
     missing = np.isnan(x)
@@ -78,7 +69,7 @@ def fit_network(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs:
         nn.Linear(inputs.shape[1], 256), nn.GELU(), nn.Dropout(0.1),
         nn.Linear(256, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, n_classes),
     )  # fmt: skip
-    weight = torch.tensor(class_weights(y, n_classes), dtype=torch.float32)
+    weight = torch.tensor(class_weights(y, n_classes, np.inf, power=0.5), dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
@@ -99,19 +90,10 @@ def predict(model: nn.Module, x: np.ndarray) -> np.ndarray:
 def fold_beats(
     data: TokenData, records: tuple[str, ...], aami: np.ndarray, fraction: float, seed: int
 ) -> np.ndarray:
-    """The labelled beats of `records`, keeping a seeded `fraction` of the labels per
-    recording as `heartlm finetune --label-fraction` and the floor draw them."""
+    """The labelled beats of `records`, a seeded `fraction` of the labels kept as the floor
+    keeps them."""
     indices = tree_floor.record_indices(data, list(records))
-    beats = tree_floor.record_beats(data, indices)
-    if fraction < 1.0:
-        lengths = np.diff(data.boundaries)[indices]
-        recording = recordings(data)
-        kept = keep_recording_label_fraction(
-            aami[beats], np.concatenate([[0], np.cumsum(lengths)]),
-            [recording[i] for i in indices], fraction, seed,
-        )  # fmt: skip
-        return beats[kept >= 0]
-    return beats[aami[beats] >= 0]
+    return tree_floor.labelled_beats(data, indices, aami, fraction, seed)
 
 
 def probe(data: TokenData, seeds: list[int], epochs: int, fraction: float) -> dict[str, dict]:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import train_bench
 
 from heartlm.model.config import model_config
-from heartlm.train.flops import peak_flops
+from heartlm.train.flops import attention_flops_per_token, peak_flops
 
 KINDS = (  # first match wins: attention kernels also say "gemm", NCCL's "Reduce", casts "copy"
     ("communication", re.compile(r"nccl", re.I)),
@@ -95,7 +95,7 @@ def main() -> int:
     steps = bench.warmup + bench.timed
     tokens = args.window * args.batch
     mcfg = model_config(bench.preset, vocab_size=train_bench.VOCAB, max_len=args.window)
-    attention = 12 * mcfg.n_layers * args.window * mcfg.d_model * tokens
+    attention = attention_flops_per_token(mcfg, args.window) * tokens
     flops = {"matmul": row["flops_per_token"] * tokens - attention, "attention": attention}
     print(kind_table(time_by_kind(kernels), steps, flops, peak_flops(device)))
     return 0

@@ -24,6 +24,7 @@ from heartlm.inputs import INPUTS, hidden_columns
 from heartlm.labelled import metrics
 from heartlm.labelled.windows import (
     IGNORE,
+    class_weights,
     cut_context_windows,
     cut_windows,
     keep_label_fraction,
@@ -133,11 +134,8 @@ def _record_names(data: TokenData) -> list[str]:
 
 
 def _weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
-    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
-    present = counts > 0
-    w = np.zeros(n_classes)
-    w[present] = (counts[present].sum() / (present.sum() * counts[present])) ** 0.5
-    return w[labels]
+    """Each row's class weight, (n / (K n_c))^0.5 unclipped, as fine-tuning's default power."""
+    return class_weights(labels, n_classes, max_weight=np.inf, power=0.5)[labels]
 
 
 def fit_tree(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: int) -> Any:
@@ -151,6 +149,23 @@ def fit_tree(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: i
         else {"objective": "binary"}
     )
     return lgb.train(params, lgb.Dataset(x, y, weight=_weights(y, n_classes)), ROUNDS)
+
+
+def labelled_beats(
+    data: TokenData, records: list[int], aami: np.ndarray, fraction: float = 1.0, seed: int = 0
+) -> np.ndarray:
+    """The beats of `records` whose labels a seeded `fraction` keeps, drawn per recording as
+    `heartlm finetune --label-fraction` draws them (a lead copy follows its record)."""
+    beats = record_beats(data, records)
+    if fraction == 1.0:
+        return beats[aami[beats] >= 0]
+    lengths = np.diff(data.boundaries)[records]
+    recording = recordings(data)
+    kept = keep_recording_label_fraction(
+        aami[beats], np.concatenate([[0], np.cumsum(lengths)]), [recording[i] for i in records],
+        fraction, seed,
+    )  # fmt: skip
+    return beats[kept >= 0]
 
 
 def beat_floor(
@@ -167,16 +182,8 @@ def beat_floor(
     that fine-tuning with `--inputs` gives the transformer."""
     x = beat_inputs(data, inputs)
     aami = np.asarray(data.aami).astype(np.int64)
-    trained = record_indices(data, train)
-    tr, te = record_beats(data, trained), record_beats(data, record_indices(data, test))
-    # the share heartlm finetune keeps: drawn per recording, a lead copy follows its record
-    lengths = np.diff(data.boundaries)[trained]
-    recording = recordings(data)
-    kept = keep_recording_label_fraction(
-        aami[tr], np.concatenate([[0], np.cumsum(lengths)]), [recording[i] for i in trained],
-        fraction, seed,
-    )  # fmt: skip
-    tr, te = tr[kept >= 0], te[aami[te] >= 0]
+    tr = labelled_beats(data, record_indices(data, train), aami, fraction, seed)
+    te = labelled_beats(data, record_indices(data, test), aami)
     n_classes = len(AAMI_CLASSES)
     model = fit_tree(x[tr], aami[tr], n_classes, seed, threads)
     predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)

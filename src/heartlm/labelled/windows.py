@@ -254,6 +254,10 @@ def keep_recording_label_fraction(
     return labels
 
 
+MAX_EDGE_BEATS = 2
+"""Beats by which a lead copy's count may differ from its record's and still be aligned."""
+
+
 def copy_keeps(
     original: np.ndarray, kept: np.ndarray, first: tuple[int, int], copy: tuple[int, int]
 ) -> np.ndarray:
@@ -274,10 +278,6 @@ def copy_keeps(
             out[dst - a : dst - a + n] = kept[src : src + n]
             break
     return out
-
-
-MAX_EDGE_BEATS = 2
-"""Beats by which a lead copy's count may differ from its record's and still be aligned."""
 
 
 def class_weights(

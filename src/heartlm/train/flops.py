@@ -34,13 +34,16 @@ PEAKS = {
 }
 
 
+def attention_flops_per_token(cfg: ModelConfig, window: int) -> float:
+    """The attention scores and their weighted sum, forward and backward."""
+    return 12 * cfg.n_layers * (window + int(cfg.cls_token)) * cfg.d_model
+
+
 def flops_per_token(cfg: ModelConfig, window: int, predicted_per_window: int) -> float:
     d, L = cfg.d_model, cfg.n_layers
     n_body = L * (4 * d * d + 2 * d * cfg.d_ff)
-    positions = window + int(cfg.cls_token)
-    attention = 12 * L * positions * d
     head = 6 * d * cfg.padded_vocab * predicted_per_window / window
-    return 6 * n_body + attention + head
+    return 6 * n_body + attention_flops_per_token(cfg, window) + head
 
 
 PEAK_ENV = "HEARTLM_PEAK_TFLOPS"

@@ -506,18 +506,18 @@ class Trainer:
         done = self.start
         steps = range(self.start, self.stop)
         try:
-            try:
-                with StepCollector(self.cfg.gc_every) as collector:
-                    for step in progress(steps, total=len(steps), desc="train", unit="step"):
-                        self.step(step)
-                        done = step + 1
-                        collector.after_step(done)
-                        if self._after_step(done):
-                            break
-            except BaseException:
-                if self.graphed is not None:
-                    self.graphed.release(sync=False)
-                raise
+            with StepCollector(self.cfg.gc_every) as collector:
+                for step in progress(steps, total=len(steps), desc="train", unit="step"):
+                    self.step(step)
+                    done = step + 1
+                    collector.after_step(done)
+                    if self._after_step(done):
+                        break
+        except BaseException:
+            if self.graphed is not None:
+                self.graphed.release(sync=False)
+            raise
+        else:
             return self._finish(done)
         finally:
             self._use_attention("auto")
