@@ -348,7 +348,7 @@ BEAT_MLP = ["--beat-mlp", "256"]
 BEAT_MLP_SUFFIX = "_beatmlp256"
 CONFIGS = {name: CONFIGS[name] for name in (_PRETRAINED_41, _SCRATCH_41)}
 CONFIGS |= {f"{name}{BEAT_MLP_SUFFIX}": [*flags, *BEAT_MLP] for name, flags in CONFIGS.items()}
-"""Round 43 (prepared in the eighteenth session, not yet run): round 40's fold winners, each as
+"""Round 43 (prepared in the eighteenth session): round 40's fold winners, each as
 it is and with a per-beat network beside the transformer (`finetune --beat-mlp 256`: one
 hidden layer of 256 from the beat's visible feature columns and its two neighbours', its
 logits added to the beat head's). On the DS1 folds (10 % of the labels, seeds 0 and 1;
@@ -356,7 +356,12 @@ benchmarks/feature_scale_probe.py, CPU) such a network alone finds V at sensitiv
 0.918-0.925, level with the floor's 0.915, at +P 0.55-0.71, where the transformers find it at
 0.87 and +P 0.87 (rounds 40-42): the transformer's context buys precision and loses
 sensitivity, the per-beat view keeps it. Rank-transforming the columns (the other candidate:
-the network reads them at their scale) lost V sensitivity in the same probe (0.872)."""
+the network reads them at their scale) lost V sensitivity in the same probe (0.872). Measured
+(nineteenth session): the network won the folds for the pretrained recipe (0.732 against
+0.722, four views) and lost for scratch by 0.001, where it raised V sensitivity from 0.878 to
+0.902 (floor 0.914). On DS2 the pretrained recipe with it scored S 0.599 +- 0.054, V 0.945 +-
+0.007, F 0.438 +- 0.028 (V as in round 40, F up 0.02), scratch (one view) S 0.787 +- 0.066, V
+0.951 +- 0.002, F 0.421 +- 0.009; floor V 0.959, F 0.450 (benchmarks/README.md, round 43)."""
 
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
