@@ -6,10 +6,12 @@ through weights, and heartlm's patient-relative columns are standardised and cli
 column such as the QRS correlation with the record's template keeps almost every beat
 between 0.2 and 0.26 and spreads the ectopic ones down to -7. This probe trains the same
 small per-beat network (the beat and one neighbour each side, as the floor reads them) on
-one fold and scores it on the other, once on the columns as the model reads them and once
-after a rank (quantile-normal) transform fitted on the training fold, beside the floor.
+one fold and scores it on the other, on the columns as the model reads them, after a rank
+(quantile-normal) transform fitted on the training fold, and with each column also through
+the model's piecewise-linear encoding over quantile bins (`finetune --beat-mlp-bins`),
+beside the floor.
 
-    python benchmarks/feature_scale_probe.py TOKENS [--out FILE.json] [--epochs 8]
+    python benchmarks/feature_scale_probe.py TOKENS [--out FILE.json] [--epochs 8] [--bins 32]
 
 TOKENS is a labelled token folder of MIT-BIH (e.g. a model-study work folder's tok_mitdb).
 DS2 is not read: both folds are DS1's (model_configs.FOLDS).
@@ -34,6 +36,8 @@ import tree_floor
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled import metrics
 from heartlm.labelled.windows import class_weights
+from heartlm.model.config import BEAT_MLP_EMBEDDING
+from heartlm.model.piecewise import PiecewiseLinear
 from heartlm.runinfo import versions
 from heartlm.train.data import TokenData, load_tokens
 
@@ -60,13 +64,24 @@ def quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_network(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs: int) -> nn.Module:
+def fit_network(
+    x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs: int, bins: int = 0
+) -> nn.Module:
+    """Two hidden layers of 256 over the columns (NaN as 0, plus a missing flag per column);
+    with `bins`, the columns also enter through the model's piecewise-linear encoding
+    (`--beat-mlp-bins`), its edges placed on these training rows."""
     torch.manual_seed(seed)
     missing = np.isnan(x)
     inputs = torch.tensor(np.concatenate([np.nan_to_num(x), missing], axis=1), dtype=torch.float32)
     targets = torch.tensor(y)
+    encoding: list[nn.Module] = []
+    width = inputs.shape[1]
+    if bins:
+        encoding = [PiecewiseLinear(width, bins, BEAT_MLP_EMBEDDING)]
+        encoding[0].fit(inputs.numpy(), seed)
+        width = encoding[0].out_features
     model = nn.Sequential(
-        nn.Linear(inputs.shape[1], 256), nn.GELU(), nn.Dropout(0.1),
+        *encoding, nn.Linear(width, 256), nn.GELU(), nn.Dropout(0.1),
         nn.Linear(256, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, n_classes),
     )  # fmt: skip
     weight = torch.tensor(class_weights(y, n_classes, np.inf, power=0.5), dtype=torch.float32)
@@ -96,12 +111,15 @@ def fold_beats(
     return tree_floor.labelled_beats(data, indices, aami, fraction, seed)
 
 
-def probe(data: TokenData, seeds: list[int], epochs: int, fraction: float) -> dict[str, dict]:
+def probe(
+    data: TokenData, seeds: list[int], epochs: int, fraction: float, bins: int
+) -> dict[str, dict]:
     """Confusion matrices summed over both fold directions and `seeds`, per arm."""
     x = tree_floor.beat_inputs(data, "relative")
     aami = np.asarray(data.aami).astype(np.int64)
     n = len(AAMI_CLASSES)
     arms = ("network, columns as the model reads them", "network, quantile-normal columns",
+            f"network, columns and {bins} piecewise-linear bins each",
             "floor (LightGBM)")  # fmt: skip
     confusion = {arm: np.zeros((n, n), np.int64) for arm in arms}
     for train_fold, test_fold in (model_configs.FOLDS, model_configs.FOLDS[::-1]):
@@ -109,12 +127,12 @@ def probe(data: TokenData, seeds: list[int], epochs: int, fraction: float) -> di
         for seed in seeds:
             tr = fold_beats(data, train_fold, aami, fraction, seed)
             ranked = quantile_normal(x[tr], x)
-            for arm, columns in zip(arms[:2], (x, ranked), strict=True):
-                model = fit_network(columns[tr], aami[tr], n, seed, epochs)
+            for arm, columns, n_bins in zip(arms[:3], (x, ranked, x), (0, 0, bins), strict=True):
+                model = fit_network(columns[tr], aami[tr], n, seed, epochs, n_bins)
                 confusion[arm] += metrics.confusion_matrix(aami[te], predict(model, columns[te]), n)
             tree = tree_floor.fit_tree(x[tr], aami[tr], n, seed, threads=0)
             predicted = tree.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
-            confusion[arms[2]] += metrics.confusion_matrix(aami[te], predicted, n)
+            confusion[arms[-1]] += metrics.confusion_matrix(aami[te], predicted, n)
     return {
         arm: {
             "accuracy": metrics.accuracy(cm),
@@ -144,13 +162,15 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--label-fraction", type=float, default=model_configs.SELECT_FRACTION)
+    p.add_argument("--bins", type=int, default=32, help="the piecewise-linear arm's bins")
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    results = probe(load_tokens(args.tokens), args.seeds, args.epochs, args.label_fraction)
+    data = load_tokens(args.tokens)
+    results = probe(data, args.seeds, args.epochs, args.label_fraction, args.bins)
     print(table(results))
     if args.out:
         body = {"command": " ".join(sys.argv), "versions": versions(), "folds": model_configs.FOLDS,
-                "seeds": args.seeds, "epochs": args.epochs,
+                "seeds": args.seeds, "epochs": args.epochs, "bins": args.bins,
                 "label_fraction": args.label_fraction, "results": results}  # fmt: skip
         Path(args.out).write_text(json.dumps(body, indent=1) + "\n")
     return 0

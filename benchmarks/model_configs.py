@@ -363,6 +363,30 @@ the network reads them at their scale) lost V sensitivity in the same probe (0.8
 0.007, F 0.438 +- 0.028 (V as in round 40, F up 0.02), scratch (one view) S 0.787 +- 0.066, V
 0.951 +- 0.002, F 0.421 +- 0.009; floor V 0.959, F 0.450 (benchmarks/README.md, round 43)."""
 
+BEAT_BINS = ["--beat-mlp-bins", "32"]
+BEAT_BINS_SUFFIX = "_bins32"
+_PRETRAINED_44 = f"{_PRETRAINED_41}{BEAT_MLP_SUFFIX}"
+_SCRATCH_44 = f"{_SCRATCH_41}{BEAT_MLP_SUFFIX}"
+CONFIGS = {
+    _PRETRAINED_44: CONFIGS[_PRETRAINED_44],
+    f"{_PRETRAINED_44}{BEAT_BINS_SUFFIX}": [*CONFIGS[_PRETRAINED_44], *BEAT_BINS],
+    _SCRATCH_41: CONFIGS[_SCRATCH_41],
+    f"{_SCRATCH_44}{BEAT_BINS_SUFFIX}": [*CONFIGS[_SCRATCH_44], *BEAT_BINS],
+}
+"""Round 44 (prepared in the nineteenth session): round 43's fold winners (the pretrained
+recipe with the per-beat network, scratch without it), each beside the same recipe whose
+per-beat network also reads every column through a piecewise-linear encoding over 32
+quantile bins of the training beats (`finetune --beat-mlp 256 --beat-mlp-bins 32`). In round
+43 the per-beat network raised scratch's V sensitivity on the folds from 0.878 to 0.902
+(floor 0.914) and lost on S; on DS2 V stayed under the floor for both recipes (0.945 and
+0.951 against 0.959). On the DS1 folds (10 % of the labels, seeds 0 and 1,
+benchmarks/feature_scale_probe.py, CPU) the bins lift such a network alone from V
+sensitivity 0.918 to 0.932 and S F1 from 0.323 to 0.393 at the same +P (0.706 against 0.709);
+with rtdl_num_embeddings' own piecewise-linear embeddings, 16-64 bins and 8-16 epochs, the
+probe found 0.929-0.941 (exploratory, not kept as arms). A tree cuts a column at any value;
+the bins let a network bend there too. Written after round 43's DS2 scores were read; the
+folds choose."""
+
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
 averaged over VIEWS overlapping windows (`evaluate --views`); the second is the same

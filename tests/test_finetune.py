@@ -1080,6 +1080,27 @@ def test_a_resume_with_nothing_to_resume_names_the_run(corpus, tmp_path, capsys)
     assert (out / "finetune.json").is_file()
 
 
+def test_the_per_beat_networks_bins_are_fitted_on_the_training_beats(corpus, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft_bins"
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+            "--beat-mlp", "8", "--beat-mlp-bins", "4"]  # fmt: skip
+    assert _cli(*args) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["beat_mlp_bins"] == 4
+    weights = load_file(out / "model.safetensors")
+    edges, n_columns = weights["beat_mlp.bins.edges"], weights["beat_mlp.bins.weight"].shape[0]
+    assert bool(weights["beat_mlp.bins.fitted"]) and edges.shape == (n_columns, 5)
+    assert (edges.diff(dim=1) > 0).all()
+    assert not torch.equal(edges[0], torch.linspace(0, 1, 5))  # placed on the data
+    assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+    assert _cli(*args[:-2], "--beat-mlp-bins", "1", "--overwrite") == 2
+    assert "--beat-mlp-bins must be 0 or at least 2, not 1" in capsys.readouterr().err
+    assert _cli(*args[:-4], "--beat-mlp", "0", "--beat-mlp-bins", "4", "--overwrite") == 2
+    assert "not with --beat-mlp 0" in capsys.readouterr().err
+
+
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "ft"
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
@@ -1091,6 +1112,14 @@ def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, cap
         assert "checkpoint model has beat_mlp=8, this run" in err and "(--beat-mlp)" in err, err
     assert _finetune(corpus, out, "--beat-mlp", "8", "--steps", "6", "--resume") == 0
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp"] == 8
+    bins = tmp_path / "ft_bins"
+    assert _finetune(corpus, bins, "--beat-mlp", "8", "--beat-mlp-bins", "4", *stop) == 0
+    capsys.readouterr()
+    assert _finetune(corpus, bins, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "checkpoint model has beat_mlp_bins=4, this run 0 (--beat-mlp-bins)" in err, err
+    resumed = ("--beat-mlp", "8", "--beat-mlp-bins", "4", "--steps", "6", "--resume")
+    assert _finetune(corpus, bins, *resumed) == 0
 
 
 def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from heartlm.errors import HeartlmError
 from heartlm.model import HeartLM, load_pretrained, model_config
+from heartlm.model.config import BEAT_MLP_EMBEDDING
 from heartlm.model.load import export_model
 from heartlm.shards import NUM_SPECIAL
 from heartlm.train import checkpoint as ckpt
@@ -219,6 +221,38 @@ def test_a_pretrained_encoder_loads_with_a_per_beat_network_added(tmp_path: Path
     fewer, _ = load_pretrained(tmp_path / "ft", n_beat_classes=3)
     assert fewer.beat_mlp.out.out_features == fewer.beat_head.out_features == 3
     assert torch.equal(fewer.beat_mlp.hidden.weight, tuned.beat_mlp.hidden.weight)
+
+
+def test_the_per_beat_network_reads_its_columns_through_bins_fitted_once(tmp_path: Path):
+    model = _tiny(n_features=3)
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    tuned, _ = load_pretrained(tmp_path, beat_mlp=16, beat_mlp_bins=4)
+    columns = 3 * 3 + 2
+    assert tuned.beat_mlp.hidden.in_features == columns * (1 + BEAT_MLP_EMBEDDING)
+    features = np.random.default_rng(0).normal(size=(500, 3)).astype(np.float16)
+    assert tuned.fit_beat_mlp_bins(features)
+    edges = tuned.beat_mlp.bins.edges.clone()
+    # the edges of the beat's own first column are its quantiles over the training beats
+    np.testing.assert_allclose(
+        edges[0], np.quantile(features[:, 0].astype(np.float32), np.linspace(0, 1, 5)), rtol=1e-3
+    )
+    assert not tuned.fit_beat_mlp_bins(features[:100] * 5)  # fitted edges stay
+    torch.testing.assert_close(tuned.beat_mlp.bins.edges, edges)
+    morph, rhythm = _inputs()
+    x = torch.randn(2, 16, 3)
+    before = tuned.eval()(morph, rhythm, head="beat", features_BTF=x)
+    tuned.save_pretrained(tmp_path / "ft")
+    again, _ = load_pretrained(tmp_path / "ft")
+    assert again.cfg.beat_mlp_bins == 4 and bool(again.beat_mlp.bins.fitted)
+    torch.testing.assert_close(again.beat_mlp.bins.edges, edges)
+    torch.testing.assert_close(again.eval()(morph, rhythm, head="beat", features_BTF=x), before)
+    with pytest.raises(HeartlmError, match="over 4 bins, not 8 \\(--beat-mlp-bins\\)"):
+        load_pretrained(tmp_path / "ft", beat_mlp_bins=8)
+    assert not _tiny(n_features=3, beat_mlp=8).fit_beat_mlp_bins(features)  # no bins to fit
+    with pytest.raises(ValueError, match="needs beat_mlp"):
+        _tiny(n_features=3, beat_mlp_bins=4)
+    with pytest.raises(ValueError, match="0 or at least 2"):
+        _tiny(n_features=3, beat_mlp=8, beat_mlp_bins=1)
 
 
 def test_a_pretrained_encoder_without_statistics_loads_with_them_added(tmp_path: Path):

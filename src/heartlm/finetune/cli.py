@@ -76,6 +76,10 @@ class FinetuneConfig:
     """beats: a network WIDTH wide from each beat's visible feature columns and its two
     neighbours' adds its logits to the beat head's (default: the pretrained run's; 0 adds
     none to an encoder without one)"""
+    beat_mlp_bins: int | None = setting(None, metavar="N", group=TASK)
+    """beats: the per-beat network also reads each input column through a piecewise-linear
+    encoding over N quantile bins of the training beats (default: the pretrained run's; 0
+    off)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -121,6 +125,11 @@ class FinetuneConfig:
             raise ValueError(f"--beat-mlp must be >= 0, not {self.beat_mlp}")
         if self.beat_mlp and self.task != "beats":
             raise ValueError("--beat-mlp feeds the beat head: only with --task beats")
+        if self.beat_mlp_bins is not None and (self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1):
+            raise ValueError(f"--beat-mlp-bins must be 0 or at least 2, not {self.beat_mlp_bins}")
+        if self.beat_mlp_bins and self.beat_mlp == 0:
+            raise ValueError("--beat-mlp-bins encodes the per-beat network's inputs: not with "
+                             "--beat-mlp 0")  # fmt: skip
         for flag, value, allowed in (("--task", self.task, TASKS),
                                      ("--select", self.select, SELECT),
                                      ("--inputs", self.inputs, INPUTS)):  # fmt: skip

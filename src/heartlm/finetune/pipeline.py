@@ -76,8 +76,10 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     overrides: dict[str, Any] = {"causal": False}
     if cfg.dropout is not None:
         overrides["dropout"] = cfg.dropout
-    for flag, value, field in (("--local-stats", cfg.local_stats, "local_stats"),
-                               ("--beat-mlp", cfg.beat_mlp, "beat_mlp")):  # fmt: skip
+    added = (("--local-stats", cfg.local_stats, "local_stats"),
+             ("--beat-mlp", cfg.beat_mlp, "beat_mlp"),
+             ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"))  # fmt: skip
+    for flag, value, field in added:
         if value:
             from heartlm.model.load import read_config
 
@@ -155,6 +157,8 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
         train_d.aami = _label_share(train_d, split.train, cfg.label_fraction, cfg.train.seed)
+        if train_d.features is not None:  # every training beat: the edges need no labels
+            model.fit_beat_mlp_bins(train_d.features, cfg.train.seed)
     weights = _class_weights(train_d, cfg, window, stride)
     return Prepared(data, split, train_d, model, window, stride, weights)
 

@@ -17,6 +17,9 @@ periods of about 1 to 20 standard deviations, from a step to a gentle slope"""
 PERIODIC_DIM = 16
 """... and the width each feature's own layer maps its cosines and sines to"""
 
+BEAT_MLP_EMBEDDING = 16
+"""`beat_mlp_bins`: the width each input column's piecewise-linear encoding is mapped to"""
+
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
     "small": {"d_model": 256, "n_layers": 4, "n_heads": 4, "d_ff": 1024},
@@ -58,6 +61,12 @@ class ModelConfig:
     hidden layers and reads the rhythm code too; one layer without it found as many) finds as
     many V beats as the LightGBM floor, and the transformer fewer
     (benchmarks/feature_scale_probe.py)."""
+    beat_mlp_bins: int = 0
+    """the per-beat network reads each of its input columns also through a piecewise-linear
+    encoding over this many quantile bins of the fine-tuning rows (`heartlm.model.piecewise`;
+    0: the columns only). On the DS1 folds it lifts such a network's V sensitivity from 0.918
+    to 0.929-0.941 (benchmarks/feature_scale_probe.py): a tree's thresholds, drawn by a
+    network."""
     choice_critic: bool = False
     """the critic of `pretrain --objective contrastive`: a query from each position's state
     and a key from each candidate beat's features (a small MLP), both d_model wide; head
@@ -109,6 +118,10 @@ class ModelConfig:
             raise ValueError("beat_mlp needs beat features (token format v2 or later)")
         if self.beat_mlp and self.causal:
             raise ValueError("beat_mlp reads the beat after each one: not for a causal model")
+        if self.beat_mlp_bins and not self.beat_mlp:
+            raise ValueError("beat_mlp_bins encodes the per-beat network's inputs: needs beat_mlp")
+        if self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1:
+            raise ValueError(f"beat_mlp_bins must be 0 or at least 2, not {self.beat_mlp_bins}")
         if self.choice_critic and not self.n_features:
             raise ValueError("choice_critic needs beat features (token format v2 or later)")
         if self.local_stats and self.causal:

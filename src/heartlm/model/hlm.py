@@ -6,18 +6,21 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from heartlm.model.config import (
+    BEAT_MLP_EMBEDDING,
     PERIODIC_DIM,
     PERIODIC_FREQUENCIES,
     PERIODIC_SCALE,
     ModelConfig,
 )
 from heartlm.model.load import Pretrained, load_into
+from heartlm.model.piecewise import PiecewiseLinear
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
 HEADS = ("hidden", "mlm", "masked", "next", "choice", "beat", "window", "window_beats")
@@ -138,6 +141,23 @@ def beat_neighbourhood(features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
     return torch.cat([x, previous, following, flags], dim=-1)
 
 
+def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
+    """`beat_mlp`: one hidden layer from `beat_neighbourhood`'s columns (first through a
+    piecewise-linear encoding with `beat_mlp_bins`) to the beat classes' logits."""
+    if not cfg.beat_mlp:
+        return None
+    columns = 3 * cfg.n_features + 2
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    if cfg.beat_mlp_bins:
+        layers["bins"] = PiecewiseLinear(columns, cfg.beat_mlp_bins, BEAT_MLP_EMBEDDING)
+        columns = layers["bins"].out_features
+    layers["hidden"] = nn.Linear(columns, cfg.beat_mlp)
+    layers["activation"] = nn.GELU()
+    layers["dropout"] = nn.Dropout(cfg.dropout)
+    layers["out"] = nn.Linear(cfg.beat_mlp, cfg.n_beat_classes)  # a head: load.HEAD_SUFFIXES
+    return nn.Sequential(layers)
+
+
 class HeartLM(nn.Module, Pretrained):
     """Morphology + rhythm + position embeddings and a projection of the beat features,
     pre-norm blocks, and task heads.
@@ -179,18 +199,7 @@ class HeartLM(nn.Module, Pretrained):
         self.norm = _norm(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         self.beat_head = nn.Linear(cfg.d_model, cfg.n_beat_classes)
-        self.beat_mlp = (
-            nn.Sequential(
-                OrderedDict(
-                    hidden=nn.Linear(3 * cfg.n_features + 2, cfg.beat_mlp),
-                    activation=nn.GELU(),
-                    dropout=nn.Dropout(cfg.dropout),
-                    out=nn.Linear(cfg.beat_mlp, cfg.n_beat_classes),  # a head: load.HEAD_SUFFIXES
-                )
-            )
-            if cfg.beat_mlp
-            else None
-        )
+        self.beat_mlp = _beat_mlp(cfg)
         self.window_head = nn.Linear(cfg.d_model, cfg.n_window_classes)
         self.apply(self._init)
         for block in self.blocks:  # GPT-2 style scaling of the residual projections
@@ -278,6 +287,19 @@ class HeartLM(nn.Module, Pretrained):
         for block in self.blocks:
             x = block(x, mask)
         return self.norm(x)
+
+    def fit_beat_mlp_bins(self, features_NF: np.ndarray, seed: int = 0) -> bool:
+        """Place the per-beat network's bin edges (`beat_mlp_bins`) at the quantiles of the
+        training beats' neighbourhood rows, once: edges a model was saved with are kept.
+        True if it placed them."""
+        bins = None if self.beat_mlp is None else getattr(self.beat_mlp, "bins", None)
+        if bins is None or bool(bins.fitted):
+            return False
+        with torch.no_grad():
+            rows = torch.from_numpy(np.asarray(features_NF, np.float32))[None]
+            near = beat_neighbourhood(self._visible(rows.to(bins.edges.device)), None)[0]
+        bins.fit(near.float().cpu().numpy(), seed)
+        return True
 
     def _visible(self, features_BTF: Tensor | None) -> Tensor:
         """The feature rows as the model reads them: absolute columns zeroed under

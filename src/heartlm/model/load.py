@@ -131,6 +131,13 @@ def load_into(
             f"was trained with a per-beat network {saved.beat_mlp} wide, not {width} (--beat-mlp)",
             run_dir,
         )
+    bins = overrides.get("beat_mlp_bins", saved.beat_mlp_bins)
+    if saved.beat_mlp and bins != saved.beat_mlp_bins:
+        raise HeartlmError(
+            f"was trained with a per-beat network over {saved.beat_mlp_bins} bins, not {bins} "
+            "(--beat-mlp-bins)",
+            run_dir,
+        )
     cfg = _saved_model_config({"model": {**saved.to_dict(), **overrides}}, run_dir / "config.json")
     model = cls(cfg)
     path = run_dir / "model.safetensors"

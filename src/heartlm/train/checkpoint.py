@@ -276,6 +276,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "feature_embedding",
         "local_stats",
         "beat_mlp",
+        "beat_mlp_bins",
         "choice_critic",
         "relative_only",
         "absolute_columns",
@@ -283,6 +284,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
                     "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
+                    "beat_mlp_bins": " (--beat-mlp-bins)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
