@@ -71,6 +71,15 @@ _ADDED_BY_OVERRIDE = {"local_stats": "stats_proj.", "beat_mlp": "beat_mlp."}
 them: an input's projection (`local_stats`), the per-beat network (`beat_mlp`)."""
 
 
+_FIXED_ONCE_ADDED = {
+    "local_stats": ("local_stats", "reading statistics over {} beats a side", "--local-stats"),
+    "beat_mlp": ("beat_mlp", "with a per-beat network {} wide", "--beat-mlp"),
+    "beat_mlp_bins": ("beat_mlp", "with a per-beat network over {} bins", "--beat-mlp-bins"),
+}
+"""Fields a reload may not change once the weights they shape exist: field -> (the field
+whose weights they are, what the model was trained with, the flag)."""
+
+
 class Pretrained:
     """`save_pretrained` / `from_pretrained` for a model class built as `cls(ModelConfig)`."""
 
@@ -118,26 +127,11 @@ def load_into(
             " (tokenized with another codebook?)",
             run_dir,
         )
-    span = overrides.get("local_stats", saved.local_stats)
-    if saved.local_stats and span != saved.local_stats:
-        raise HeartlmError(
-            f"was trained reading statistics over {saved.local_stats} beats a side, not {span} "
-            "(--local-stats)",
-            run_dir,
-        )
-    width = overrides.get("beat_mlp", saved.beat_mlp)
-    if saved.beat_mlp and width != saved.beat_mlp:
-        raise HeartlmError(
-            f"was trained with a per-beat network {saved.beat_mlp} wide, not {width} (--beat-mlp)",
-            run_dir,
-        )
-    bins = overrides.get("beat_mlp_bins", saved.beat_mlp_bins)
-    if saved.beat_mlp and bins != saved.beat_mlp_bins:
-        raise HeartlmError(
-            f"was trained with a per-beat network over {saved.beat_mlp_bins} bins, not {bins} "
-            "(--beat-mlp-bins)",
-            run_dir,
-        )
+    for field, (present, trained, flag) in _FIXED_ONCE_ADDED.items():
+        had = getattr(saved, field)
+        want = overrides.get(field, had)
+        if getattr(saved, present) and want != had:
+            raise HeartlmError(f"was trained {trained.format(had)}, not {want} ({flag})", run_dir)
     cfg = _saved_model_config({"model": {**saved.to_dict(), **overrides}}, run_dir / "config.json")
     model = cls(cfg)
     path = run_dir / "model.safetensors"
