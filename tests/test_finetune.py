@@ -1099,6 +1099,10 @@ def test_the_per_beat_networks_bins_are_fitted_on_the_training_beats(corpus, tmp
     assert "--beat-mlp-bins must be 0 or at least 2, not 1" in capsys.readouterr().err
     assert _cli(*args[:-4], "--beat-mlp", "0", "--beat-mlp-bins", "4", "--overwrite") == 2
     assert "not with --beat-mlp 0" in capsys.readouterr().err
+    assert _cli(*args[:-4], *args[-2:], "--overwrite") == 2  # the encoder has no network
+    assert "has no per-beat network for --beat-mlp-bins: add --beat-mlp" in capsys.readouterr().err
+    assert _cli(*args, "--task", "afib", "--overwrite") == 2
+    assert "--beat-mlp-bins feeds the beat head: only with --task beats" in capsys.readouterr().err
 
 
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):

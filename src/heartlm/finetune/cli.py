@@ -127,6 +127,8 @@ class FinetuneConfig:
             raise ValueError("--beat-mlp feeds the beat head: only with --task beats")
         if self.beat_mlp_bins is not None and (self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1):
             raise ValueError(f"--beat-mlp-bins must be 0 or at least 2, not {self.beat_mlp_bins}")
+        if self.beat_mlp_bins and self.task != "beats":
+            raise ValueError("--beat-mlp-bins feeds the beat head: only with --task beats")
         if self.beat_mlp_bins and self.beat_mlp == 0:
             raise ValueError("--beat-mlp-bins encodes the per-beat network's inputs: not with "
                              "--beat-mlp 0")  # fmt: skip

@@ -87,6 +87,12 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
                 raise HeartlmError(f"{flag} needs an encoder pretrained with beat features", run)
         if value is not None:
             overrides[field] = value
+    if cfg.beat_mlp_bins and cfg.beat_mlp is None:
+        from heartlm.model.load import read_config
+
+        if not read_config(cfg.run)["model"].get("beat_mlp"):
+            raise HeartlmError("has no per-beat network for --beat-mlp-bins: add --beat-mlp WIDTH",
+                               cfg.run)  # fmt: skip
     from heartlm.inputs import model_inputs
 
     try:  # --inputs all too: an encoder pretrained on fewer inputs then reads them all
