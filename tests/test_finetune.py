@@ -1101,7 +1101,7 @@ def test_the_per_beat_networks_bins_are_fitted_on_the_training_beats(corpus, tmp
     assert "not with --beat-mlp 0" in capsys.readouterr().err
     assert _cli(*args[:-4], *args[-2:], "--overwrite") == 2  # the encoder has no network
     assert "has no per-beat network for --beat-mlp-bins: add --beat-mlp" in capsys.readouterr().err
-    assert _cli(*args, "--task", "afib", "--overwrite") == 2
+    assert _cli(*args[:-4], *args[-2:], "--task", "afib", "--overwrite") == 2
     assert "--beat-mlp-bins feeds the beat head: only with --task beats" in capsys.readouterr().err
 
 
