@@ -24,6 +24,8 @@ def test_edges_are_the_columns_quantiles_and_always_strictly_increasing():
     np.testing.assert_allclose(edges[2], 7 + np.arange(9) - 4)  # constant: unit steps around it
     with pytest.raises(ValueError, match="at least 2"):
         quantile_edges(rows, 1)
+    close = np.r_[np.full(100, 1.0), np.full(100, 1.0 + 1e-9), rng.normal(size=10)][:, None]
+    assert (np.diff(quantile_edges(close, 8), axis=1) > 0).all()  # apart in float64 only
 
 
 def test_the_encoding_fills_the_bins_below_and_reads_the_position_inside_its_own():

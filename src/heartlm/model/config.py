@@ -65,8 +65,7 @@ class ModelConfig:
     """the per-beat network reads each of its input columns also through a piecewise-linear
     encoding over this many quantile bins of the fine-tuning rows (`heartlm.model.piecewise`;
     0: the columns only). On the DS1 folds it lifts such a network's V sensitivity from 0.918
-    to 0.929-0.941 (benchmarks/feature_scale_probe.py): a tree's thresholds, drawn by a
-    network."""
+    to 0.932 (benchmarks/feature_scale_probe.py): a tree's thresholds, drawn by a network."""
     choice_critic: bool = False
     """the critic of `pretrain --objective contrastive`: a query from each position's state
     and a key from each candidate beat's features (a small MLP), both d_model wide; head

@@ -45,7 +45,12 @@ def quantile_edges(rows_NC: np.ndarray, n_bins: int, seed: int = 0) -> np.ndarra
             k = int(np.argmax(np.diff(distinct)))
             distinct = np.insert(distinct, k + 1, (distinct[k] + distinct[k + 1]) / 2)
         edges[j] = distinct
-    return edges.astype(np.float32)
+    edges32 = edges.astype(np.float32)
+    for k in range(1, n_bins + 1):  # edges apart in float64 may meet in float32
+        edges32[:, k] = np.maximum(
+            edges32[:, k], np.nextafter(edges32[:, k - 1], np.float32(np.inf))
+        )
+    return edges32
 
 
 class PiecewiseLinear(nn.Module):
