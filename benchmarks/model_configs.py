@@ -365,13 +365,13 @@ the network reads them at their scale) lost V sensitivity in the same probe (0.8
 
 BEAT_BINS = ["--beat-mlp-bins", "32"]
 BEAT_BINS_SUFFIX = "_bins32"
-_PRETRAINED_44 = f"{_PRETRAINED_41}{BEAT_MLP_SUFFIX}"
-_SCRATCH_44 = f"{_SCRATCH_41}{BEAT_MLP_SUFFIX}"
+_PRETRAINED_MLP = f"{_PRETRAINED_41}{BEAT_MLP_SUFFIX}"
+_SCRATCH_MLP = f"{_SCRATCH_41}{BEAT_MLP_SUFFIX}"
 CONFIGS = {
-    _PRETRAINED_44: CONFIGS[_PRETRAINED_44],
-    f"{_PRETRAINED_44}{BEAT_BINS_SUFFIX}": [*CONFIGS[_PRETRAINED_44], *BEAT_BINS],
+    _PRETRAINED_MLP: CONFIGS[_PRETRAINED_MLP],
+    f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}": [*CONFIGS[_PRETRAINED_MLP], *BEAT_BINS],
     _SCRATCH_41: CONFIGS[_SCRATCH_41],
-    f"{_SCRATCH_44}{BEAT_BINS_SUFFIX}": [*CONFIGS[_SCRATCH_44], *BEAT_BINS],
+    f"{_SCRATCH_MLP}{BEAT_BINS_SUFFIX}": [*CONFIGS[_SCRATCH_MLP], *BEAT_BINS],
 }
 """Round 44 (prepared in the nineteenth session): round 43's fold winners (the pretrained
 recipe with the per-beat network, scratch without it), each beside the same recipe whose

@@ -79,20 +79,17 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     added = (("--local-stats", cfg.local_stats, "local_stats"),
              ("--beat-mlp", cfg.beat_mlp, "beat_mlp"),
              ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"))  # fmt: skip
-    for flag, value, field in added:
-        if value:
-            from heartlm.model.load import read_config
-
-            if not read_config(run)["model"].get("n_features"):
-                raise HeartlmError(f"{flag} needs an encoder pretrained with beat features", run)
-        if value is not None:
-            overrides[field] = value
-    if cfg.beat_mlp_bins and cfg.beat_mlp is None:
+    asked = [flag for flag, value, _ in added if value]
+    if asked:  # weights added to the encoder: it must read beat features
         from heartlm.model.load import read_config
 
-        if not read_config(cfg.run)["model"].get("beat_mlp"):
+        saved = read_config(run)["model"]
+        if not saved.get("n_features"):
+            raise HeartlmError(f"{asked[0]} needs an encoder pretrained with beat features", run)
+        if cfg.beat_mlp_bins and not (cfg.beat_mlp or saved.get("beat_mlp")):
             raise HeartlmError("has no per-beat network for --beat-mlp-bins: add --beat-mlp WIDTH",
-                               cfg.run)  # fmt: skip
+                               run)  # fmt: skip
+    overrides.update({field: value for _, value, field in added if value is not None})
     from heartlm.inputs import model_inputs
 
     try:  # --inputs all too: an encoder pretrained on fewer inputs then reads them all
