@@ -385,7 +385,11 @@ sensitivity 0.918 to 0.932 and S F1 from 0.323 to 0.393 at the same +P (0.706 ag
 with rtdl_num_embeddings' own piecewise-linear embeddings, 16-64 bins and 8-16 epochs, the
 probe found 0.929-0.941 (exploratory, not kept as arms). A tree cuts a column at any value;
 the bins let a network bend there too. Written after round 43's DS2 scores were read; the
-folds choose."""
+folds choose. Measured (twentieth session, benchmarks/README.md "Round 44"): the bins won the
+folds for the pretrained recipe (mean of S and V F1 0.741 against 0.701, four views; S F1
+0.606 against 0.534) and lost for scratch (0.646 against 0.683); V stayed under the floor
+for every recipe (V F1 0.867-0.876 against 0.898). The DS2 scoring call was cut off by its
+time limit before any score came back."""
 
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and

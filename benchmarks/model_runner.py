@@ -3,10 +3,12 @@ folders and the `pretrain` stage's runs."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,8 +31,24 @@ from model_recipes import (
     recipe_flags,
 )
 
+import heartlm
 from heartlm.ecg.labels import MITDB_DS1, MITDB_PACED
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
+
+EVALUATIONS = ".evaluations"
+"""The work folder's cache of `evaluate` answers, kept per run (Runner.evaluate)."""
+
+
+@functools.cache
+def heartlm_digest() -> str:
+    """Digest of the heartlm source that answers `evaluate`: an answer kept from other code
+    (a work folder reused after a change, RESUME from another commit) is asked again."""
+    root = Path(heartlm.__file__).parent
+    digest = hashlib.sha1()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def stale_codebook(work: Path) -> str | None:
@@ -69,6 +87,9 @@ class Runner:
         """score on DS2 a recipe DS2_LEDGER lists (`unscored`)"""
         self.commands: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.deferred: dict[str, list[Any]] = {}
+        """fine-tuning runs an earlier call scored (`finetune`): trained only on a cache miss"""
+        self.run_locks: dict[str, threading.Lock] = {}
 
     def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
         argv = [sys.executable, "-m", "heartlm", *map(str, args)]
@@ -99,29 +120,50 @@ class Runner:
         return result.stdout or ""
 
     def finetune(self, name: str, task: str, data: str, *extra: Any, pre: str = "pre") -> None:
+        """Train run `name`, unless it is there already. A run this work folder lacks but whose
+        evaluations an earlier call left (`evaluations`, carried with RESUME) is not trained
+        until an evaluation it has no answer for is asked: a call cut off by its time limit
+        is continued on a fresh machine without training again what it scored."""
         flags = cfg.BEATS if task == "beats" else cfg.AFIB
-        self.heartlm(
-            "finetune",
-            pre,
-            "--task",
-            task,
-            "--data",
-            data,
-            "--out",
-            name,
-            *flags,
-            *extra,
-            "--device",
-            self.device,
-            "--no-compile",
-            done=name,
-        )
+        argv = ["finetune", pre, "--task", task, "--data", data, "--out", name, *flags, *extra,
+                "--device", self.device, "--no-compile"]  # fmt: skip
+        if not (self.work / name).exists() and self.evaluations(name).is_dir():
+            with self.lock:
+                self.deferred[name] = argv
+            return
+        self._train(name, argv)
+
+    def _train(self, name: str, argv: list[Any]) -> None:
+        if not (self.work / name).exists():
+            # answers of another model of this name would be mixed with the new model's
+            shutil.rmtree(self.evaluations(name), ignore_errors=True)
+        self.heartlm(*argv, done=name)
+
+    def evaluations(self, name: str) -> Path:
+        """Where run `name`'s evaluation answers are kept, one JSON file per command."""
+        return self.work / EVALUATIONS / name
 
     def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
-        out = self.heartlm(
-            "evaluate", name, data, "--json", "--device", self.device, *extra, capture=True
-        )
-        return json.loads(out)
+        args = ["evaluate", name, data, "--json", "--device", self.device, *map(str, extra)]
+        command = shlex.join(args)
+        key = hashlib.sha1(f"{heartlm_digest()} {command}".encode()).hexdigest()[:16]
+        answer = self.evaluations(name) / f"{key}.json"
+        with self.lock:
+            run_lock = self.run_locks.setdefault(name, threading.Lock())
+        with run_lock:
+            if answer.is_file():
+                return json.loads(answer.read_text())["report"]
+            with self.lock:
+                deferred = self.deferred.pop(name, None)
+            if deferred is not None:
+                self._train(name, deferred)
+            report = json.loads(self.heartlm(*args, capture=True))
+            answer.parent.mkdir(parents=True, exist_ok=True)
+            staged = answer.with_suffix(".partial")
+            kept = {"command": command, "heartlm": heartlm_digest(), "report": report}
+            staged.write_text(json.dumps(kept))
+            staged.replace(answer)
+            return report
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
         with ThreadPoolExecutor(self.jobs) as pool:

@@ -10,7 +10,9 @@
 # LIMIT_S (560: seconds before the stages are stopped), SELECT (a select.json an earlier call
 # brought back, e.g. benchmarks/results/h100/model_study/select_round13.json: `final` on a
 # fresh machine then scores that selection without running `select` again), SELECT_AFIB (the
-# same for `select_afib.json`: `final_afib` and `crossfit_afib`).
+# same for `select_afib.json`: `final_afib` and `crossfit_afib`), RESUME (the
+# finetune_runs.tar.gz of an earlier call of the same commit that its time limit cut off: the
+# runs it scored are not trained again, model_runner.Runner.evaluate).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
@@ -34,6 +36,12 @@ carry_selection() {  # VARIABLE FILE: an earlier call's selection, unless the ma
 }
 carry_selection "${SELECT:-}" select.json
 carry_selection "${SELECT_AFIB:-}" select_afib.json
+if [ -n "${RESUME:-}" ]; then
+  # Only the evaluation answers: a run folder without its weights would pass for a finished run.
+  mkdir -p "$WORK" && tar xzf "$RESUME" -C "$WORK" .evaluations ||
+    { echo "cannot take the scored runs from $RESUME" >&2; exit 2; }
+  echo "continuing the $(ls "$WORK/.evaluations" | wc -l) scored runs of $RESUME" >&2
+fi
 # Stopped before the call's limit, so the stages that finished still come back.
 timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
   --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1
@@ -42,7 +50,9 @@ for stage in "$@"; do
   cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
 done
 # Every fine-tuning run's finetune.json (its training and validation records, the step it
-# exported), so that a score can be traced to its split without the run folders.
-(cd "$WORK" && ls -d -- */finetune.json 2>/dev/null | tar czf "$DEST/finetune_runs.tar.gz" -T -)
+# exported), so that a score can be traced to its split without the run folders, and every
+# evaluation's answer, so that RESUME continues a call that was cut off.
+(cd "$WORK" && { ls -d -- */finetune.json; ls -d .evaluations; } 2>/dev/null |
+  tar czf "$DEST/finetune_runs.tar.gz" -T -)
 tail -5 "$DEST/model_study.log"
 exit $status

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -649,6 +650,77 @@ def test_a_resumed_run_is_stamped_as_the_command_that_started_it(
     # The next call asks for the finished run without --resume: it is the same run.
     assert runner.heartlm("pretrain", "tok_pre", "--out", "pre", done="pre/model.safetensors") == ""
     assert len(ran) == 1
+
+
+def _fake_heartlm(monkeypatch: pytest.MonkeyPatch, work: Path) -> list[list[str]]:
+    """heartlm stood in for: `finetune` makes its run folder, `evaluate` answers with the work
+    folder's name and the count of models trained there, so an answer tells which model gave it."""
+    ran: list[list[str]] = []
+
+    def run(argv, **kwargs):
+        ran.append(argv[3:])
+        if argv[3] == "finetune":
+            (work / argv[argv.index("--out") + 1]).mkdir()
+        trained = sum(a[0] == "finetune" for a in ran)
+        answer = {"model": f"{work.name}:{trained}"}
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(answer))
+
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
+    return ran
+
+
+def test_an_evaluation_is_answered_once_and_kept_with_its_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    ran = _fake_heartlm(monkeypatch, tmp_path)
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    runner.finetune("ft", "beats", "tok_beats", "--seed", 0)
+    first = runner.evaluate("ft", "tok_beats", "--views", 4)
+    assert (
+        runner.evaluate("ft", "tok_beats", "--views", 4) == first == {"model": f"{tmp_path.name}:1"}
+    )
+    assert runner.evaluate("ft", "tok_beats", "--views", 1) == first
+    assert [a[0] for a in ran] == ["finetune", "evaluate", "evaluate"]
+    kept = [json.loads(f.read_text()) for f in runner.evaluations("ft").glob("*.json")]
+    assert sorted(k["command"][-1] for k in kept) == ["1", "4"]
+
+
+def test_a_call_resumed_from_carried_answers_trains_only_what_it_was_not_answered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    earlier, fresh = tmp_path / "earlier", tmp_path / "fresh"
+    earlier.mkdir(), fresh.mkdir()
+    _fake_heartlm(monkeypatch, earlier)
+    cut_off = model_runner.Runner(earlier, "cpu", 1, tmp_path / "ecg")
+    cut_off.finetune("ft", "beats", "tok_beats", "--seed", 0)
+    assert cut_off.evaluate("ft", "tok_beats", "--views", 4) == {"model": "earlier:1"}
+    # the fresh machine gets the answers (RESUME) and not the run folder
+    shutil.copytree(earlier / model_runner.EVALUATIONS, fresh / model_runner.EVALUATIONS)
+    ran = _fake_heartlm(monkeypatch, fresh)
+    runner = model_runner.Runner(fresh, "cpu", 1, tmp_path / "ecg")
+    runner.finetune("ft", "beats", "tok_beats", "--seed", 0)
+    assert runner.evaluate("ft", "tok_beats", "--views", 4) == {"model": "earlier:1"}
+    assert ran == [] and not (fresh / "ft").exists()
+    # an answer the earlier call did not give: the run is trained here, and from then on
+    # every answer is the new model's
+    assert runner.evaluate("ft", "tok_sick_test", "--views", 4) == {"model": "fresh:1"}
+    assert [a[0] for a in ran] == ["finetune", "evaluate"] and (fresh / "ft").is_dir()
+    assert runner.evaluate("ft", "tok_beats", "--views", 4) == {"model": "fresh:1"}
+    # a run that no earlier call scored is trained at once
+    runner.finetune("ft_new", "beats", "tok_beats", "--seed", 1)
+    assert (fresh / "ft_new").is_dir()
+
+
+def test_an_answer_kept_from_other_heartlm_code_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    ran = _fake_heartlm(monkeypatch, tmp_path)
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    runner.finetune("ft", "beats", "tok_beats")
+    runner.evaluate("ft", "tok_beats")
+    monkeypatch.setattr(model_runner, "heartlm_digest", lambda: "changed")
+    runner.evaluate("ft", "tok_beats")
+    assert [a[0] for a in ran] == ["finetune", "evaluate", "evaluate"]
 
 
 def test_afib_models_and_their_floor_are_scored_on_the_held_out_synthetic_patients(
