@@ -38,6 +38,9 @@ from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 EVALUATIONS = ".evaluations"
 """The work folder's cache of `evaluate` answers, kept per run (Runner.evaluate)."""
 
+ANSWERED = "answered"
+"""Marks a run's answers as all those the job that trained it asked (Runner.parallel)."""
+
 
 @functools.cache
 def heartlm_digest() -> str:
@@ -69,9 +72,10 @@ def stale_codebook(work: Path) -> str | None:
 
 
 def run_tag(*parts: Any) -> str:
-    """Short digest of what a run was trained with (flags, records, label share) for its
-    folder name: a work folder reused after a change never passes an old run off as new."""
-    parts = (*parts, f"codebook {CODEBOOK_VERSION}")
+    """Short digest of what a run was trained with (flags, records, label share, heartlm's
+    source) for its folder name: a work folder reused after a change never passes an old run
+    off as new, nor fails on one whose weights the changed model cannot read."""
+    parts = (*parts, f"codebook {CODEBOOK_VERSION}", f"heartlm {heartlm_digest()}")
     text = json.dumps([cfg.PRETRAIN, cfg.BEATS, cfg.AFIB, cfg.TRAIN_SYNTHETIC, *parts], default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
@@ -90,6 +94,8 @@ class Runner:
         self.deferred: dict[str, list[Any]] = {}
         """fine-tuning runs an earlier call scored (`finetune`): trained only on a cache miss"""
         self.run_locks: dict[str, threading.Lock] = {}
+        self.job = threading.local()
+        """the runs the current `parallel` job fine-tuned (or deferred)"""
 
     def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
         argv = [sys.executable, "-m", "heartlm", *map(str, args)]
@@ -121,13 +127,16 @@ class Runner:
 
     def finetune(self, name: str, task: str, data: str, *extra: Any, pre: str = "pre") -> None:
         """Train run `name`, unless it is there already. A run this work folder lacks but whose
-        evaluations an earlier call left (`evaluations`, carried with RESUME) is not trained
-        until an evaluation it has no answer for is asked: a call cut off by its time limit
-        is continued on a fresh machine without training again what it scored."""
+        answers an earlier call left (`evaluations`, carried with RESUME), all of those its
+        job asked, is not trained until an evaluation it has no answer for is asked: a call
+        cut off by its time limit is continued on a fresh machine without training again
+        what it scored."""
         flags = cfg.BEATS if task == "beats" else cfg.AFIB
         argv = ["finetune", pre, "--task", task, "--data", data, "--out", name, *flags, *extra,
                 "--device", self.device, "--no-compile"]  # fmt: skip
-        if not (self.work / name).exists() and self.evaluations(name).is_dir():
+        if getattr(self.job, "runs", None) is not None:
+            self.job.runs.append(name)
+        if not (self.work / name).exists() and (self.evaluations(name) / ANSWERED).is_file():
             with self.lock:
                 self.deferred[name] = argv
             return
@@ -153,10 +162,11 @@ class Runner:
         with run_lock:
             if answer.is_file():
                 return json.loads(answer.read_text())["report"]
-            with self.lock:
-                deferred = self.deferred.pop(name, None)
-            if deferred is not None:
-                self._train(name, deferred)
+            for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
+                with self.lock:
+                    deferred = self.deferred.pop(run, None)
+                if deferred is not None:
+                    self._train(run, deferred)
             report = json.loads(self.heartlm(*args, capture=True))
             answer.parent.mkdir(parents=True, exist_ok=True)
             staged = answer.with_suffix(".partial")
@@ -166,8 +176,16 @@ class Runner:
             return report
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
+        def run(job: Callable[[], Any]) -> Any:
+            self.job.runs = []
+            result = job()
+            for name in self.job.runs:  # every answer its job asked is there: RESUME may skip it
+                if self.evaluations(name).is_dir():
+                    (self.evaluations(name) / ANSWERED).touch()
+            return result
+
         with ThreadPoolExecutor(self.jobs) as pool:
-            return list(pool.map(lambda job: job(), jobs))
+            return list(pool.map(run, jobs))
 
 
 def prepare(r: Runner, ecg: Path, synth_records: int) -> None:

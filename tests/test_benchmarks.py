@@ -685,30 +685,70 @@ def test_an_evaluation_is_answered_once_and_kept_with_its_command(
     assert sorted(k["command"][-1] for k in kept) == ["1", "4"]
 
 
-def test_a_call_resumed_from_carried_answers_trains_only_what_it_was_not_answered(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-):
+def _earlier_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked: int) -> Path:
+    """A fresh machine's work folder holding what RESUME carries from an earlier call: the
+    evaluation answers of runs `ft` and `ft_cut` (two answers each) and none of their folders.
+    The earlier call was cut off while `ft_cut`'s job had given `asked` of its answers."""
     earlier, fresh = tmp_path / "earlier", tmp_path / "fresh"
     earlier.mkdir(), fresh.mkdir()
     _fake_heartlm(monkeypatch, earlier)
-    cut_off = model_runner.Runner(earlier, "cpu", 1, tmp_path / "ecg")
-    cut_off.finetune("ft", "beats", "tok_beats", "--seed", 0)
-    assert cut_off.evaluate("ft", "tok_beats", "--views", 4) == {"model": "earlier:1"}
-    # the fresh machine gets the answers (RESUME) and not the run folder
+    cut_off = model_runner.Runner(earlier, "cpu", 1, tmp_path / "ecg")  # ft, then ft_cut
+
+    def job(name: str, answers: int) -> None:
+        cut_off.finetune(name, "beats", "tok_beats")
+        for views in (1, 4)[:answers]:
+            cut_off.evaluate(name, "tok_beats", "--views", views)
+        if answers < 2:
+            raise TimeoutError("the call's limit")
+
+    with pytest.raises(TimeoutError):
+        cut_off.parallel([lambda: job("ft", 2), lambda: job("ft_cut", asked)])
     shutil.copytree(earlier / model_runner.EVALUATIONS, fresh / model_runner.EVALUATIONS)
+    return fresh
+
+
+def test_a_call_resumed_from_carried_answers_trains_only_what_it_was_not_answered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    fresh = _earlier_call(monkeypatch, tmp_path, asked=1)
     ran = _fake_heartlm(monkeypatch, fresh)
     runner = model_runner.Runner(fresh, "cpu", 1, tmp_path / "ecg")
-    runner.finetune("ft", "beats", "tok_beats", "--seed", 0)
-    assert runner.evaluate("ft", "tok_beats", "--views", 4) == {"model": "earlier:1"}
-    assert ran == [] and not (fresh / "ft").exists()
-    # an answer the earlier call did not give: the run is trained here, and from then on
-    # every answer is the new model's
-    assert runner.evaluate("ft", "tok_sick_test", "--views", 4) == {"model": "fresh:1"}
-    assert [a[0] for a in ran] == ["finetune", "evaluate"] and (fresh / "ft").is_dir()
-    assert runner.evaluate("ft", "tok_beats", "--views", 4) == {"model": "fresh:1"}
-    # a run that no earlier call scored is trained at once
-    runner.finetune("ft_new", "beats", "tok_beats", "--seed", 1)
-    assert (fresh / "ft_new").is_dir()
+
+    def job(name: str) -> list[dict]:
+        runner.finetune(name, "beats", "tok_beats")
+        return [runner.evaluate(name, "tok_beats", "--views", v) for v in (1, 4)]
+
+    done, cut = runner.parallel([lambda: job("ft"), lambda: job("ft_cut")])
+    # `ft` answered everything its job asked: not trained again, its answers are the earlier
+    # model's; `ft_cut` lacked one, so it is trained here and every answer is the new model's
+    assert done == [{"model": "earlier:1"}] * 2 and not (fresh / "ft").exists()
+    assert cut == [{"model": "fresh:1"}] * 2 and (fresh / "ft_cut").is_dir()
+    assert [a[0] for a in ran] == ["finetune", "evaluate", "evaluate"]
+    # a question its job never asked before: the run is trained, from then on it answers
+    assert runner.evaluate("ft", "tok_sick_test") == {"model": "fresh:2"}
+    assert runner.evaluate("ft", "tok_beats", "--views", 1) == {"model": "fresh:2"}
+
+
+def test_the_members_of_an_ensemble_are_trained_before_it_is_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    fresh = _earlier_call(monkeypatch, tmp_path, asked=1)
+    ran = _fake_heartlm(monkeypatch, fresh)
+    runner = model_runner.Runner(fresh, "cpu", 1, tmp_path / "ecg")
+    runner.parallel(
+        [lambda n=n: runner.finetune(n, "beats", "tok_beats") for n in ("ft", "ft_cut")]
+    )
+    assert [a[0] for a in ran] == ["finetune"]  # ft_cut, whose job was cut off
+    runner.evaluate("ft_cut", "tok_beats", "--ensemble", "ft")
+    assert (fresh / "ft").is_dir()
+    assert [a[0] for a in ran] == ["finetune", "finetune", "evaluate"]
+
+
+def test_a_run_trained_by_other_heartlm_code_gets_another_folder(monkeypatch: pytest.MonkeyPatch):
+    before = model_runner.run_tag(["--beat-mlp", "256"], ["101"])
+    assert model_runner.run_tag(["--beat-mlp", "256"], ["101"]) == before
+    monkeypatch.setattr(model_runner, "heartlm_digest", lambda: "changed")
+    assert model_runner.run_tag(["--beat-mlp", "256"], ["101"]) != before
 
 
 def test_an_answer_kept_from_other_heartlm_code_is_asked_again(
