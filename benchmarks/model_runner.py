@@ -189,72 +189,58 @@ class Runner:
 
 
 def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
+    """The token folders every stage reads, in four waves of commands that do not depend on
+    each other (`r.jobs` at a time): the records (synthetic ones, and the lead copies), their
+    stores, the codebook (`tok_pre`), and every other folder tokenized with it."""
     mitdb, nstdb, ludb = ecg / "mitdb", ecg / "nstdb", ecg / "ludb"
-    r.heartlm(
-        "synth",
-        "synth",
-        "--records",
-        synth_records,
-        "--minutes",
-        30,
-        "--fs",
-        360,
-        "--seed",
-        0,
-        done="synth",
-    )
-    for folder, (seed, flags) in cfg.PATIENTS.items():
-        r.heartlm("synth", folder, "--records", 20, "--minutes", 10, "--fs", 360, "--seed", seed,
-                  *flags, done=folder)  # fmt: skip
     real = [*(mitdb / n for n in MITDB_DS1 + MITDB_PACED), ludb]
+    corpora = _extra_corpora()
+    scale = cfg.SCALE
+    records: list[tuple[Any, ...]] = [
+        ("synth", "--records", synth_records, "--minutes", 30, "--fs", 360, "--seed", 0),
+        *((folder, "--records", 20, "--minutes", 10, "--fs", 360, "--seed", seed, *flags)
+          for folder, (seed, flags) in cfg.PATIENTS.items()),
+    ]  # fmt: skip
+    if "tok_pre_scale" in corpora:
+        records.append((scale["folder"], "--records", scale["records"], "--minutes",
+                        scale["minutes"], "--fs", 360, "--seed", scale["seed"],
+                        *scale["flags"]))  # fmt: skip
+    copies: list[str] = []
+
+    def lead_copies() -> None:
+        if {"tok_pre_leads", cfg.BEATS_LEADS} & corpora:
+            copies.extend(write_lead_copies(r, [*real, nstdb]))
+
+    r.parallel([lead_copies, *(lambda a=a: r.heartlm("synth", *a, done=a[0]) for a in records)])
+
     pre = [*real, nstdb, "synth", *cfg.TRAIN_SYNTHETIC]
-    r.heartlm("ingest", *pre, "--out", "store_pre", done="store_pre")
+    stores: dict[str, tuple[list[Any], str]] = {  # store: (its sources, its token folder)
+        "store_pre": (pre, "tok_pre"),
+        "store_mitdb": ([mitdb], "tok_mitdb"),
+        "store_beats": ([mitdb, *cfg.TRAIN_SYNTHETIC], "tok_beats"),
+        **{f"store_{kind}_test": ([f"synth_{kind}_test"], tokens)
+           for kind, tokens in cfg.HELD_OUT.items()},
+        "store_afib": ([*real, "synth", *cfg.TRAIN_SYNTHETIC, *cfg.AFIB_ONLY_SYNTHETIC],
+                       "tok_afib"),
+    }  # fmt: skip
+    if "tok_pre_leads" in corpora:
+        stores["store_pre_leads"] = ([*pre, *copies], "tok_pre_leads")
+    if cfg.BEATS_LEADS in corpora:
+        mitdb_copies = [c for c in copies if Path(c).name.startswith(f"{mitdb.name}_")]
+        stores["store_beats_leads"] = ([mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies],
+                                       cfg.BEATS_LEADS)  # fmt: skip
+    if "tok_pre_scale" in corpora:
+        stores["store_pre_scale"] = ([*pre, scale["folder"]], "tok_pre_scale")
+    r.parallel([lambda store=store, sources=sources: r.heartlm(
+        "ingest", *sources, "--out", store, done=store)
+        for store, (sources, _) in stores.items()])  # fmt: skip
     r.heartlm(
         "tokenize", "store_pre", "--out", "tok_pre", "--vocab", 512, "--seed", 0, done="tok_pre"
     )
-    r.heartlm("ingest", mitdb, "--out", "store_mitdb", done="store_mitdb")
-    r.heartlm(
-        "tokenize", "store_mitdb", "--out", "tok_mitdb", "--codebook", "tok_pre", done="tok_mitdb"
-    )
-    r.heartlm("ingest", mitdb, *cfg.TRAIN_SYNTHETIC, "--out", "store_beats", done="store_beats")
-    r.heartlm(
-        "tokenize", "store_beats", "--out", "tok_beats", "--codebook", "tok_pre", done="tok_beats"
-    )
-    for kind, tokens in cfg.HELD_OUT.items():
-        r.heartlm("ingest", f"synth_{kind}_test", "--out", f"store_{kind}_test",
-                  done=f"store_{kind}_test")  # fmt: skip
-        r.heartlm("tokenize", f"store_{kind}_test", "--out", tokens, "--codebook", "tok_pre",
-                  done=tokens)  # fmt: skip
-    r.heartlm("ingest", *real, "synth", *cfg.TRAIN_SYNTHETIC, *cfg.AFIB_ONLY_SYNTHETIC, "--out",
-              "store_afib", done="store_afib")  # fmt: skip
-    r.heartlm(
-        "tokenize", "store_afib", "--out", "tok_afib", "--codebook", "tok_pre", done="tok_afib"
-    )
-    corpora = _extra_corpora()
-    if {"tok_pre_leads", cfg.BEATS_LEADS} & corpora:
-        copies = write_lead_copies(r, [*real, nstdb])
-    if "tok_pre_leads" in corpora:
-        _extended_corpus(r, "leads", [*pre, *copies])
-    if cfg.BEATS_LEADS in corpora:
-        mitdb_copies = [c for c in copies if Path(c).name.startswith(f"{mitdb.name}_")]
-        r.heartlm("ingest", mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies,
-                  "--out", "store_beats_leads", done="store_beats_leads")  # fmt: skip
-        r.heartlm("tokenize", "store_beats_leads", "--out", cfg.BEATS_LEADS,
-                  "--codebook", "tok_pre", done=cfg.BEATS_LEADS)  # fmt: skip
-    if "tok_pre_scale" in corpora:
-        s = cfg.SCALE
-        scale = s["folder"]
-        r.heartlm("synth", scale, "--records", s["records"], "--minutes", s["minutes"],
-                  "--fs", 360, "--seed", s["seed"], *s["flags"], done=scale)  # fmt: skip
-        _extended_corpus(r, "scale", [*pre, scale])
-
-
-def _extended_corpus(r: Runner, suffix: str, sources: list[Any]) -> None:
-    """tok_pre_<suffix>: `sources` ingested and tokenized with tok_pre's codebook, so that the
-    codes mean what they mean in tok_pre."""
-    store, tokens = f"store_pre_{suffix}", f"tok_pre_{suffix}"
-    r.heartlm("ingest", *sources, "--out", store, done=store)
-    r.heartlm("tokenize", store, "--out", tokens, "--codebook", "tok_pre", done=tokens)
+    # every other folder's codes mean what they mean in tok_pre
+    r.parallel([lambda store=store, tokens=tokens: r.heartlm(
+        "tokenize", store, "--out", tokens, "--codebook", "tok_pre", done=tokens)
+        for store, (_, tokens) in stores.items() if tokens != "tok_pre"])  # fmt: skip
 
 
 def _extra_corpora() -> set[str]:
@@ -275,8 +261,9 @@ def write_lead_copies(r: Runner, sources: list[Path]) -> list[str]:
         print(f"$ lead_copies.py -> {cfg.LEADS}/", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         write_all(sources, r.work / cfg.LEADS)
-        r.commands.append({"command": f"lead_copies.py ECG/... --out {cfg.LEADS}",
-                           "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
+        with r.lock:
+            r.commands.append({"command": f"lead_copies.py ECG/... --out {cfg.LEADS}",
+                               "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
         done.touch()
     return sorted(str(p.relative_to(r.work)) for p in (r.work / cfg.LEADS).iterdir() if p.is_dir())
 

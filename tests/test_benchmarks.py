@@ -1455,6 +1455,9 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
             made.append(tuple(map(str, args)))
             return ""
 
+        def parallel(self, jobs: list) -> list:
+            return [job() for job in jobs]
+
     monkeypatch.setattr(model_runner, "write_lead_copies",
                         lambda r, sources: ["leads/mitdb_V1", "leads/ludb_I"])  # fmt: skip
     monkeypatch.setattr(model_configs, "AFIB_CONFIGS", {})
@@ -1471,6 +1474,12 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
                                                                       "leads/ludb_I")  # fmt: skip
     tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_pre_leads")
     assert tokenize[tokenize.index("--codebook") + 1] == "tok_pre"
+    # the waves: every record before any store, every store before the codebook, the
+    # codebook before every folder that reads it
+    kinds = [a[0] for a in made]
+    assert kinds == sorted(kinds, key=["synth", "ingest", "tokenize"].index)
+    codebook = made.index(next(a for a in made if a[:2] == ("tokenize", "store_pre")))
+    assert codebook == kinds.index("tokenize") and "--vocab" in made[codebook]
     assert not any("store_beats_leads" in args for args in made)
     # A beat recipe that fine-tunes on the copies: MIT-BIH's copies join the beat training
     # folder's sources (no other database's), with tok_pre's codes; no pretraining corpus.
