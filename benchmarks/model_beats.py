@@ -42,6 +42,19 @@ def sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def kept_beat_floor(r: Runner, folder: str, data: Any, train: list[str], test: list[str],
+                    seed: int, fraction: float, inputs: str) -> dict[str, Any]:  # fmt: skip
+    """The LightGBM floor's report (tree_floor.beat_floor) on `data`, token folder `folder`,
+    kept in the work folder so that a resumed call does not fit it again."""
+    from tree_floor import beat_floor
+
+    return r.remember(
+        f"floor_{inputs}_{folder}",
+        lambda: beat_floor(data, train, test, seed, fraction=fraction, inputs=inputs),
+        folder, train, test, seed, fraction, inputs,
+    )  # fmt: skip
+
+
 def synthetic_keys(data: Any) -> list[str]:
     """DB/NAME of the records of the TRAIN_SYNTHETIC folders inside a token folder."""
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]
@@ -51,7 +64,6 @@ def synthetic_keys(data: Any) -> list[str]:
 def select(r: Runner) -> dict[str, Any]:
     """Every configuration on both DS1 folds (train on one with the TRAIN_SYNTHETIC records,
     score the other), summed; and each model on the held-out sick-sinus records."""
-    from tree_floor import beat_floor
 
     from heartlm.train.data import load_tokens
 
@@ -82,9 +94,8 @@ def select(r: Runner) -> dict[str, Any]:
     configs = {c: recipe_flags(c) for c in recipes}
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
-        floors = [beat_floor(floor_data, [*cfg.FOLDS[k], *synthetic],
-                             mitdb_keys(cfg.FOLDS[1 - k]), s,
-                             fraction=cfg.SELECT_FRACTION, inputs=inputs)
+        floors = [kept_beat_floor(r, folder, floor_data, [*cfg.FOLDS[k], *synthetic],
+                                  mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
                   for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
         floor = floor_name(inputs, data=folder)
         rows[floor] = sum_reports(floors)
@@ -95,7 +106,6 @@ def select(r: Runner) -> dict[str, Any]:
 
 def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
-    from tree_floor import beat_floor
 
     from heartlm.train.data import load_tokens
 
@@ -131,8 +141,8 @@ def final(r: Runner) -> dict[str, Any]:
         for fraction in cfg.FRACTIONS:
             # the same share of DS1's labels; scored, as above, on all of DS2
             for seed in cfg.SEEDS:
-                rep = beat_floor(floor_data, train, mitdb_keys(cfg.TEST), seed,
-                                 fraction=fraction, inputs=inputs)  # fmt: skip
+                rep = kept_beat_floor(r, folder, floor_data, train, mitdb_keys(cfg.TEST), seed,
+                                      fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
     return {"config": configs, "beats": beat_rows, "afib": []}

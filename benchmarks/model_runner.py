@@ -54,6 +54,21 @@ def heartlm_digest() -> str:
     return digest.hexdigest()[:12]
 
 
+def _source_digest(script: str) -> str:
+    """Digest of one of the benchmarks' own scripts."""
+    return hashlib.sha1((Path(__file__).parent / script).read_bytes()).hexdigest()[:12]
+
+
+def _keep(answer: Path, command: str, report: dict[str, Any]) -> None:
+    """Write a kept answer whole or not at all (a call's limit may stop it at any point)."""
+    answer.parent.mkdir(parents=True, exist_ok=True)
+    staged = answer.with_suffix(".partial")
+    staged.write_text(
+        json.dumps({"command": command, "heartlm": heartlm_digest(), "report": report})
+    )
+    staged.replace(answer)
+
+
 def stale_codebook(work: Path) -> str | None:
     """A sentence when `work`'s token folders were made with another codebook format than
     this heartlm writes: the stages would reuse them (and the runs trained on them) and the
@@ -168,12 +183,20 @@ class Runner:
                 if deferred is not None:
                     self._train(run, deferred)
             report = json.loads(self.heartlm(*args, capture=True))
-            answer.parent.mkdir(parents=True, exist_ok=True)
-            staged = answer.with_suffix(".partial")
-            kept = {"command": command, "heartlm": heartlm_digest(), "report": report}
-            staged.write_text(json.dumps(kept))
-            staged.replace(answer)
+            _keep(answer, command, report)
             return report
+
+    def remember(self, name: str, compute: Callable[[], dict[str, Any]], *key: Any) -> dict:
+        """`compute()`'s answer (a floor's), kept beside the runs' answers under `name` and
+        carried by RESUME as theirs are; `key` says what it was computed from. An answer of
+        other heartlm or tree_floor.py source is computed again."""
+        what = json.dumps([heartlm_digest(), _source_digest("tree_floor.py"), *key], default=str)
+        answer = self.evaluations(name) / f"{hashlib.sha1(what.encode()).hexdigest()[:16]}.json"
+        if answer.is_file():
+            return json.loads(answer.read_text())["report"]
+        report = compute()
+        _keep(answer, what, report)
+        return report
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
         def run(job: Callable[[], Any]) -> Any:

@@ -107,6 +107,9 @@ class _Runner:
     def parallel(self, jobs: list) -> list:
         return []
 
+    def remember(self, name: str, compute, *key) -> dict:
+        return compute()
+
 
 def _counting_fit(fits: list[int]):
     """A stand-in for tree_floor.fit_tree that records each tree's training rows."""
@@ -742,6 +745,25 @@ def test_the_members_of_an_ensemble_are_trained_before_it_is_asked(
     runner.evaluate("ft_cut", "tok_beats", "--ensemble", "ft")
     assert (fresh / "ft").is_dir()
     assert [a[0] for a in ran] == ["finetune", "finetune", "evaluate"]
+
+
+def test_a_floor_is_fitted_once_and_again_for_other_inputs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    fits: list[tuple] = []
+
+    def fit(*key) -> dict:
+        fits.append(key)
+        return {"fit": len(fits)}
+
+    def floor(*key) -> dict:
+        return runner.remember("floor_relative_tok_beats", lambda: fit(*key), *key)
+
+    assert floor(["101"], ["100"], 0, 0.1) == floor(["101"], ["100"], 0, 0.1) == {"fit": 1}
+    assert floor(["101"], ["100"], 1, 0.1) == {"fit": 2}  # another seed
+    monkeypatch.setattr(model_runner, "_source_digest", lambda script: "changed")
+    assert floor(["101"], ["100"], 0, 0.1) == {"fit": 3}  # tree_floor.py changed
 
 
 def test_a_run_trained_by_other_heartlm_code_gets_another_folder(monkeypatch: pytest.MonkeyPatch):
