@@ -40,7 +40,7 @@ if [ -n "${RESUME:-}" ]; then
   # Only the evaluation answers: a run folder without its weights would pass for a finished run.
   mkdir -p "$WORK" && tar xzf "$RESUME" -C "$WORK" .evaluations ||
     { echo "cannot take the scored runs from $RESUME" >&2; exit 2; }
-  echo "continuing the $(ls "$WORK/.evaluations" | wc -l) scored runs of $RESUME" >&2
+  echo "continuing from $RESUME: the kept answers of $(ls "$WORK/.evaluations" | wc -l) runs and floors" >&2
 fi
 # Stopped before the call's limit, so the stages that finished still come back.
 timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
