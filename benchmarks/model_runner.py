@@ -108,9 +108,12 @@ class Runner:
         self.lock = threading.Lock()
         self.deferred: dict[str, list[Any]] = {}
         """fine-tuning runs an earlier call scored (`finetune`): trained only on a cache miss"""
-        self.run_locks: dict[str, threading.Lock] = {}
+        self.training: dict[str, threading.Lock] = {}
+        """held while a deferred run is trained: whoever evaluates it waits"""
+        self.asking: dict[str, threading.Lock] = {}
+        """held while a run's evaluation is asked and kept"""
         self.job = threading.local()
-        """the runs the current `parallel` job fine-tuned (or deferred)"""
+        """the runs the current `parallel` job fine-tuned (or deferred), and those it asked"""
 
     def heartlm(self, *args: Any, capture: bool = False, done: str | None = None) -> str:
         argv = [sys.executable, "-m", "heartlm", *map(str, args)]
@@ -154,8 +157,21 @@ class Runner:
         if not (self.work / name).exists() and (self.evaluations(name) / ANSWERED).is_file():
             with self.lock:
                 self.deferred[name] = argv
+                self.training.setdefault(name, threading.Lock())
             return
         self._train(name, argv)
+
+    def _trained(self, run: str) -> None:
+        """Train `run` now if it was deferred; if another thread is training it, wait."""
+        with self.lock:
+            training = self.training.get(run)
+        if training is None:
+            return
+        with training:
+            with self.lock:
+                argv = self.deferred.pop(run, None)
+            if argv is not None:
+                self._train(run, argv)
 
     def _train(self, name: str, argv: list[Any]) -> None:
         if not (self.work / name).exists():
@@ -172,19 +188,18 @@ class Runner:
         command = shlex.join(args)
         key = hashlib.sha1(f"{heartlm_digest()} {command}".encode()).hexdigest()[:16]
         answer = self.evaluations(name) / f"{key}.json"
+        if getattr(self.job, "asked", None) is not None:
+            self.job.asked.add(name)
+        if answer.is_file():
+            return json.loads(answer.read_text())["report"]
+        for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
+            self._trained(run)
         with self.lock:
-            run_lock = self.run_locks.setdefault(name, threading.Lock())
-        with run_lock:
-            if answer.is_file():
-                return json.loads(answer.read_text())["report"]
-            for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
-                with self.lock:
-                    deferred = self.deferred.pop(run, None)
-                if deferred is not None:
-                    self._train(run, deferred)
-            report = json.loads(self.heartlm(*args, capture=True))
-            _keep(answer, command, report)
-            return report
+            asking = self.asking.setdefault(name, threading.Lock())
+        with asking:
+            if not answer.is_file():
+                _keep(answer, command, json.loads(self.heartlm(*args, capture=True)))
+            return json.loads(answer.read_text())["report"]
 
     def remember(self, name: str, compute: Callable[[], dict[str, Any]], *key: Any) -> dict:
         """`compute()`'s answer (a floor's), kept beside the runs' answers under `name` and
@@ -200,11 +215,15 @@ class Runner:
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
         def run(job: Callable[[], Any]) -> Any:
-            self.job.runs = []
+            self.job.runs, self.job.asked = [], set()
             result = job()
-            for name in self.job.runs:  # every answer its job asked is there: RESUME may skip it
-                if self.evaluations(name).is_dir():
-                    (self.evaluations(name) / ANSWERED).touch()
+            # every answer the job asked of a run it trained is kept: RESUME may skip the run
+            for name in (n for n in self.job.runs if n in self.job.asked):
+                kept = self.evaluations(name)
+                if kept.is_dir():
+                    if (self.work / name / "finetune.json").is_file():  # its split, for the record
+                        shutil.copy2(self.work / name / "finetune.json", kept / "finetune.json")
+                    (kept / ANSWERED).touch()
             return result
 
         with ThreadPoolExecutor(self.jobs) as pool:

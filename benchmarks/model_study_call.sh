@@ -39,7 +39,7 @@ carry_selection "${SELECT_AFIB:-}" select_afib.json
 if [ -n "${RESUME:-}" ]; then
   # Only the evaluation answers: a run folder without its weights would pass for a finished run.
   mkdir -p "$WORK" && tar xzf "$RESUME" -C "$WORK" .evaluations ||
-    { echo "cannot take the scored runs from $RESUME" >&2; exit 2; }
+    { echo "$RESUME: no kept answers (.evaluations) to continue from" >&2; exit 2; }
   echo "continuing from $RESUME: the kept answers of $(ls "$WORK/.evaluations" | wc -l) runs and floors" >&2
 fi
 # Stopped before the call's limit, so the stages that finished still come back.

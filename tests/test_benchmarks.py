@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -704,8 +705,10 @@ def _earlier_call(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked: int) -
         if answers < 2:
             raise TimeoutError("the call's limit")
 
-    with pytest.raises(TimeoutError):
+    try:
         cut_off.parallel([lambda: job("ft", 2), lambda: job("ft_cut", asked)])
+    except TimeoutError:
+        assert asked < 2
     shutil.copytree(earlier / model_runner.EVALUATIONS, fresh / model_runner.EVALUATIONS)
     return fresh
 
@@ -745,6 +748,57 @@ def test_the_members_of_an_ensemble_are_trained_before_it_is_asked(
     runner.evaluate("ft_cut", "tok_beats", "--ensemble", "ft")
     assert (fresh / "ft").is_dir()
     assert [a[0] for a in ran] == ["finetune", "finetune", "evaluate"]
+
+
+def test_a_run_asked_alone_and_in_an_ensemble_at_once_is_trained_once_before_either(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    fresh = _earlier_call(monkeypatch, tmp_path, asked=2)
+    events: list[tuple[str, ...]] = []
+
+    def run(argv, **kwargs):
+        args = argv[3:]
+        if args[0] == "finetune":
+            time.sleep(0.2)  # long enough for the other thread to ask meanwhile
+            (fresh / args[args.index("--out") + 1]).mkdir()
+            events.append(("finetune", args[args.index("--out") + 1]))
+        else:  # the runs it reads that have no weights yet
+            events.append(("evaluate", *(a for a in args if a.startswith("ft")
+                                         and not (fresh / a).is_dir())))  # fmt: skip
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps({"model": "fresh"}))
+
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
+    runner = model_runner.Runner(fresh, "cpu", 2, tmp_path / "ecg")
+    (fresh / "ft_cut").mkdir()  # trained on this machine; ft only has its earlier answers
+    runner.parallel(
+        [lambda n=n: runner.finetune(n, "beats", "tok_beats") for n in ("ft", "ft_cut")]
+    )
+    assert events == []
+
+    def alone() -> None:
+        time.sleep(0.05)  # while the ensemble's call trains ft
+        runner.evaluate("ft", "tok_sick_test")
+
+    runner.parallel([lambda: runner.evaluate("ft_cut", "tok_sick_test", "--ensemble", "ft"),
+                     alone])  # fmt: skip
+    assert sorted(events) == [("evaluate",), ("evaluate",), ("finetune", "ft")]
+
+
+def test_only_a_job_that_asked_a_run_marks_its_answers_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    _fake_heartlm(monkeypatch, tmp_path)
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    runner.finetune("ft", "beats", "tok_beats")
+    runner.evaluate("ft", "tok_beats")  # outside any job: some answers, not known to be all
+    (tmp_path / "ft" / "finetune.json").write_text('{"train_records": ["101"]}')
+    kept = runner.evaluations("ft")
+    runner.parallel([lambda: runner.finetune("ft", "beats", "tok_beats")])  # trains, asks nothing
+    assert not (kept / model_runner.ANSWERED).exists()
+    runner.parallel([lambda: (runner.finetune("ft", "beats", "tok_beats"),
+                              runner.evaluate("ft", "tok_beats"))])  # fmt: skip
+    assert (kept / model_runner.ANSWERED).exists()
+    assert json.loads((kept / "finetune.json").read_text()) == {"train_records": ["101"]}
 
 
 def test_a_floor_is_fitted_once_and_again_for_other_inputs(
