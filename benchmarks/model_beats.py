@@ -64,7 +64,6 @@ def synthetic_keys(data: Any) -> list[str]:
 def select(r: Runner) -> dict[str, Any]:
     """Every configuration on both DS1 folds (train on one with the TRAIN_SYNTHETIC records,
     score the other), summed; and each model on the held-out sick-sinus records."""
-
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_beats")
@@ -106,7 +105,6 @@ def select(r: Runner) -> dict[str, Any]:
 
 def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
-
     from heartlm.train.data import load_tokens
 
     chosen = {

@@ -59,16 +59,6 @@ def _source_digest(script: str) -> str:
     return hashlib.sha1((Path(__file__).parent / script).read_bytes()).hexdigest()[:12]
 
 
-def _keep(answer: Path, command: str, report: dict[str, Any]) -> None:
-    """Write a kept answer whole or not at all (a call's limit may stop it at any point)."""
-    answer.parent.mkdir(parents=True, exist_ok=True)
-    staged = answer.with_suffix(".partial")
-    staged.write_text(
-        json.dumps({"command": command, "heartlm": heartlm_digest(), "report": report})
-    )
-    staged.replace(answer)
-
-
 def stale_codebook(work: Path) -> str | None:
     """A sentence when `work`'s token folders were made with another codebook format than
     this heartlm writes: the stages would reuse them (and the runs trained on them) and the
@@ -185,33 +175,41 @@ class Runner:
 
     def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
         args = ["evaluate", name, data, "--json", "--device", self.device, *map(str, extra)]
-        command = shlex.join(args)
-        key = hashlib.sha1(f"{heartlm_digest()} {command}".encode()).hexdigest()[:16]
-        answer = self.evaluations(name) / f"{key}.json"
         if getattr(self.job, "asked", None) is not None:
             self.job.asked.add(name)
-        if answer.is_file():
-            return json.loads(answer.read_text())["report"]
-        for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
-            self._trained(run)
-        with self.lock:
-            asking = self.asking.setdefault(name, threading.Lock())
-        with asking:
-            if not answer.is_file():
-                _keep(answer, command, json.loads(self.heartlm(*args, capture=True)))
-            return json.loads(answer.read_text())["report"]
+
+        def ask() -> dict[str, Any]:
+            for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
+                self._trained(run)
+            return json.loads(self.heartlm(*args, capture=True))
+
+        command = shlex.join(args)
+        return self._kept(name, f"{heartlm_digest()} {command}", command, ask)
 
     def remember(self, name: str, compute: Callable[[], dict[str, Any]], *key: Any) -> dict:
         """`compute()`'s answer (a floor's), kept beside the runs' answers under `name` and
         carried by RESUME as theirs are; `key` says what it was computed from. An answer of
         other heartlm or tree_floor.py source is computed again."""
         what = json.dumps([heartlm_digest(), _source_digest("tree_floor.py"), *key], default=str)
+        return self._kept(name, what, what, compute)
+
+    def _kept(
+        self, name: str, what: str, command: str, compute: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The answer kept under `name` for `what` (a digest names its file), computed and
+        kept whole (staged, then renamed: a call's limit may stop it anywhere) if there is
+        none; one computation per run at a time."""
         answer = self.evaluations(name) / f"{hashlib.sha1(what.encode()).hexdigest()[:16]}.json"
-        if answer.is_file():
+        with self.lock:
+            asking = self.asking.setdefault(name, threading.Lock())
+        with asking:
+            if not answer.is_file():
+                report = compute()
+                answer.parent.mkdir(parents=True, exist_ok=True)
+                staged = answer.with_suffix(".partial")
+                staged.write_text(json.dumps({"command": command, "report": report}))
+                staged.replace(answer)
             return json.loads(answer.read_text())["report"]
-        report = compute()
-        _keep(answer, what, report)
-        return report
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
         def run(job: Callable[[], Any]) -> Any:
