@@ -184,3 +184,14 @@ folds for the pretrained recipe (mean of S and V F1 0.741 against 0.701, four vi
 0.606 against 0.534) and lost for scratch (0.646 against 0.683); V stayed under the floor
 for every recipe (V F1 0.867-0.876 against 0.898). The DS2 scoring call was cut off by its
 time limit before any score came back."""
+
+
+CONFIGS = {name: CONFIGS[name] for name in (f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}", _SCRATCH_41)}
+"""Round 45 (twenty-first session): no new lever. The two recipes scored on DS2 last (round 44's
+pretrained recipe with the binned per-beat network, round 40's scratch), on the folds with three
+seeds instead of two (model_configs.SELECT_SEEDS), to measure two things the rounds have
+leaned on without measuring: how far one seed's fold score moves (`select.md`'s per-seed
+table; rounds 43 and 44 scored one recipe 0.031 apart), and whether the fold models of the
+three seeds averaged (`evaluate --ensemble`, rows `_ensemble3`, never chosen) beat each
+alone, on V above all: on DS2 in rounds 40-44 V F1 stayed at 0.943-0.952 against the
+floor's 0.959. Written after round 44's DS2 scores were read; nothing is chosen from it."""

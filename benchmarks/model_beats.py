@@ -14,10 +14,12 @@ from model_recipes import (
     best_selected,
     config_of,
     data_note,
+    ensembled,
     floor_name,
     pretrain_variant,
     pretraining_run,
     recipe_flags,
+    sv_score,
     viewed,
     views_of,
 )
@@ -69,28 +71,52 @@ def select(r: Runner) -> dict[str, Any]:
     data = load_tokens(r.work / "tok_beats")
     synthetic = synthetic_keys(data)
 
-    def one(config: str, k: int, seed: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def name_of(config: str, k: int, seed: int) -> str:
+        tag = run_tag(cfg.CONFIGS[config], [*cfg.FOLDS[k], *synthetic], cfg.SELECT_FRACTION)
+        return f"sel_{config}_fold{k}_s{seed}_{tag}"
+
+    def one(config: str, k: int, seed: int) -> list[tuple[str, int, dict, dict]]:
         train, test = [*cfg.FOLDS[k], *synthetic], cfg.FOLDS[1 - k]
-        tag = run_tag(cfg.CONFIGS[config], train, cfg.SELECT_FRACTION)
-        name = f"sel_{config}_fold{k}_s{seed}_{tag}"
+        name = name_of(config, k, seed)
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         return [
             (
                 viewed(config, views),
+                seed,
                 r.evaluate(name, "tok_beats", "--records", *test, "--views", views),
                 r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views),
             )
             for views in (1, cfg.VIEWS)
         ]
 
+    def ensemble(config: str, k: int, views: int) -> tuple[str, dict[str, Any]]:
+        """The fold's models of every seed, their class probabilities averaged."""
+        first, *more = [name_of(config, k, s) for s in cfg.SELECT_SEEDS]
+        rep = r.evaluate(first, "tok_beats", "--records", *cfg.FOLDS[1 - k], "--views", views,
+                         "--ensemble", *more)  # fmt: skip
+        return ensembled(viewed(config, views)), rep
+
     grid = [(c, k, s) for c in cfg.CONFIGS for k in (0, 1) for s in cfg.SELECT_SEEDS]
     found = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
     recipes = [viewed(c, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS)]
-    rows = {c: sum_reports([rep for cc, rep, _ in found if cc == c]) for c in recipes}
-    held_out = {c: sum_reports([rep for cc, _, rep in found if cc == c]) for c in recipes}
+    rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
+    held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
+    seed_scores = {
+        c: {s: sv_score(sum_reports([rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)]))
+            for s in cfg.SELECT_SEEDS}
+        for c in recipes
+    }  # fmt: skip
+    if len(cfg.SELECT_SEEDS) > 1:
+        egrid = [(c, k, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS) for k in (0, 1)]
+        pooled = r.parallel([lambda g=g: ensemble(*g) for g in egrid])
+        for name in dict.fromkeys(n for n, _ in pooled):
+            rows[name] = sum_reports([rep for n, rep in pooled if n == name])
     configs = {c: recipe_flags(c) for c in recipes}
+    seeds_text = " ".join(map(str, cfg.SELECT_SEEDS))
+    configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
+                for c in recipes if ensembled(c) in rows}  # fmt: skip
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
         floors = [kept_beat_floor(r, folder, floor_data, [*cfg.FOLDS[k], *synthetic],
@@ -100,7 +126,8 @@ def select(r: Runner) -> dict[str, Any]:
         rows[floor] = sum_reports(floors)
         configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
-            "configs": configs, "beats": rows, "sick_test": held_out}  # fmt: skip
+            "configs": configs, "beats": rows, "sick_test": held_out,
+            "seed_scores": seed_scores}  # fmt: skip
 
 
 def final(r: Runner) -> dict[str, Any]:

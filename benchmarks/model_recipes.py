@@ -168,6 +168,18 @@ def best_afib(rows: dict[str, Any], init: str) -> str:
     return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
 
 
+def sv_score(report: dict[str, Any]) -> float:
+    """What `select` ranks beat recipes by: the mean of S F1 and V F1."""
+    c = report["per_class"]
+    return (c["S"]["f1"] + c["V"]["f1"]) / 2
+
+
+def ensembled(recipe: str) -> str:
+    """The row of a recipe's fold models of every SELECT_SEEDS averaged (`evaluate
+    --ensemble`): a measurement beside the recipes, never chosen (`_is_recipe` rejects it)."""
+    return f"{recipe}_ensemble{len(cfg.SELECT_SEEDS)}"
+
+
 def best_selected(path: Path, init: str) -> str:
     """The `init` ("pretrained" or "scratch") configuration with the best mean S/V F1."""
     if not path.is_file():
@@ -175,8 +187,7 @@ def best_selected(path: Path, init: str) -> str:
     rows = json.loads(path.read_text())["beats"]
 
     def score(name: str) -> float:
-        c = rows[name]["per_class"]
-        return (c["S"]["f1"] + c["V"]["f1"]) / 2
+        return sv_score(rows[name])
 
     candidates = [n for n in rows if _is_recipe(n) and (
         "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip

@@ -139,6 +139,22 @@ def _select(results: dict[str, Any]) -> list[str]:
     )
 
 
+def _seed_scores(results: dict[str, Any]) -> list[str]:
+    """Each recipe's selection score seed by seed (both folds summed): the folds' own noise."""
+    scores = results.get("seed_scores")
+    if not scores:
+        return []
+    seeds = list(next(iter(scores.values())))
+    lines = ["", "## Mean of S and V F1 seed by seed (both folds summed)", "",
+             f"| configuration | {' | '.join(f'seed {s}' for s in seeds)} | mean ± std |",
+             f"| --- |{' --- |' * (len(seeds) + 1)}"]  # fmt: skip
+    for name, by_seed in scores.items():
+        values = [by_seed[s] for s in seeds]
+        cells = " | ".join(f"{v:.3f}" for v in values)
+        lines.append(f"| {name} | {cells} | {np.mean(values):.3f} ± {np.std(values):.3f} |")
+    return lines
+
+
 def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[str]]]:
     groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -330,7 +346,7 @@ def markdown(results: dict[str, Any]) -> str:
     if stage == "pretrain":
         lines = _pretrain(results)
     elif stage == "select":
-        lines = _select(results) + _sick(results)
+        lines = _select(results) + _seed_scores(results) + _sick(results)
     elif stage == "select_afib":
         lines = _select_afib(results)
     elif stage == "crossfit_afib":

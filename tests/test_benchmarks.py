@@ -1623,3 +1623,46 @@ def test_the_probes_rank_transform_is_monotone_normal_and_keeps_missing_values()
     ranked = feature_scale_probe.quantile_normal(train, train)[:, 0]
     assert abs(ranked.mean()) < 0.05 and abs(ranked.std() - 1.0) < 0.05  # a standard normal
     assert np.isfinite(feature_scale_probe.quantile_normal(train, train)[:, 1]).all()
+
+
+def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    asked: list[tuple[str, ...]] = []
+
+    class Seeded(_Transformers):
+        """A single model finds V only for seed 0; the ensemble finds every class."""
+
+        def evaluate(self, *args) -> dict:
+            asked.append(tuple(map(str, args)))
+            cm = np.eye(5, dtype=int)
+            if "--ensemble" not in args and "_s0_" not in args[0]:
+                cm[2] = [1, 0, 0, 0, 0]  # V called N
+            return {"confusion": (cm * 10).tolist()}
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    result = model_beats.select(Seeded())
+    views = model_configs.VIEWS
+    scores = result["seed_scores"]
+    assert scores["scratch_relative"][0] == pytest.approx(1.0)
+    assert scores["scratch_relative"][1] == scores["scratch_relative"][2] < 1.0
+    ensembles = [a for a in asked if "--ensemble" in a]
+    # one per fold and view count, the fold's three seeds together, scored on the other fold
+    assert len(ensembles) == 4
+    for a in ensembles:
+        fold = re.search(r"_fold(\d)_", a[0]).group(1)
+        members = [a[0], *a[a.index("--ensemble") + 1 :]]
+        assert [re.search(r"_s(\d)_", m).group(1) for m in members] == ["0", "1", "2"]
+        assert all(f"_fold{fold}_" in m for m in members)
+        scored = a[a.index("--records") + 1 : a.index("--views")]
+        assert scored == tuple(model_configs.FOLDS[1 - int(fold)])
+    name = f"scratch_relative_views{views}_ensemble3"
+    assert result["beats"][name]["per_class"]["V"]["f1"] == 1.0
+    assert result["configs"][name][-1] == "(evaluate --ensemble: seeds 0 1 2)"
+    # the ensemble is best, yet the choice stays a recipe `final` can train
+    (tmp_path / "select.json").write_text(json.dumps(result))
+    assert model_recipes.best_selected(tmp_path / "select.json", "scratch") in {
+        "scratch_relative", f"scratch_relative_views{views}"}  # fmt: skip
