@@ -194,4 +194,10 @@ leaned on without measuring: how far one seed's fold score moves (`select.md`'s 
 table; rounds 43 and 44 scored one recipe 0.031 apart), and whether the fold models of the
 three seeds averaged (`evaluate --ensemble`, rows `_ensemble3`, never chosen) beat each
 alone, on V above all: on DS2 in rounds 40-44 V F1 stayed at 0.943-0.952 against the
-floor's 0.959. Written after round 44's DS2 scores were read; nothing is chosen from it."""
+floor's 0.959. Written after round 44's DS2 scores were read; nothing is chosen from it.
+Measured (twenty-first session, benchmarks/README.md "Round 45"): within the call the
+pretrained recipe's seeds agreed to 0.005 (0.713-0.724), scratch's to 0.039 (0.622-0.711);
+between calls the pretrained recipe's seeds 0 and 1 moved from 0.741 (round 44) to 0.719. The
+three seeds together beat each alone by 0.029 for the pretrained recipe (S F1 0.599, V F1
+0.892) and not for scratch (0.654 against 0.657); V stayed under the floor (0.892 against
+0.902). No DS2 score was read."""
