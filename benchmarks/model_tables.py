@@ -162,11 +162,14 @@ def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[
     out = []
     for (init, fraction), members in sorted(groups.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
         cells = []
+        together = all("ensemble" in m for m in members)  # one reading: no spread to show
         for _, f in columns:
             values = np.array([f(m) for m in members], dtype=np.float64)
             values = values[np.isfinite(values)]
-            cells.append(f"{values.mean():.3f} ± {values.std():.3f}" if values.size else "–")
-        out.append(([f"{fraction:.0%}", init, str(len(members))], cells))
+            shown = f"{values.mean():.3f}" + ("" if together else f" ± {values.std():.3f}")
+            cells.append(shown if values.size else "–")
+        seeds = " ".join(map(str, members[0]["ensemble"])) if together else str(len(members))
+        out.append(([f"{fraction:.0%}", init, seeds], cells))
     return out
 
 

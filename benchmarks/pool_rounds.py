@@ -94,6 +94,8 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
         recipes = _recipes(result)
         label = _round(path)
         for entry in result[task]:
+            if "ensemble" in entry:  # one reading of the seeds' models together, not a seed
+                continue
             init = entry["init"]
             recipe = recipes.get(init, "floor" if "floor" in init else "?")
             # AFIB reports name their views from round 23 on; before, they had one.

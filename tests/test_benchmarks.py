@@ -28,6 +28,7 @@ import model_ledger
 import model_recipes
 import model_runner
 import model_study
+import model_tables
 import pool_rounds
 import profile_step
 import tree_floor
@@ -1225,6 +1226,8 @@ def test_pooled_rounds_join_one_recipe_and_keep_views_and_floors_apart(tmp_path:
         config = {f"pretrained: {name}": [*flags, *viewed]}
         beats = [entry("pretrained", views, s, v) for s, v in enumerate(values)]
         beats.append(entry("tree floor (relative)", None, 0, 0.2))
+        # the seeds' models together: one reading, not a seed, so never pooled
+        beats.append({**entry("pretrained, 2 seeds together", views, 0, 0.99), "ensemble": [0, 1]})
         (tmp_path / f"final_round{r}.json").write_text(
             json.dumps({"config": config, "beats": beats, "afib": []})
         )
@@ -1238,6 +1241,7 @@ def test_pooled_rounds_join_one_recipe_and_keep_views_and_floors_apart(tmp_path:
     assert "| 18, 19 | 4 | 0.900 ± 0.000 | 0.750 ± 0.112 |" in table
     assert "| 0.700, 0.800 |" in table  # each round's own mean beside the pooled one
     assert table.count("tree floor") == 1
+    assert "together" not in table and all(key[1] != "?" for key in groups)
 
 
 def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
@@ -1666,3 +1670,39 @@ def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_ch
     (tmp_path / "select.json").write_text(json.dumps(result))
     assert model_recipes.best_selected(tmp_path / "select.json", "scratch") in {
         "scratch_relative", f"scratch_relative_views{views}"}  # fmt: skip
+
+
+def test_final_scores_each_label_share_s_seed_models_together_once_beside_the_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    asked: list[tuple[str, ...]] = []
+
+    class Recording(_Transformers):
+        def evaluate(self, *args) -> dict:
+            asked.append(tuple(map(str, args)))
+            return model_beats.sum_reports([super().evaluate()])
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "FINAL", "scratch_relative")
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1, 2))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
+    result = model_beats.final(Recording())
+    ensembles = [a for a in asked if "--ensemble" in a]
+    singles = {a[0] for a in asked if "--ensemble" not in a and a[1] == "tok_beats"}
+    assert len(ensembles) == 2 * 2  # each initialisation, each label share
+    for a in ensembles:
+        members = [a[0], *a[a.index("--ensemble") + 1 :]]
+        assert set(members) <= singles  # the seeds' own runs, nothing trained for it
+        assert len({re.sub(r"_s\d_", "_", m) for m in members}) == 1  # one share, one recipe
+        assert sorted(re.search(r"_s(\d)_", m).group(1) for m in members) == ["0", "1", "2"]
+    together = [row for row in result["beats"] if "ensemble" in row]
+    assert {(row["init"], row["label_fraction"]) for row in together} == {
+        (f"{init}, 3 seeds together", f) for init in ("pretrained", "scratch") for f in (1.0, 0.1)
+    }
+    assert all(row["ensemble"] == [0, 1, 2] for row in together)
+    grouped = dict((tuple(first), cells) for first, cells in
+                   model_tables._grouped(result["beats"], model_tables.BEAT_COLUMNS))  # fmt: skip
+    assert all("±" not in c for c in grouped[("100%", "scratch, 3 seeds together", "0 1 2")])
+    assert all("±" in c for c in grouped[("100%", "scratch", "3")])
