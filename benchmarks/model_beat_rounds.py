@@ -201,3 +201,30 @@ between calls the pretrained recipe's seeds 0 and 1 moved from 0.741 (round 44) 
 three seeds together beat each alone by 0.029 for the pretrained recipe (S F1 0.599, V F1
 0.892) and not for scratch (0.654 against 0.657); V stayed under the floor (0.892 against
 0.902). No DS2 score was read."""
+
+
+BEAT_ECTOPY_SUFFIX = "_ectopypatients"
+BEATS_ECTOPY = "tok_beats_leads_ectopy"
+"""Round 46: a beat configuration named with BEAT_ECTOPY_SUFFIX trains on BEATS_ECTOPY, the
+token folder of BEATS_LEADS (the lead copies) with the synthetic bigeminy and AF-with-ectopy
+patients beside it (model_configs.AFIB_ONLY_SYNTHETIC, until now in the AFIB folder only):
+their labelled beats train it, in every fold and in `final`, and its floor trains on the same
+records (model_recipes.folder_synthetic)."""
+
+CONFIGS = {name: CONFIGS[name] for name in (f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}", _SCRATCH_41)}
+CONFIGS |= {f"{name}{BEAT_ECTOPY_SUFFIX}": [*flags] for name, flags in CONFIGS.items()}
+"""Round 46 (prepared in the twenty-first session): round 45's two recipes, each as it is and
+trained with the synthetic ectopy patients too (BEATS_ECTOPY): 20 patients with episodes of
+ventricular (70 %) or atrial bigeminy and trigeminy, and 20 with AF episodes in which 10-25 % of
+the beats are premature ventricular ones. On round 45's folds (10 % of the labels, three
+seeds, four views) the transformers' V misses beyond the floor's fall in a few records: 203
+(AF with multiform PVCs; 42-183 missed a seed against 15 for the floor, from a CPU fit of
+the floor on the same folds), 106 (ventricular bigeminy and trigeminy; 5-44 against 0), 207
+and 118; DS1 has one AF record with frequent PVCs (203) and one with bigeminy (106) per fold,
+so a transformer sees few V beats in either setting. The floor does not need them (CPU,
+benchmarks/ectopy_floor_probe.py, three seeds: V F1 0.901 without, 0.900 with). Written
+after round 44's DS2 scores were
+read (its per-record table: about 90 V beats missed in record 221, AF with PVCs); the folds
+choose, with two seeds (model_configs.SELECT_SEEDS): round 45 found the pretrained recipe's
+seeds within 0.005 of each other and scratch's within 0.039, so a scratch difference under
+about 0.04 is noise."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import model_configs as cfg
@@ -16,6 +17,7 @@ from model_recipes import (
     data_note,
     ensembled,
     floor_name,
+    folder_synthetic,
     pretrain_variant,
     pretraining_run,
     recipe_flags,
@@ -57,10 +59,20 @@ def kept_beat_floor(r: Runner, folder: str, data: Any, train: list[str], test: l
     )  # fmt: skip
 
 
-def synthetic_keys(data: Any) -> list[str]:
-    """DB/NAME of the records of the TRAIN_SYNTHETIC folders inside a token folder."""
+def synthetic_keys(data: Any, folders: tuple[str, ...] | None = None) -> list[str]:
+    """DB/NAME of the records of the synthetic patient `folders` (TRAIN_SYNTHETIC unless
+    given) inside a token folder."""
+    wanted = cfg.TRAIN_SYNTHETIC if folders is None else folders
     return [f"{m['db']}/{m['name']}" for m in data.meta["records"]
-            if m.get("db") in cfg.TRAIN_SYNTHETIC]  # fmt: skip
+            if m.get("db") in wanted]  # fmt: skip
+
+
+def training_synthetic(work: Path, folders: list[str]) -> dict[str, list[str]]:
+    """Each beat token folder's synthetic training records (folder_synthetic), read from the
+    folder itself."""
+    from heartlm.train.data import load_tokens
+
+    return {f: synthetic_keys(load_tokens(work / f), folder_synthetic(f)) for f in folders}
 
 
 def select(r: Runner) -> dict[str, Any]:
@@ -69,14 +81,17 @@ def select(r: Runner) -> dict[str, Any]:
     from heartlm.train.data import load_tokens
 
     data = load_tokens(r.work / "tok_beats")
-    synthetic = synthetic_keys(data)
+    synthetic = training_synthetic(r.work, sorted({beat_data(c) for c in cfg.CONFIGS}))
+
+    def train_of(config: str, k: int) -> list[str]:
+        return [*cfg.FOLDS[k], *synthetic[beat_data(config)]]
 
     def name_of(config: str, k: int, seed: int) -> str:
-        tag = run_tag(cfg.CONFIGS[config], [*cfg.FOLDS[k], *synthetic], cfg.SELECT_FRACTION)
+        tag = run_tag(cfg.CONFIGS[config], train_of(config, k), cfg.SELECT_FRACTION)
         return f"sel_{config}_fold{k}_s{seed}_{tag}"
 
     def one(config: str, k: int, seed: int) -> list[tuple[str, int, dict, dict]]:
-        train, test = [*cfg.FOLDS[k], *synthetic], cfg.FOLDS[1 - k]
+        train, test = train_of(config, k), cfg.FOLDS[1 - k]
         name = name_of(config, k, seed)
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
@@ -119,7 +134,7 @@ def select(r: Runner) -> dict[str, Any]:
                 for c in recipes if ensembled(c) in rows}  # fmt: skip
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
-        floors = [kept_beat_floor(r, folder, floor_data, [*cfg.FOLDS[k], *synthetic],
+        floors = [kept_beat_floor(r, folder, floor_data, [*cfg.FOLDS[k], *synthetic[folder]],
                                   mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
                   for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
         floor = floor_name(inputs, data=folder)
@@ -143,15 +158,21 @@ def final(r: Runner) -> dict[str, Any]:
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
 
     data = load_tokens(r.work / "tok_beats")
-    train = [*cfg.TRAIN, *synthetic_keys(data)]
+    folders = {init: beat_data(config_of(name)) for init, name in chosen.items()}
+    floor_kinds = beat_floor_kinds([config_of(name) for name in chosen.values()])
+    synthetic = training_synthetic(
+        r.work, sorted({*folders.values(), *(folder for _, folder in floor_kinds)})
+    )
 
     def name_of(init: str, fraction: float, seed: int) -> str:
         config = config_of(chosen[init])
+        train = [*cfg.TRAIN, *synthetic[folders[init]]]
         return f"ft_beats_{init}_{fraction:g}_s{seed}_{run_tag(config, cfg.CONFIGS[config], train)}"
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
         config, views = config_of(chosen[init]), views_of(chosen[init])
         name = name_of(init, fraction, seed)
+        train = [*cfg.TRAIN, *synthetic[folders[init]]]
         flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--label-fraction",
@@ -178,8 +199,9 @@ def final(r: Runner) -> dict[str, Any]:
     if len(cfg.SEEDS) > 1:
         pairs = [(i, f) for i in chosen for f in cfg.FRACTIONS]
         beat_rows += r.parallel([lambda p=p: together(*p) for p in pairs])
-    for inputs, folder in beat_floor_kinds([config_of(name) for name in chosen.values()]):
+    for inputs, folder in floor_kinds:
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
+        train = [*cfg.TRAIN, *synthetic[folder]]
         for fraction in cfg.FRACTIONS:
             # the same share of DS1's labels; scored, as above, on all of DS2
             for seed in cfg.SEEDS:

@@ -21,6 +21,8 @@ from model_afib_rounds import (
     PATIENTS_SUFFIX,
 )
 from model_beat_rounds import (
+    BEAT_ECTOPY_SUFFIX,
+    BEATS_ECTOPY,
     BEATS_LEADS,
     CONFIGS,
     LEAD_COPIES_SUFFIX,
@@ -104,7 +106,8 @@ PATIENTS = {
 
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in
-the AFIB token folder only, for the configurations that name them."""
+the AFIB token folder, for the configurations that name them, and (from round 46) in
+BEATS_ECTOPY, for the beat configurations named with BEAT_ECTOPY_SUFFIX."""
 
 
 TRAIN_SYNTHETIC = ("synth_sick", "synth_flutter")
@@ -127,10 +130,12 @@ SELECT_FRACTION = 0.1
 scarce, so round 6 chooses its recipes there (round 5 chose at 100 %)."""
 
 
-SELECT_SEEDS = (0, 1, 2)
+SELECT_SEEDS = (0, 1)
 """Seeds per configuration and fold in `select`, confusion matrices summed: one seed's DS1
-S F1 moved by up to 0.12 between identical runs in round 5. Three from round 45 (two before),
-which also scores the seeds' fold models together (`model_recipes.ensembled`)."""
+S F1 moved by up to 0.12 between identical runs in round 5. Round 45 ran three (to measure the
+folds' noise; `select` also scores the seeds' fold models together, `model_recipes.ensembled`);
+two again from round 46, so that four configurations fit one call of the GPU machine (round
+44: sixteen runs, 535 s from a cold start)."""
 assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
 
 

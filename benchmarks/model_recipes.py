@@ -44,14 +44,25 @@ def floor_name(
     parts = [inputs, *([f"context {context}"] if context else [])]
     if synthetic is not None and synthetic != cfg.SYNTHETIC:
         parts.append(f"synthetic {' '.join(synthetic)}")
-    if data == cfg.BEATS_LEADS:
+    if data in (cfg.BEATS_LEADS, cfg.BEATS_ECTOPY):
         parts.append("lead copies")
+    if data == cfg.BEATS_ECTOPY:
+        parts.append("ectopy patients")
     return f"tree floor ({', '.join(parts)})"
 
 
 def beat_data(config: str) -> str:
     """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
+    if cfg.has_suffix(config, cfg.BEAT_ECTOPY_SUFFIX):
+        return cfg.BEATS_ECTOPY
     return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
+
+
+def folder_synthetic(folder: str) -> tuple[str, ...]:
+    """The synthetic patient folders whose records train beside DS1's in a beat token folder:
+    TRAIN_SYNTHETIC, and in BEATS_ECTOPY the ectopy patients (AFIB_ONLY_SYNTHETIC) too."""
+    extra = cfg.AFIB_ONLY_SYNTHETIC if folder == cfg.BEATS_ECTOPY else ()
+    return (*cfg.TRAIN_SYNTHETIC, *extra)
 
 
 def beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:

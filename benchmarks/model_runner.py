@@ -248,7 +248,7 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     copies: list[str] = []
 
     def lead_copies() -> None:
-        if {"tok_pre_leads", cfg.BEATS_LEADS} & corpora:
+        if {"tok_pre_leads", cfg.BEATS_LEADS, cfg.BEATS_ECTOPY} & corpora:
             copies.extend(write_lead_copies(r, [*real, nstdb]))
 
     r.parallel([lead_copies, *(lambda a=a: r.heartlm("synth", *a, done=a[0]) for a in records)])
@@ -265,10 +265,14 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     }  # fmt: skip
     if "tok_pre_leads" in corpora:
         stores["store_pre_leads"] = ([*pre, *copies], "tok_pre_leads")
+    mitdb_copies = [c for c in copies if Path(c).name.startswith(f"{mitdb.name}_")]
     if cfg.BEATS_LEADS in corpora:
-        mitdb_copies = [c for c in copies if Path(c).name.startswith(f"{mitdb.name}_")]
         stores["store_beats_leads"] = ([mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies],
                                        cfg.BEATS_LEADS)  # fmt: skip
+    if cfg.BEATS_ECTOPY in corpora:  # the ectopy patients after the copies: earlier keys stay
+        stores["store_beats_leads_ectopy"] = (
+            [mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies, *cfg.AFIB_ONLY_SYNTHETIC],
+            cfg.BEATS_ECTOPY)  # fmt: skip
     if "tok_pre_scale" in corpora:
         stores["store_pre_scale"] = ([*pre, scale["folder"]], "tok_pre_scale")
     r.parallel([lambda store=store, sources=sources: r.heartlm(
@@ -285,7 +289,7 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
 
 def _extra_corpora() -> set[str]:
     """The PRETRAIN_CORPUS token folders that a recipe of CONFIGS or AFIB_CONFIGS starts from,
-    and BEATS_LEADS where a beat recipe trains on it."""
+    and the beat token folders (BEATS_LEADS, BEATS_ECTOPY) a beat recipe trains on."""
     variants = {pretrain_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
     beats = {beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
     return {cfg.PRETRAIN_CORPUS[v] for v in variants if v in cfg.PRETRAIN_CORPUS} | beats

@@ -1706,3 +1706,63 @@ def test_final_scores_each_label_share_s_seed_models_together_once_beside_the_se
                    model_tables._grouped(result["beats"], model_tables.BEAT_COLUMNS))  # fmt: skip
     assert all("±" not in c for c in grouped[("100%", "scratch, 3 seeds together", "0 1 2")])
     assert all("±" in c for c in grouped[("100%", "scratch", "3")])
+
+
+def test_ectopy_patient_recipes_and_their_floor_train_on_the_patients_too_and_score_ds1_alone(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Round 46: a recipe named with BEAT_ECTOPY_SUFFIX trains on BEATS_ECTOPY with the
+    synthetic bigeminy patients' records beside its fold's; the one without keeps its records
+    (and so its run names); both are scored on the other fold's MLII beats alone."""
+    plain, copies = _mitdb(), _mitdb(lead_copies=True)
+    ectopy = _mitdb(bigeminy=2, lead_copies=True)
+    bigeminy = {"synth_bigeminy/b0000", "synth_bigeminy/b0001"}
+    tuned: dict[str, tuple[str, set[str]]] = {}
+    floors: list[tuple[str, set[str]]] = []
+
+    class Recording(_Transformers):
+        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+            args = [str(a) for a in extra]
+            end = next(i for i in range(1, len(args)) if args[i].startswith("--"))
+            tuned[name] = (folder, set(args[1:end]))
+
+    def load(folder) -> TokenData:
+        name = Path(folder).name
+        return {model_configs.BEATS_ECTOPY: ectopy, model_configs.BEATS_LEADS: copies}.get(
+            name, plain
+        )
+
+    def floor(r, folder, data, train, test, seed, fraction, inputs) -> dict:
+        floors.append((folder, set(train)))
+        return model_beats.sum_reports([{"confusion": np.eye(5, dtype=int).tolist()}])
+
+    monkeypatch.setattr("heartlm.train.data.load_tokens", load)
+    monkeypatch.setattr(model_beats, "kept_beat_floor", floor)
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0,))
+    relative = ["--from-scratch", "--inputs", "relative"]
+    copied = f"scratch_relative{model_configs.LEAD_COPIES_SUFFIX}"
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        copied: relative, f"{copied}{model_configs.BEAT_ECTOPY_SUFFIX}": relative})  # fmt: skip
+    result = model_beats.select(Recording())
+    sick = {f"synth_sick/{name}" for name in SICK}
+    for name, (folder, records) in tuned.items():
+        fold = set(model_configs.FOLDS[int(re.search(r"_fold(\d)_", name).group(1))])
+        if model_configs.BEAT_ECTOPY_SUFFIX in name:
+            assert folder == model_configs.BEATS_ECTOPY and records == fold | sick | bigeminy
+        else:
+            assert folder == model_configs.BEATS_LEADS and records == fold | sick
+            # the records, and so the run name, of the rounds before
+            k = int(re.search(r"_fold(\d)_", name).group(1))
+            train = [*model_configs.FOLDS[k], *(f"synth_sick/{n}" for n in SICK)]
+            assert name.endswith(
+                model_runner.run_tag(relative, train, model_configs.SELECT_FRACTION)
+            )
+    by_folder = {folder: trains for folder, trains in floors}
+    assert by_folder[model_configs.BEATS_ECTOPY] - by_folder[model_configs.BEATS_LEADS] <= bigeminy
+    assert all(
+        bigeminy <= train for folder, train in floors if folder == model_configs.BEATS_ECTOPY
+    )
+    assert not any(
+        bigeminy & train for folder, train in floors if folder != model_configs.BEATS_ECTOPY
+    )
+    assert "tree floor (relative, lead copies, ectopy patients)" in result["beats"]
