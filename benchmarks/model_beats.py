@@ -106,11 +106,12 @@ def select(r: Runner) -> dict[str, Any]:
             for views in (1, cfg.VIEWS)
         ]
 
-    def ensemble(config: str, k: int, views: int) -> tuple[str, dict[str, Any]]:
-        """The fold's models of every seed, their class probabilities averaged."""
+    def ensemble(config: str, k: int, views: int) -> tuple[str, dict[str, Any] | None]:
+        """The fold's models of every seed, their class probabilities averaged (None in a
+        resumed call that does not have them all)."""
         first, *more = [name_of(config, k, s) for s in cfg.SELECT_SEEDS]
-        rep = r.evaluate(first, "tok_beats", "--records", *cfg.FOLDS[1 - k], "--views", views,
-                         "--ensemble", *more)  # fmt: skip
+        rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.FOLDS[1 - k],
+                                 "--views", views, "--ensemble", *more)  # fmt: skip
         return ensembled(viewed(config, views)), rep
 
     grid = [(c, k, s) for c in cfg.CONFIGS for k in (0, 1) for s in cfg.SELECT_SEEDS]
@@ -127,7 +128,9 @@ def select(r: Runner) -> dict[str, Any]:
         egrid = [(c, k, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS) for k in (0, 1)]
         pooled = r.parallel([lambda g=g: ensemble(*g) for g in egrid])
         for name in dict.fromkeys(n for n, _ in pooled):
-            rows[name] = sum_reports([rep for n, rep in pooled if n == name])
+            reports = [rep for n, rep in pooled if n == name]
+            if None not in reports:  # both folds, or no row
+                rows[name] = sum_reports(reports)
     configs = {c: recipe_flags(c) for c in recipes}
     seeds_text = " ".join(map(str, cfg.SELECT_SEEDS))
     configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
@@ -184,13 +187,16 @@ def final(r: Runner) -> dict[str, Any]:
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": sum_reports([held_out])}  # fmt: skip
 
-    def together(init: str, fraction: float) -> dict[str, Any]:
+    def together(init: str, fraction: float) -> dict[str, Any] | None:
         """The seeds' models of one label share, their class probabilities averaged: no
         training of its own, so no spread (round 45: on the folds +0.029 for the pretrained
-        recipe)."""
+        recipe); None in a resumed call that does not have them all."""
         first, *more = [name_of(init, fraction, seed) for seed in cfg.SEEDS]
-        rep = r.evaluate(first, "tok_beats", "--records", *cfg.TEST,
-                         "--views", views_of(chosen[init]), "--ensemble", *more)  # fmt: skip
+        views = views_of(chosen[init])
+        rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.TEST, "--views", views,
+                                 "--ensemble", *more)  # fmt: skip
+        if rep is None:
+            return None
         return {"init": f"{init}, {len(cfg.SEEDS)} seeds together", "label_fraction": fraction,
                 "ensemble": list(cfg.SEEDS), **rep}  # fmt: skip
 
@@ -198,7 +204,8 @@ def final(r: Runner) -> dict[str, Any]:
     beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
     if len(cfg.SEEDS) > 1:
         pairs = [(i, f) for i in chosen for f in cfg.FRACTIONS]
-        beat_rows += r.parallel([lambda p=p: together(*p) for p in pairs])
+        found = r.parallel([lambda p=p: together(*p) for p in pairs])
+        beat_rows += [row for row in found if row is not None]
     for inputs, folder in floor_kinds:
         floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
         train = [*cfg.TRAIN, *synthetic[folder]]

@@ -186,6 +186,21 @@ class Runner:
         command = shlex.join(args)
         return self._kept(name, f"{heartlm_digest()} {command}", command, ask)
 
+    def evaluate_trained(self, name: str, data: str, *extra: Any) -> dict[str, Any] | None:
+        """`evaluate`, or None where that would train again a run this call deferred (one
+        whose answers RESUME carried): the seeds' models together (`--ensemble`), asked after
+        the seeds' own jobs, must not replace the models those jobs' answers came from."""
+        args = ["evaluate", name, data, "--json", "--device", self.device, *map(str, extra)]
+        command = shlex.join(args)
+        kept = self._answer(name, f"{heartlm_digest()} {command}").is_file()
+        with self.lock:
+            waiting = [run for run in (name, *map(str, extra)) if run in self.deferred]
+        if waiting and not kept:
+            print(f"not asked (its runs' weights are not in this call: {' '.join(waiting)}): "
+                  f"heartlm {command}", file=sys.stderr)  # fmt: skip
+            return None
+        return self.evaluate(name, data, *extra)
+
     def remember(self, name: str, compute: Callable[[], dict[str, Any]], *key: Any) -> dict:
         """`compute()`'s answer (a floor's), kept beside the runs' answers under `name` and
         carried by RESUME as theirs are; `key` says what it was computed from. An answer of
@@ -199,7 +214,7 @@ class Runner:
         """The answer kept under `name` for `what` (a digest names its file), computed and
         kept whole (staged, then renamed: a call's limit may stop it anywhere) if there is
         none; one computation per run at a time."""
-        answer = self.evaluations(name) / f"{hashlib.sha1(what.encode()).hexdigest()[:16]}.json"
+        answer = self._answer(name, what)
         with self.lock:
             asking = self.asking.setdefault(name, threading.Lock())
         with asking:
@@ -210,6 +225,10 @@ class Runner:
                 staged.write_text(json.dumps({"command": command, "report": report}))
                 staged.replace(answer)
             return json.loads(answer.read_text())["report"]
+
+    def _answer(self, name: str, what: str) -> Path:
+        """The file the answer kept under `name` for `what` is in."""
+        return self.evaluations(name) / f"{hashlib.sha1(what.encode()).hexdigest()[:16]}.json"
 
     def parallel(self, jobs: list[Any]) -> list[Any]:
         def run(job: Callable[[], Any]) -> Any:

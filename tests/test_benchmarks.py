@@ -112,6 +112,9 @@ class _Runner:
     def remember(self, name: str, compute, *key) -> dict:
         return compute()
 
+    def evaluate_trained(self, *args) -> dict:
+        return self.evaluate(*args)
+
 
 def _counting_fit(fits: list[int]):
     """A stand-in for tree_floor.fit_tree that records each tree's training rows."""
@@ -749,6 +752,26 @@ def test_the_members_of_an_ensemble_are_trained_before_it_is_asked(
     runner.evaluate("ft_cut", "tok_beats", "--ensemble", "ft")
     assert (fresh / "ft").is_dir()
     assert [a[0] for a in ran] == ["finetune", "finetune", "evaluate"]
+
+
+def test_the_seeds_together_are_not_asked_of_runs_a_resumed_call_only_has_answers_of(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """A reviewer's finding: asking the seeds' models together trained again the runs whose
+    own answers RESUME had carried, and wiped those answers, so one table mixed two models
+    of a seed and the next call trained everything again."""
+    fresh = _earlier_call(monkeypatch, tmp_path, asked=1)
+    ran = _fake_heartlm(monkeypatch, fresh)
+    runner = model_runner.Runner(fresh, "cpu", 1, tmp_path / "ecg")
+    runner.parallel(
+        [lambda n=n: runner.finetune(n, "beats", "tok_beats") for n in ("ft", "ft_cut")]
+    )
+    kept = sorted(p.name for p in runner.evaluations("ft").iterdir())
+    assert runner.evaluate_trained("ft_cut", "tok_beats", "--ensemble", "ft") is None
+    assert [a[0] for a in ran] == ["finetune"]  # ft_cut's own; ft is not trained again
+    assert sorted(p.name for p in runner.evaluations("ft").iterdir()) == kept
+    # with every member's weights here it is asked as `evaluate` asks it
+    assert runner.evaluate_trained("ft_cut", "tok_beats", "--views", 4) == {"model": "fresh:1"}
 
 
 def test_a_run_asked_alone_and_in_an_ensemble_at_once_is_trained_once_before_either(
