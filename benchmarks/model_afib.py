@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import model_configs as cfg
@@ -103,18 +102,25 @@ def _held_out_afib(
 
 
 def _afib_floor_with_held_out(
-    train_data: Any, train: list[str], test_data: Any, test: list[str], work: Path, **kw: Any
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """One AFIB floor, trained as given: its scores on `test` and on the held-out synthetic
-    patients."""
+    r: Runner, folders: tuple[str, str], data: tuple[Any, Any], train: list[str],
+    test: list[str], **kw: Any,
+) -> tuple[dict[str, Any], dict[str, float]]:  # fmt: skip
+    """One AFIB floor, trained as given on the token folder `folders[0]` (its data
+    `data[0]`): its scores on `test` of `folders[1]` and on the held-out synthetic patients;
+    kept in the work folder (`Runner.remember`), so a resumed call does not fit it again."""
     from tree_floor import afib_floors
 
     from heartlm.train.data import load_tokens
 
-    held_out = [load_tokens(work / folder) for folder in cfg.HELD_OUT.values()]
-    tests = [(test_data, test), *((d, afib_keys(d)) for d in held_out)]
-    report, *held = afib_floors(train_data, train, tests, **kw)
-    return report, held_out_scores(dict(zip(cfg.HELD_OUT, held, strict=True)))
+    def fit() -> dict[str, Any]:
+        held_out = [load_tokens(r.work / folder) for folder in cfg.HELD_OUT.values()]
+        tests = [(data[1], test), *((d, afib_keys(d)) for d in held_out)]
+        report, *held = afib_floors(data[0], train, tests, **kw)
+        held_out = held_out_scores(dict(zip(cfg.HELD_OUT, held, strict=True)))
+        return {"report": report, "held_out": held_out}
+
+    kept = r.remember(f"afib_floor_{folders[0]}", fit, folders, train, test, sorted(kw.items()))
+    return kept["report"], kept["held_out"]
 
 
 def afib_folds(data: Any) -> tuple[list[str], list[str]]:
@@ -188,9 +194,10 @@ def select_afib(r: Runner) -> dict[str, Any]:
     configs = {c: afib_recipe_flags(c) for c in recipes}
     for inputs, context, synthetic in afib_floor_kinds(list(cfg.AFIB_CONFIGS)):
         synth = afib_synthetic_keys(data, synthetic)
-        floors = [_afib_floor_with_held_out(data, folds[k] + synth, data, folds[1 - k], r.work,
-                                            window=afib_window(), inputs=inputs,
-                                            context=context) for k in (0, 1)]  # fmt: skip
+        floors = [_afib_floor_with_held_out(r, ("tok_afib", "tok_afib"), (data, data),
+                                            folds[k] + synth, folds[1 - k], window=afib_window(),
+                                            inputs=inputs, context=context)
+                  for k in (0, 1)]  # fmt: skip
         reports = [rep for rep, _ in floors]
         floor = floor_name(inputs, context, synthetic)
         rows[floor] = {**pooled_scores(reports), **fold_threshold_choice(reports),
@@ -252,7 +259,7 @@ def final_afib(r: Runner) -> dict[str, Any]:
                 kw = {"seed": seed, "fraction": fraction, "inputs": inputs, "context": context,
                       "window": afib_window(), "threshold": threshold}  # fmt: skip
                 rep, held_out = _afib_floor_with_held_out(
-                    afib_data, train, mitdb, list(cfg.TEST), r.work, **kw
+                    r, ("tok_afib", "tok_mitdb"), (afib_data, mitdb), train, list(cfg.TEST), **kw
                 )
                 afib_rows.append({"init": floor,
                                   "label_fraction": fraction, "seed": seed, "afib": rep,

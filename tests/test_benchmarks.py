@@ -1789,3 +1789,30 @@ def test_ectopy_patient_recipes_and_their_floor_train_on_the_patients_too_and_sc
         bigeminy & train for folder, train in floors if folder != model_configs.BEATS_ECTOPY
     )
     assert "tree floor (relative, lead copies, ectopy patients)" in result["beats"]
+
+
+def test_an_afib_floor_is_kept_in_the_work_folder_and_not_fitted_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """AFIB floors are kept as the beat floors are (`Runner.remember`): a resumed call reads
+    them back, the same report, without fitting; another training set is fitted anew."""
+    data = _half_afib()
+    fits: list[int] = []
+    monkeypatch.setattr(tree_floor, "fit_tree", _counting_fit(fits))
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: data)
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    test = [MITDB_DS2[0], MITDB_DS2[1]]
+
+    def floor(train: list[str]) -> tuple[dict, dict]:
+        return model_afib._afib_floor_with_held_out(
+            runner, ("tok_afib", "tok_mitdb"), (data, data), train, test, window=16, seed=0
+        )
+
+    first = floor(list(MITDB_DS1))
+    assert len(fits) == 1
+    again = model_afib._afib_floor_with_held_out(
+        model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg"), ("tok_afib", "tok_mitdb"),
+        (data, data), list(MITDB_DS1), test, window=16, seed=0)  # fmt: skip
+    assert len(fits) == 1 and again == first
+    floor(list(MITDB_DS1[:10]))
+    assert len(fits) == 2
