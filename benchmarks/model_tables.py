@@ -166,8 +166,11 @@ def _grouped(rows: list[dict[str, Any]], columns) -> list[tuple[list[str], list[
         for _, f in columns:
             values = np.array([f(m) for m in members], dtype=np.float64)
             values = values[np.isfinite(values)]
-            shown = f"{values.mean():.3f}" + ("" if together else f" ± {values.std():.3f}")
-            cells.append(shown if values.size else "–")
+            if not values.size:
+                cells.append("–")
+                continue
+            spread = "" if together else f" ± {values.std():.3f}"
+            cells.append(f"{values.mean():.3f}{spread}")
         seeds = " ".join(map(str, members[0]["ensemble"])) if together else str(len(members))
         out.append(([f"{fraction:.0%}", init, seeds], cells))
     return out
