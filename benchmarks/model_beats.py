@@ -67,21 +67,19 @@ def synthetic_keys(data: Any, folders: tuple[str, ...] | None = None) -> list[st
             if m.get("db") in wanted]  # fmt: skip
 
 
-def training_synthetic(work: Path, folders: list[str]) -> dict[str, list[str]]:
-    """Each beat token folder's synthetic training records (folder_synthetic), read from the
-    folder itself."""
+def beat_folders(work: Path, folders: set[str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """tok_beats and the beat token `folders` of `work`, each loaded once, and each folder's
+    synthetic training records (folder_synthetic)."""
     from heartlm.train.data import load_tokens
 
-    return {f: synthetic_keys(load_tokens(work / f), folder_synthetic(f)) for f in folders}
+    loaded = {f: load_tokens(work / f) for f in sorted({"tok_beats", *folders})}
+    return loaded, {f: synthetic_keys(d, folder_synthetic(f)) for f, d in loaded.items()}
 
 
 def select(r: Runner) -> dict[str, Any]:
     """Every configuration on both DS1 folds (train on one with the TRAIN_SYNTHETIC records,
     score the other), summed; and each model on the held-out sick-sinus records."""
-    from heartlm.train.data import load_tokens
-
-    data = load_tokens(r.work / "tok_beats")
-    synthetic = training_synthetic(r.work, sorted({beat_data(c) for c in cfg.CONFIGS}))
+    tokens, synthetic = beat_folders(r.work, {beat_data(c) for c in cfg.CONFIGS})
 
     def train_of(config: str, k: int) -> list[str]:
         return [*cfg.FOLDS[k], *synthetic[beat_data(config)]]
@@ -136,8 +134,7 @@ def select(r: Runner) -> dict[str, Any]:
     configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
                 for c in recipes if ensembled(c) in rows}  # fmt: skip
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
-        floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
-        floors = [kept_beat_floor(r, folder, floor_data, [*cfg.FOLDS[k], *synthetic[folder]],
+        floors = [kept_beat_floor(r, folder, tokens[folder], [*cfg.FOLDS[k], *synthetic[folder]],
                                   mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
                   for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
         floor = floor_name(inputs, data=folder)
@@ -150,8 +147,6 @@ def select(r: Runner) -> dict[str, Any]:
 
 def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
-    from heartlm.train.data import load_tokens
-
     chosen = {
         init: cfg.FINAL if cfg.FINAL != "auto" else best_selected(r.work / "select.json", init)
         for init in ("pretrained", "scratch")
@@ -160,25 +155,22 @@ def final(r: Runner) -> dict[str, Any]:
     chosen = unscored("final", chosen, flags, r.replicate)
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
 
-    data = load_tokens(r.work / "tok_beats")
-    folders = {init: beat_data(config_of(name)) for init, name in chosen.items()}
     floor_kinds = beat_floor_kinds([config_of(name) for name in chosen.values()])
-    synthetic = training_synthetic(
-        r.work, sorted({*folders.values(), *(folder for _, folder in floor_kinds)})
-    )
+    tokens, synthetic = beat_folders(r.work, {folder for _, folder in floor_kinds})
+    train = {init: [*cfg.TRAIN, *synthetic[beat_data(config_of(name))]]
+             for init, name in chosen.items()}  # fmt: skip
 
     def name_of(init: str, fraction: float, seed: int) -> str:
         config = config_of(chosen[init])
-        train = [*cfg.TRAIN, *synthetic[folders[init]]]
-        return f"ft_beats_{init}_{fraction:g}_s{seed}_{run_tag(config, cfg.CONFIGS[config], train)}"
+        tag = run_tag(config, cfg.CONFIGS[config], train[init])
+        return f"ft_beats_{init}_{fraction:g}_s{seed}_{tag}"
 
     def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
         config, views = config_of(chosen[init]), views_of(chosen[init])
         name = name_of(init, fraction, seed)
-        train = [*cfg.TRAIN, *synthetic[folders[init]]]
         flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
-        r.finetune(name, "beats", beat_data(config), "--records", *train, "--label-fraction",
+        r.finetune(name, "beats", beat_data(config), "--records", *train[init], "--label-fraction",
                    fraction, "--seed", seed, *flags, *scratch,
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         # DS2 only, not the synthetic records
@@ -207,13 +199,12 @@ def final(r: Runner) -> dict[str, Any]:
         found = r.parallel([lambda p=p: together(*p) for p in pairs])
         beat_rows += [row for row in found if row is not None]
     for inputs, folder in floor_kinds:
-        floor_data = data if folder == "tok_beats" else load_tokens(r.work / folder)
-        train = [*cfg.TRAIN, *synthetic[folder]]
+        floor_train = [*cfg.TRAIN, *synthetic[folder]]
         for fraction in cfg.FRACTIONS:
             # the same share of DS1's labels; scored, as above, on all of DS2
             for seed in cfg.SEEDS:
-                rep = kept_beat_floor(r, folder, floor_data, train, mitdb_keys(cfg.TEST), seed,
-                                      fraction, inputs)  # fmt: skip
+                rep = kept_beat_floor(r, folder, tokens[folder], floor_train, mitdb_keys(cfg.TEST),
+                                      seed, fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
     return {"config": configs, "beats": beat_rows, "afib": []}

@@ -197,9 +197,6 @@ def best_selected(path: Path, init: str) -> str:
         raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
     rows = json.loads(path.read_text())["beats"]
 
-    def score(name: str) -> float:
-        return sv_score(rows[name])
-
     candidates = [n for n in rows if _is_recipe(n) and (
         "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
-    return max(candidates, key=score)
+    return max(candidates, key=lambda name: sv_score(rows[name]))

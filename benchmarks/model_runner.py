@@ -173,8 +173,13 @@ class Runner:
         """Where run `name`'s evaluation answers are kept, one JSON file per command."""
         return self.work / EVALUATIONS / name
 
-    def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
+    def _question(self, name: str, data: str, extra: tuple[Any, ...]) -> tuple[list[str], str]:
+        """An evaluation's arguments and the key its answer is kept under."""
         args = ["evaluate", name, data, "--json", "--device", self.device, *map(str, extra)]
+        return args, f"{heartlm_digest()} {shlex.join(args)}"
+
+    def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
+        args, what = self._question(name, data, extra)
         if getattr(self.job, "asked", None) is not None:
             self.job.asked.add(name)
 
@@ -183,21 +188,18 @@ class Runner:
                 self._trained(run)
             return json.loads(self.heartlm(*args, capture=True))
 
-        command = shlex.join(args)
-        return self._kept(name, f"{heartlm_digest()} {command}", command, ask)
+        return self._kept(name, what, shlex.join(args), ask)
 
     def evaluate_trained(self, name: str, data: str, *extra: Any) -> dict[str, Any] | None:
         """`evaluate`, or None where that would train again a run this call deferred (one
         whose answers RESUME carried): the seeds' models together (`--ensemble`), asked after
         the seeds' own jobs, must not replace the models those jobs' answers came from."""
-        args = ["evaluate", name, data, "--json", "--device", self.device, *map(str, extra)]
-        command = shlex.join(args)
-        kept = self._answer(name, f"{heartlm_digest()} {command}").is_file()
+        args, what = self._question(name, data, extra)
         with self.lock:
             waiting = [run for run in (name, *map(str, extra)) if run in self.deferred]
-        if waiting and not kept:
+        if waiting and not self._answer(name, what).is_file():
             print(f"not asked (its runs' weights are not in this call: {' '.join(waiting)}): "
-                  f"heartlm {command}", file=sys.stderr)  # fmt: skip
+                  f"heartlm {shlex.join(args)}", file=sys.stderr)  # fmt: skip
             return None
         return self.evaluate(name, data, *extra)
 
