@@ -30,7 +30,12 @@ VARIANTS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("tokens", type=Path, help="a BEATS_ECTOPY token folder")
-    ap.add_argument("--fraction", type=float, default=cfg.SELECT_FRACTION)
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=0.1,
+        help="share of the labels (0.1: the rounds 6-46 `select` share it probed)",
+    )
     args = ap.parse_args()
     data = load_tokens(args.tokens)
     print("| synthetic patients | S F1 | V Se | V +P | V F1 | F F1 | V called N (a seed) |")

@@ -161,7 +161,12 @@ def main() -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--label-fraction", type=float, default=model_configs.SELECT_FRACTION)
+    p.add_argument(
+        "--label-fraction",
+        type=float,
+        default=0.1,
+        help="share of the labels (0.1: the rounds 6-46 `select` share it probed)",
+    )
     p.add_argument("--bins", type=int, default=32, help="the piecewise-linear arm's bins")
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))

@@ -22,6 +22,7 @@ from heartlm.train.data import TokenData
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import feature_scale_probe
 import model_afib
+import model_beat_rounds
 import model_beats
 import model_configs
 import model_ledger
@@ -1789,6 +1790,29 @@ def test_ectopy_patient_recipes_and_their_floor_train_on_the_patients_too_and_sc
         bigeminy & train for folder, train in floors if folder != model_configs.BEATS_ECTOPY
     )
     assert "tree floor (relative, lead copies, ectopy patients)" in result["beats"]
+
+
+def test_with_value_replaces_one_flags_value_and_leaves_the_list_it_was_given():
+    flags = ["--inputs", "relative", "--epochs", "60", "--val-fraction", "0"]
+    assert model_beat_rounds.with_value(flags, "--epochs", "20") == [
+        "--inputs", "relative", "--epochs", "20", "--val-fraction", "0"]  # fmt: skip
+    assert flags[3] == "60"
+    with pytest.raises(ValueError):
+        model_beat_rounds.with_value(flags, "--lr", "1e-3")
+
+
+def test_a_recipe_named_epochs20_is_its_parent_with_one_epochs_flag_of_20():
+    """The tables and the DS2 ledger show a recipe's flags: `_epochs20` must not leave the
+    parent's `--epochs 60` beside a second `--epochs` that argparse would take instead."""
+    suffix = model_beat_rounds.EPOCHS_20_SUFFIX
+    shorter = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
+    assert shorter, "round 47 compares one"
+    for name in shorter:
+        flags = model_configs.CONFIGS[name]
+        parent = model_configs.CONFIGS[name.removesuffix(suffix)]
+        assert flags.count("--epochs") == 1 and flags[flags.index("--epochs") + 1] == "20"
+        assert [f for i, f in enumerate(flags) if i != flags.index("--epochs") + 1] == [
+            f for i, f in enumerate(parent) if i != parent.index("--epochs") + 1]  # fmt: skip
 
 
 def test_an_afib_floor_is_kept_in_the_work_folder_and_not_fitted_again(
