@@ -128,7 +128,8 @@ def _select(results: dict[str, Any]) -> list[str]:
         "beats",
         BEAT_COLUMNS,
         "# Model selection on MIT-BIH DS1 (two record-wise folds; DS2 not read)",
-        "Each configuration trains on one fold (validation records carved from it) and is "
+        "Each configuration trains on one fold (validation records carved from it unless its "
+        "flags hold `--val-fraction 0`) and is "
         "scored on the other; confusion matrices summed over both folds"
         + (
             f" and seeds {', '.join(map(str, results['seeds']))}; "
