@@ -259,5 +259,5 @@ though at 100 % each of the same optimiser steps sees ten times the labelled bea
 (`_epochs20` replaces the name's 60: window 32 at stride 8 with 20 epochs passes each beat as
 often as scratch's window 128 at stride 32 does), and scratch with the ectopy patients (not
 yet scored on DS2). Written after round 46's DS2 scores were read: its S F1 was 0.736 at
-10 % and 0.555 at 100 %, nearly all of it record 232's 1,382 S beats (sensitivity 0.92-0.94 a
-seed at 10 %, 0.40-0.64 at 100 %); nothing from DS2 chooses, the folds at 100 % do."""
+10 % and 0.555 at 100 %, the gap record 232's (1,382 of DS2's 1,837 S beats; sensitivity
+0.92-0.94 a seed at 10 %, 0.40-0.64 at 100 %); nothing from DS2 chooses, the folds at 100 % do."""
