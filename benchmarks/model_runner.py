@@ -33,6 +33,7 @@ from model_recipes import (
 
 import heartlm
 from heartlm.ecg.labels import MITDB_DS1, MITDB_PACED
+from heartlm.outdir import partial_dir
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 
 EVALUATIONS = ".evaluations"
@@ -167,6 +168,8 @@ class Runner:
         if not (self.work / name).exists():
             # answers of another model of this name would be mixed with the new model's
             shutil.rmtree(self.evaluations(name), ignore_errors=True)
+        if any((partial_dir(self.work / name) / "checkpoints").glob("step_*")):
+            argv = [*argv, "--resume"]  # a call cut off mid-run left its checkpoints
         self.heartlm(*argv, done=name)
 
     def evaluations(self, name: str) -> Path:

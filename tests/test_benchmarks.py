@@ -640,6 +640,29 @@ def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
     assert runner.commands == []
 
 
+def test_a_fine_tuning_run_cut_off_with_checkpoints_is_continued_not_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """finetune refuses to clear a stopped run's checkpoints unasked: the runner continues
+    such a run (a call cut off mid-run, run again on the warm machine) with --resume."""
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+    ran: list[list[str]] = []
+
+    def run(argv, **kwargs):
+        ran.append(argv)
+        (tmp_path / argv[argv.index("--out") + 1]).mkdir()
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
+    (tmp_path / ".cut.partial" / "checkpoints" / "step_00000002").mkdir(parents=True)
+    (tmp_path / ".fresh.partial").mkdir()  # killed before its first checkpoint
+    runner.finetune("cut", "beats", "tok_beats", "--seed", 0)
+    runner.finetune("fresh", "beats", "tok_beats", "--seed", 0)
+    assert "--resume" in ran[0] and "--resume" not in ran[1]
+    stamped = (tmp_path / ".fresh.command").read_text().replace("fresh", "cut")
+    assert (tmp_path / ".cut.command").read_text() == stamped  # the run its first call started
+
+
 def test_a_resumed_run_is_stamped_as_the_command_that_started_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):

@@ -1014,3 +1014,169 @@ def test_2b_slurm_script_checkpoints_and_requeues_before_the_time_limit(tmp_path
     assert script.returncode == 0, err
     assert record.read_text().splitlines() == ["started", "TERM", "requeue 4242"]
     assert "checkpointing, then requeueing job 4242" in err
+
+
+# --- 19. Found by a fault campaign (twenty-second session) --------------------------------
+
+
+def _perturbed_codebook(folder: Path) -> None:
+    """A readable codebook in `folder` that is not the one its tokens were made with."""
+    from heartlm.tokens.codebook import Codebook
+
+    book = Codebook.load(folder)
+    book.centroids = book.centroids + 1.0
+    book.save(folder)
+
+
+@pytest.mark.parametrize("damage", ["unreadable", "foreign"])
+def test_19_finetune_refuses_a_codebook_its_run_could_not_carry_before_training(
+    pre, tokens, tmp_path, capsys, damage
+):
+    """The run copies the codebook to tokenize new records: a broken or foreign one used to
+    be copied and only failed (or, foreign, misled) in a later evaluate."""
+    data = tmp_path / "data"
+    shutil.copytree(tokens, data)
+    if damage == "unreadable":
+        (data / "codebook.json").write_text("x")
+    else:
+        _perturbed_codebook(data)
+    assert finetune(pre, data, tmp_path / "ft", "--steps", "2") == 2
+    line = one_error(capsys)
+    assert str(data) in line
+    assert "not the one its tokens were made with" in line or damage == "unreadable"
+    assert not (tmp_path / "ft").exists() and not (tmp_path / ".ft.partial").exists()
+
+
+def test_19_a_new_run_does_not_clear_a_stopped_runs_checkpoints_unasked(pre, tokens, tmp_path,
+                                                                         capsys):  # fmt: skip
+    from heartlm.train.stopsignal import EXIT_STOPPED
+
+    run, partial = tmp_path / "ft", tmp_path / ".ft.partial"
+    with signal_after_step(3, signal.SIGTERM):
+        assert finetune(pre, tokens, run, "--steps", "8") == EXIT_STOPPED
+    kept = snapshot(partial / "checkpoints")
+    capsys.readouterr()
+    assert finetune(pre, tokens, run, "--steps", "8") == 2
+    assert "--resume" in one_error(capsys)
+    assert snapshot(partial / "checkpoints") == kept
+    assert finetune(pre, tokens, run, "--steps", "8", "--overwrite") == 0  # asked: start again
+    assert not partial.exists() and (run / "model.safetensors").is_file()
+
+
+def test_19_a_stopped_overwrite_says_how_to_continue_it_and_resume_alone_refuses(
+    pre, tokens, tmp_path, capsys
+):
+    """`--resume` alone found the old finished run and said "nothing to do"."""
+    from heartlm.train.stopsignal import EXIT_STOPPED
+
+    run = tmp_path / "ft"
+    assert finetune(pre, tokens, run, "--steps", "4") == 0
+    old = snapshot(run)
+    capsys.readouterr()
+    with signal_after_step(2, signal.SIGTERM):
+        assert finetune(pre, tokens, run, "--steps", "8", "--overwrite") == EXIT_STOPPED
+    assert "continue with --resume --overwrite" in capsys.readouterr().err
+    assert finetune(pre, tokens, run, "--steps", "8", "--resume") == 2
+    assert "--resume --overwrite" in one_error(capsys)
+    assert snapshot(run) == old
+    assert finetune(pre, tokens, run, "--steps", "8", "--resume", "--overwrite") == 0
+    assert losses(run)[8] and snapshot(run) != old
+
+
+def test_19_pretrain_resume_is_refused_where_a_stopped_overwrite_waits(tokens, tmp_path, capsys):
+    from heartlm.train.stopsignal import EXIT_STOPPED
+
+    run = tmp_path / "run"
+    assert pretrain(tokens, run, "--steps", "4", "--stop-at", "2") == 0
+    with signal_after_step(2, signal.SIGTERM):
+        assert pretrain(tokens, run, "--steps", "8", "--overwrite") == EXIT_STOPPED
+    assert "continue with --resume --overwrite" in capsys.readouterr().err
+    assert pretrain(tokens, run, "--steps", "4", "--resume") == 2
+    assert "--resume --overwrite" in one_error(capsys)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [("--beat-mlp", "8", "--beat-mlp-bins", "100000"), ("--epochs", "nan"), ("--epochs", "inf"),
+     ("--seed", "-1"), ("--seed", "99999999999999999999999")],
+)  # fmt: skip
+def test_19_out_of_range_finetune_numbers_are_one_line(pre, tokens, tmp_path, capsys, flags):
+    assert FT[-2:] == ("--seed", "1")
+    args = FT[:-2] if "--seed" in flags else FT
+    argv = ["finetune", str(pre), "--data", str(tokens), "--out", str(tmp_path / "ft"), *args]
+    assert main([*argv, *(["--steps", "2"] if "--epochs" not in flags else []), *flags]) == 2
+    assert flags[-2] in one_error(capsys)
+    assert not (tmp_path / "ft").exists()
+
+
+def test_19_tokenize_names_the_seed_flag(tmp_path, capsys):
+    assert (
+        main(["tokenize", str(_store(tmp_path)), "--out", str(tmp_path / "o"), "--seed", "-1"]) == 2
+    )
+    assert "--seed" in one_error(capsys)
+
+
+@pytest.mark.parametrize("window", [0, 999])
+def test_19_evaluate_refuses_a_window_its_model_cannot_take(pre, tokens, tmp_path, capsys, window):
+    run = tmp_path / "ft"
+    assert finetune(pre, tokens, run, "--steps", "2") == 0
+    info = json.loads((run / "finetune.json").read_text())
+    (run / "finetune.json").write_text(json.dumps({**info, "window": window}))
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(tokens), "--device", "cpu", "--all-records"]) == 2
+    assert "finetune.json" in one_error(capsys)
+
+
+def test_19_an_ensemble_that_names_a_run_twice_is_refused(pre, tokens, tmp_path, capsys):
+    run = tmp_path / "ft"
+    assert finetune(pre, tokens, run, "--steps", "2") == 0
+    for ensemble in ([str(run)], [str(tmp_path / "other"), str(tmp_path / "other")]):
+        if not (tmp_path / "other").exists():
+            shutil.copytree(run, tmp_path / "other")
+        capsys.readouterr()
+        argv = ["evaluate", str(run), str(tokens), "--device", "cpu", "--ensemble", *ensemble]
+        assert main(argv) == 2
+        assert "twice" in one_error(capsys)
+    capsys.readouterr()
+    argv = [
+        "evaluate",
+        str(run),
+        str(tokens),
+        "--device",
+        "cpu",
+        "--ensemble",
+        str(tmp_path / "nope"),
+    ]
+    assert main(argv) == 2
+    assert "does not exist" in one_error(capsys)
+
+
+def test_19_a_config_key_of_a_section_is_named_with_its_section(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("epochs: 3\n")
+    assert main(["finetune", "R", "--data", "T", "--out", "O", "--config", str(config)]) == 2
+    assert "did you mean 'train.epochs'" in one_error(capsys)
+
+
+def test_19_a_token_folder_without_tokens_json_is_named_as_such(pre, tokens, tmp_path, capsys):
+    run, data = tmp_path / "ft", tmp_path / "data"
+    assert finetune(pre, tokens, run, "--steps", "2") == 0
+    shutil.copytree(tokens, data)
+    (data / "tokens.json").unlink()
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(data), "--device", "cpu"]) == 2
+    assert "no tokens.json" in one_error(capsys)
+
+
+def test_19_labels_that_miss_a_class_are_said(pre, tokens, tmp_path, capsys):
+    assert finetune(pre, tokens, tmp_path / "ft", "--steps", "2", "--label-fraction", "1e-6") == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "kept no label" in line]
+    assert len(warned) == 1 and str(tokens) in warned[0], warned
+    assert finetune(pre, tokens, tmp_path / "all", "--steps", "2") == 0
+    assert "kept no label" not in capsys.readouterr().err
+
+
+def test_19_synth_refuses_a_seed_beyond_the_generators(tmp_path, capsys):
+    assert main(["synth", str(tmp_path / "s"), "--records", "1", "--seed", str(2**40)]) == 2
+    assert "--seed" in one_error(capsys)
+    assert not (tmp_path / "s").exists()

@@ -30,6 +30,15 @@ from typing import Any
 
 from heartlm.errors import HeartlmError
 
+MAX_SEED = 2**32 - 1
+"""`--seed` runs 0 .. MAX_SEED: what numpy's and torch's generators all take"""
+
+
+def check_seed(seed: int, flag: str = "--seed") -> None:
+    """ValueError, naming `flag`, for a seed the generators would refuse with a traceback."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{flag} must be 0 .. {MAX_SEED}, not {seed}")
+
 
 def setting(
     default: Any = None,
@@ -319,7 +328,9 @@ def resolve(cls: type, args: argparse.Namespace, stage: str) -> Any:
             layer = read_file(config, stage)
             unknown = sorted(set(layer) - set(by_name))
             if unknown:
-                raise HeartlmError(f"unknown setting {unknown[0]!r}", config)
+                meant = [n for n in by_name if n.rsplit(".", 1)[-1] == unknown[0]]
+                hint = f" (did you mean {meant[0]!r}?)" if meant else ""
+                raise HeartlmError(f"unknown setting {unknown[0]!r}{hint}", config)
             try:
                 _apply_layer(values, {k: _file_value(by_name[k], v) for k, v in layer.items()},
                              by_name)  # fmt: skip

@@ -70,6 +70,11 @@ def run(cfg: EvaluateConfig) -> int:
         raise HeartlmError(
             f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
         )
+    seen: dict[Path, Path] = {}
+    for member in map(Path, [cfg.run, *(cfg.ensemble or [])]):
+        if (first := seen.setdefault(member.resolve(), member)) is not member:
+            raise HeartlmError(f"--ensemble names the run {first} again: its vote would count "
+                               "twice", member)  # fmt: skip
     if cfg.out is not None:
         from heartlm.outdir import check_separate, check_writable
 

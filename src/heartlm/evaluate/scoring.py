@@ -9,7 +9,7 @@ import numpy as np
 
 from heartlm.errors import HeartlmError
 from heartlm.labelled import metrics
-from heartlm.labelled.lineage import read_finetune_info, read_lineage
+from heartlm.labelled.lineage import FINETUNE_INFO, read_finetune_info, read_lineage
 from heartlm.labelled.predict import (
     afib_scores,
     averaged_beat_outputs,
@@ -198,6 +198,9 @@ def evaluate(
         hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
+    if window > model.cfg.max_len:
+        raise HeartlmError(f"a window of {window} beats, more than the model's {model.cfg.max_len}",
+                           run / FINETUNE_INFO)  # fmt: skip
     scored = _afib_window(info, afib_window, model, run)
     views = _views(info, views, model, run)
     members = [model, *(_ensemble_member(other, info, data, afib_window, views)

@@ -8,7 +8,7 @@ from pathlib import Path
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
-from heartlm.model.config import check_dropout
+from heartlm.model.config import MAX_BEAT_MLP_BINS, check_dropout
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -127,6 +127,9 @@ class FinetuneConfig:
             raise ValueError("--beat-mlp feeds the beat head: only with --task beats")
         if self.beat_mlp_bins is not None and (self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1):
             raise ValueError(f"--beat-mlp-bins must be 0 or at least 2, not {self.beat_mlp_bins}")
+        if self.beat_mlp_bins is not None and self.beat_mlp_bins > MAX_BEAT_MLP_BINS:
+            raise ValueError(f"--beat-mlp-bins must be at most {MAX_BEAT_MLP_BINS}, "
+                             f"not {self.beat_mlp_bins}")  # fmt: skip
         if self.beat_mlp_bins and self.task != "beats":
             raise ValueError("--beat-mlp-bins feeds the beat head: only with --task beats")
         if self.beat_mlp_bins and self.beat_mlp == 0:
@@ -176,5 +179,6 @@ def _finetune(cfg: FinetuneConfig, out: Path) -> int:
 
     info = finetune(cfg, out)
     if info.get("stopped"):
-        logger.info("%s: stopped; continue with --resume", out)
+        again = "--resume --overwrite" if cfg.overwrite else "--resume"
+        logger.info("%s: stopped; continue with %s", out, again)
     return EXIT_STOPPED if info.get("interrupted") else 0

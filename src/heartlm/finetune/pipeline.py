@@ -26,7 +26,7 @@ from heartlm.errors import HeartlmError
 from heartlm.finetune.cli import FinetuneConfig
 from heartlm.finetune.objectives import AfibWindows, BeatClasses, keep_table
 from heartlm.labelled import windows
-from heartlm.labelled.lineage import FINETUNE_INFO, copy_lineage
+from heartlm.labelled.lineage import FINETUNE_INFO, check_codebook, copy_lineage
 from heartlm.labelled.splits import RecordRef, Split, split_records
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text, check_writable, partial_dir, swap_in
@@ -96,6 +96,7 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         overrides.update(model_inputs(cfg.inputs, data.meta.get("features", [])))
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.data / "tokens.json") from None
+    check_codebook(cfg.data)
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
     # byte for byte and still be the same vocabulary.
@@ -159,11 +160,32 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
+        every = train_d.aami
         train_d.aami = _label_share(train_d, split.train, cfg.label_fraction, cfg.train.seed)
+        _warn_lost_classes(every, train_d.aami, cfg)
         if train_d.features is not None:  # every training beat: the edges need no labels
             model.fit_beat_mlp_bins(train_d.features, cfg.train.seed)
     weights = _class_weights(train_d, cfg, window, stride)
     return Prepared(data, split, train_d, model, window, stride, weights)
+
+
+def _warn_lost_classes(every: Any, kept: Any, cfg: FinetuneConfig) -> None:
+    """One line when --label-fraction kept no label of a class the training records hold:
+    the head cannot learn to call it."""
+
+    def counts(aami: Any) -> np.ndarray:
+        labels = np.asarray(aami)
+        return np.bincount(labels[labels >= 0], minlength=len(AAMI_CLASSES))
+
+    lost = [c for c, n, k in zip(AAMI_CLASSES, counts(every), counts(kept), strict=True)
+            if n and not k]  # fmt: skip
+    if lost:
+        logger.warning(
+            "%s: --label-fraction %g kept no label of class %s: the model cannot learn to call it",
+            cfg.data,
+            cfg.label_fraction,
+            ", ".join(lost),
+        )
 
 
 def _label_share(part: Any, refs: Sequence[RecordRef], fraction: float, seed: int) -> np.ndarray:

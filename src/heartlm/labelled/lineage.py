@@ -40,15 +40,35 @@ def _store_folder(tokens: Path, meta: dict[str, Any]) -> Path | None:
     return next((c for c in candidates if (c / "run.json").is_file()), None)
 
 
-def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
-    """Copy the codebook of `tokens` into `out` and write `out/lineage.json`; return it."""
+def check_codebook(tokens: Path) -> None:
+    """Refuse a token folder whose codebook a run could not carry: missing, unreadable, or
+    not the one its tokens were made with. A run carries it to tokenize new records, so a
+    broken or foreign one would only fail (or, foreign, silently mislead) in a later
+    `evaluate` or `embed`; checked before training, so no run is trained for nothing."""
+    from heartlm.tokens.codebook import Codebook
+
     for name in CODEBOOK_FILES:
         if not (tokens / name).is_file():
             raise HeartlmError(
                 f"token folder has no {name}: cannot make a self-contained run", tokens
             )
-        shutil.copy2(tokens / name, out / name)
+    book = Codebook.load(tokens)
+    made_with = parse_json_file(tokens / "tokens.json").get("codebook_hash")
+    if made_with is not None and book.content_hash != made_with:
+        raise HeartlmError(
+            "its codebook is not the one its tokens were made with (tokens.json names "
+            f"{str(made_with)[:12]}, codebook.json holds {book.content_hash[:12]})",
+            tokens,
+        )
+
+
+def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
+    """Copy the codebook of `tokens` (check_codebook) into `out` and write
+    `out/lineage.json`; return it."""
+    check_codebook(tokens)
     lineage = describe(tokens)
+    for name in CODEBOOK_FILES:
+        shutil.copy2(tokens / name, out / name)
     atomic_write_text(out / LINEAGE, json.dumps(lineage, indent=2) + "\n")
     return lineage
 
@@ -95,9 +115,13 @@ def _check_lineage(lineage: dict[str, Any], path: Path) -> None:
 
 def read_finetune_info(run: Path) -> dict[str, Any]:
     """`finetune.json` of a fine-tuned run: task, window, splits, class weights, best step."""
+    if not run.exists():
+        raise HeartlmError("does not exist", run)
     info = read_json(run, FINETUNE_INFO, f"no {FINETUNE_INFO}: not a fine-tuned heartlm run")
     if info.get("task") not in ("beats", "afib") or not isinstance(info.get("window"), int):
         raise HeartlmError(f"{FINETUNE_INFO} lacks the run's task or window", run / FINETUNE_INFO)
+    if info["window"] < 1:
+        raise HeartlmError(f"a window of {info['window']} beats", run / FINETUNE_INFO)
     return info
 
 

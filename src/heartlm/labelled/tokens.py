@@ -33,6 +33,10 @@ def token_folder(
         return
     if not data.exists():
         raise HeartlmError("no such token folder or WFDB folder", data)
+    if (data / "boundaries.bin").is_file():
+        raise HeartlmError(
+            "holds token shards but no tokens.json: an incomplete token folder", data
+        )
     from heartlm.ingest import IngestConfig, ingest
     from heartlm.tokens import TokenizeConfig, tokenize
 

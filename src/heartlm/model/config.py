@@ -19,6 +19,10 @@ PERIODIC_DIM = 16
 
 BEAT_MLP_EMBEDDING = 16
 """`beat_mlp_bins`: the width each input column's piecewise-linear encoding is mapped to"""
+MAX_BEAT_MLP_BINS = 256
+"""... and at most this many bins a column: the encoding's weights grow with bins x columns x
+BEAT_MLP_EMBEDDING (100,000 bins asked for 97 GB), and piecewise-linear encodings are used
+with 8-128 bins (Gorishniy et al., 2022)"""
 
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
@@ -121,6 +125,9 @@ class ModelConfig:
             raise ValueError("beat_mlp_bins encodes the per-beat network's inputs: needs beat_mlp")
         if self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1:
             raise ValueError(f"beat_mlp_bins must be 0 or at least 2, not {self.beat_mlp_bins}")
+        if self.beat_mlp_bins > MAX_BEAT_MLP_BINS:
+            raise ValueError(f"beat_mlp_bins must be at most {MAX_BEAT_MLP_BINS}, "
+                             f"not {self.beat_mlp_bins}")  # fmt: skip
         if self.choice_critic and not self.n_features:
             raise ValueError("choice_critic needs beat features (token format v2 or later)")
         if self.local_stats and self.causal:

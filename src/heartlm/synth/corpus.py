@@ -19,7 +19,7 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import staged_dir
 from heartlm.runinfo import write_run_json
-from heartlm.settings import setting
+from heartlm.settings import MAX_SEED, setting
 from heartlm.synth.record import synth_record
 
 ADC_GAIN = 200.0  # adu per mV, as in MIT-BIH
@@ -73,8 +73,8 @@ class SynthConfig:
                 f"--minutes must be between {MIN_MINUTES:g} (a few beats) and {MAX_MINUTES:g}"
                 f" (24 h), got {self.minutes:g}"
             )
-        if self.seed < 0:
-            raise HeartlmError(f"--seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise HeartlmError(f"--seed must be 0 .. {MAX_SEED}, got {self.seed}")
         if self.leads not in (1, 2):
             raise HeartlmError(f"--leads must be 1 or 2, got {self.leads}")
         if not 0 <= self.afib_fraction <= 1:

@@ -17,7 +17,7 @@ from heartlm.log import logger, progress
 from heartlm.outdir import check_separate, check_writable, staged_dir
 from heartlm.runinfo import write_run_json
 from heartlm.runtime import pick_device
-from heartlm.settings import setting
+from heartlm.settings import check_seed, setting
 from heartlm.shards import NUM_SPECIAL, UNK
 from heartlm.store import BeatStore
 from heartlm.tokens import features, rhythm
@@ -70,6 +70,7 @@ class TokenizeConfig:
             raise ValueError(f"--batch must be positive, got {self.batch}")
         if self.decode_records < 1:
             raise ValueError(f"--decode-records must be positive, got {self.decode_records}")
+        check_seed(self.seed)
         pick_device(self.device)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from heartlm.errors import HeartlmError
 from heartlm.model.hlm import ATTENTION_KERNELS
-from heartlm.settings import setting
+from heartlm.settings import check_seed, setting
 
 SCHEDULES = ("cosine", "step", "exponential", "constant")
 BACKENDS = ("ddp", "fsdp", "deepspeed")
@@ -185,12 +185,13 @@ class TrainConfig:
     collects after every N steps at once, so no rank's collection stalls a collective"""
 
     def validate(self) -> None:
+        check_seed(self.seed)
         if (self.steps is None) == (self.epochs is None):
             raise ValueError("give exactly one of --steps and --epochs")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps must be >= 1, not {self.steps}")
-        if self.epochs is not None and self.epochs <= 0:
-            raise ValueError(f"--epochs must be > 0, not {self.epochs}")
+        if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs must be a finite number > 0, not {self.epochs}")
         if self.batch < 1:
             raise ValueError(f"--batch must be >= 1, not {self.batch}")
         for flag, value, allowed in (

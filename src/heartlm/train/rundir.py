@@ -34,6 +34,8 @@ class RunPlan:
     resume: bool
     finished: bool = False
     """`out` holds the finished run already: a resume has nothing to do"""
+    overwrite: bool = False
+    """`--overwrite`: a staged attempt's checkpoints may be cleared to start again"""
 
     @property
     def staged(self) -> bool:
@@ -50,20 +52,35 @@ def plan_pretrain(out: str | Path, resume: bool, overwrite: bool) -> RunPlan:
     if not (out.is_dir() and any(out.iterdir())):
         return RunPlan(out, out, resume)
     if overwrite:
-        return RunPlan(out, partial_dir(out), resume)
+        return RunPlan(out, partial_dir(out), resume, overwrite=True)
     if not any((out / m).exists() for m in RUN_MARKERS):
         raise HeartlmError("is not empty and holds no heartlm run (use --overwrite)", out)
     if not resume:
         raise HeartlmError("already holds a run (use --resume to continue it or --overwrite)", out)
+    if _checkpointed(partial_dir(out)):
+        raise HeartlmError(
+            f"--resume is ambiguous: {partial_dir(out).name} holds a stopped --overwrite run "
+            "that was to replace this one; continue that with --resume --overwrite",
+            out,
+        )
     return RunPlan(out, out, resume)
 
 
 def plan_finetune(out: str | Path, resume: bool, overwrite: bool, marker: str) -> RunPlan:
     """Always the partial folder. A folder holding a finished run (`marker`) with
-    `--resume` is a plan with nothing to do; other contents need `--overwrite`."""
+    `--resume` is a plan with nothing to do, unless a stopped run that was to replace it
+    waits in the partial folder (then `--resume --overwrite` continues that one); other
+    contents need `--overwrite`."""
     finished = resume and not overwrite and (Path(out) / marker).is_file()
+    work = partial_dir(out)
+    if finished and _checkpointed(work):
+        raise HeartlmError(
+            f"holds a finished run, and {work.name} a stopped --overwrite run that was to "
+            "replace it: continue that with --resume --overwrite",
+            out,
+        )
     out = check_writable(out, overwrite=overwrite or finished)
-    return RunPlan(out, partial_dir(out), resume, finished=finished)
+    return RunPlan(out, partial_dir(out), resume, finished=finished, overwrite=overwrite)
 
 
 def owns(out: Path) -> bool:
@@ -76,14 +93,24 @@ def prepare(plan: RunPlan) -> str:
     """Owner only: make `plan.work` ready (a partial folder of an earlier attempt is
     cleared unless resuming). Returns what it was: "new", "empty" or "used"."""
     if plan.staged and not plan.resume:
+        if not plan.overwrite and has_checkpoint(plan):
+            raise HeartlmError(
+                f"{plan.work.name} holds a stopped run's checkpoints: continue it with "
+                "--resume, or start again with --overwrite",
+                plan.out,
+            )
         shutil.rmtree(plan.work, ignore_errors=True)
     before = "new" if not plan.work.exists() else "used" if any(plan.work.iterdir()) else "empty"
     plan.work.mkdir(parents=True, exist_ok=True)
     return before
 
 
+def _checkpointed(work: Path) -> bool:
+    return (work / "checkpoints").is_dir() and any((work / "checkpoints").glob("step_*"))
+
+
 def has_checkpoint(plan: RunPlan) -> bool:
-    return plan.checkpoints.is_dir() and any(plan.checkpoints.glob("step_*"))
+    return _checkpointed(plan.work)
 
 
 def discard_unresumable(plan: RunPlan, before: str) -> None:
