@@ -78,8 +78,8 @@ class FinetuneConfig:
     none to an encoder without one)"""
     beat_mlp_bins: int | None = setting(None, metavar="N", group=TASK)
     """beats: the per-beat network also reads each input column through a piecewise-linear
-    encoding over N quantile bins of the training beats (default: the pretrained run's; 0
-    off)"""
+    encoding over N (2-256) quantile bins of the training beats (default: the pretrained
+    run's; 0 off)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
