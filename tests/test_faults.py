@@ -1083,7 +1083,9 @@ def test_19_a_stopped_overwrite_says_how_to_continue_it_and_resume_alone_refuses
     assert losses(run)[8] and snapshot(run) != old
 
 
-def test_19_pretrain_resume_is_refused_where_a_stopped_overwrite_waits(tokens, tmp_path, capsys):
+def test_19_a_stopped_pretrain_overwrite_says_how_to_continue_it(tokens, tmp_path, capsys):
+    """`--resume` alone continues the run in RUN itself (a torchrun restart or a requeue of a
+    run that writes there must not be refused); the stopped replacement needs --overwrite."""
     from heartlm.train.stopsignal import EXIT_STOPPED
 
     run = tmp_path / "run"
@@ -1091,8 +1093,9 @@ def test_19_pretrain_resume_is_refused_where_a_stopped_overwrite_waits(tokens, t
     with signal_after_step(2, signal.SIGTERM):
         assert pretrain(tokens, run, "--steps", "8", "--overwrite") == EXIT_STOPPED
     assert "continue with --resume --overwrite" in capsys.readouterr().err
-    assert pretrain(tokens, run, "--steps", "4", "--resume") == 2
-    assert "--resume --overwrite" in one_error(capsys)
+    assert pretrain(tokens, run, "--steps", "4", "--resume") == 0  # RUN's own run, to its end
+    assert pretrain(tokens, run, "--steps", "8", "--resume", "--overwrite") == 0
+    assert max(losses(run)) == 8 and not (tmp_path / ".run.partial").exists()
 
 
 @pytest.mark.parametrize(
@@ -1180,3 +1183,21 @@ def test_19_synth_refuses_a_seed_beyond_the_generators(tmp_path, capsys):
     assert main(["synth", str(tmp_path / "s"), "--records", "1", "--seed", str(2**40)]) == 2
     assert "--seed" in one_error(capsys)
     assert not (tmp_path / "s").exists()
+
+
+def test_19_an_ensemble_member_whose_model_cannot_take_the_window_is_one_line(
+    pre, tokens, tmp_path, capsys
+):
+    short_pre, member, run = tmp_path / "pre8", tmp_path / "member", tmp_path / "ft"
+    assert pretrain(tokens, short_pre, "--steps", "2", "--window", "8") == 0
+    assert finetune(pre, tokens, run, "--steps", "2") == 0
+    args = [a if a != "16" else "8" for a in FT]  # FT's --window 16
+    argv = ["finetune", str(short_pre), "--data", str(tokens), "--out", str(member), *args]
+    assert main([*argv, "--steps", "2"]) == 0
+    info = json.loads((member / "finetune.json").read_text())
+    window = json.loads((run / "finetune.json").read_text())["window"]
+    (member / "finetune.json").write_text(json.dumps({**info, "window": window}))
+    capsys.readouterr()
+    argv = ["evaluate", str(run), str(tokens), "--device", "cpu", "--ensemble", str(member)]
+    assert main(argv) == 2
+    assert "more than the model's" in one_error(capsys)

@@ -118,9 +118,17 @@ def _ensemble_member(
             )
     _check_same_tokens(read_lineage(run), data, run)
     model, _ = load_pretrained(run)
+    _check_window(int(other["window"]), model, run)
     _afib_window(other, afib_window, model, run)
     _views(other, views, model, run)
     return model
+
+
+def _check_window(window: int, model: Any, run: Path) -> None:
+    """Refuse a finetune.json window the run's model cannot take at once."""
+    if window > model.cfg.max_len:
+        raise HeartlmError(f"a window of {window} beats, more than the model's {model.cfg.max_len}",
+                           run / FINETUNE_INFO)  # fmt: skip
 
 
 def _ensemble_note(ensemble: list[Path] | None) -> dict[str, Any]:
@@ -198,9 +206,7 @@ def evaluate(
         hint = "" if all_records or records else " (MIT-BIH is scored on DS2; see --all-records)"
         raise HeartlmError(f"no records to score (empty test split){hint}", data_path)
     task, window = info["task"], int(info["window"])
-    if window > model.cfg.max_len:
-        raise HeartlmError(f"a window of {window} beats, more than the model's {model.cfg.max_len}",
-                           run / FINETUNE_INFO)  # fmt: skip
+    _check_window(window, model, run)
     scored = _afib_window(info, afib_window, model, run)
     views = _views(info, views, model, run)
     members = [model, *(_ensemble_member(other, info, data, afib_window, views)

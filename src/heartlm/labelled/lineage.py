@@ -121,7 +121,7 @@ def read_finetune_info(run: Path) -> dict[str, Any]:
     if info.get("task") not in ("beats", "afib") or not isinstance(info.get("window"), int):
         raise HeartlmError(f"{FINETUNE_INFO} lacks the run's task or window", run / FINETUNE_INFO)
     if info["window"] < 1:
-        raise HeartlmError(f"a window of {info['window']} beats", run / FINETUNE_INFO)
+        raise HeartlmError(f"a window of {info['window']} beats (at least 1)", run / FINETUNE_INFO)
     return info
 
 

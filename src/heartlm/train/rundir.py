@@ -57,12 +57,6 @@ def plan_pretrain(out: str | Path, resume: bool, overwrite: bool) -> RunPlan:
         raise HeartlmError("is not empty and holds no heartlm run (use --overwrite)", out)
     if not resume:
         raise HeartlmError("already holds a run (use --resume to continue it or --overwrite)", out)
-    if _checkpointed(partial_dir(out)):
-        raise HeartlmError(
-            f"--resume is ambiguous: {partial_dir(out).name} holds a stopped --overwrite run "
-            "that was to replace this one; continue that with --resume --overwrite",
-            out,
-        )
     return RunPlan(out, out, resume)
 
 
@@ -76,8 +70,8 @@ def plan_finetune(out: str | Path, resume: bool, overwrite: bool, marker: str) -
     if finished and _checkpointed(work):
         raise HeartlmError(
             f"holds a finished run, and {work.name} a stopped --overwrite run that was to "
-            "replace it: continue that with --resume --overwrite",
-            out,
+            f"replace it: continue that with --resume --overwrite (or remove {work.name})",
+            Path(out).absolute(),
         )
     out = check_writable(out, overwrite=overwrite or finished)
     return RunPlan(out, partial_dir(out), resume, finished=finished, overwrite=overwrite)
