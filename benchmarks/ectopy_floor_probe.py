@@ -33,8 +33,8 @@ def main() -> None:
     ap.add_argument(
         "--fraction",
         type=float,
-        default=0.1,
-        help="share of the labels (0.1: the rounds 6-46 `select` share it probed)",
+        default=cfg.EARLIER_SELECT_FRACTION,
+        help="share of the labels (default: rounds 6-46's `select` share, which it probed)",
     )
     args = ap.parse_args()
     data = load_tokens(args.tokens)

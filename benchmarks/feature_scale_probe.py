@@ -164,8 +164,8 @@ def main() -> int:
     p.add_argument(
         "--label-fraction",
         type=float,
-        default=0.1,
-        help="share of the labels (0.1: the rounds 6-46 `select` share it probed)",
+        default=model_configs.EARLIER_SELECT_FRACTION,
+        help="share of the labels (default: rounds 6-46's `select` share, which it probed)",
     )
     p.add_argument("--bins", type=int, default=32, help="the piecewise-linear arm's bins")
     args = p.parse_args()

@@ -35,6 +35,7 @@ import heartlm
 from heartlm.ecg.labels import MITDB_DS1, MITDB_PACED
 from heartlm.outdir import partial_dir
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
+from heartlm.train.rundir import checkpointed
 
 EVALUATIONS = ".evaluations"
 """The work folder's cache of `evaluate` answers, kept per run (Runner.evaluate)."""
@@ -168,7 +169,7 @@ class Runner:
         if not (self.work / name).exists():
             # answers of another model of this name would be mixed with the new model's
             shutil.rmtree(self.evaluations(name), ignore_errors=True)
-        if any((partial_dir(self.work / name) / "checkpoints").glob("step_*")):
+        if checkpointed(partial_dir(self.work / name)):
             argv = [*argv, "--resume"]  # a call cut off mid-run left its checkpoints
         self.heartlm(*argv, done=name)
 

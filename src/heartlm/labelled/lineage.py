@@ -63,9 +63,8 @@ def check_codebook(tokens: Path) -> None:
 
 
 def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
-    """Copy the codebook of `tokens` (check_codebook) into `out` and write
-    `out/lineage.json`; return it."""
-    check_codebook(tokens)
+    """Copy the codebook of `tokens` into `out` and write `out/lineage.json`; return it.
+    Call check_codebook(tokens) first, before the run is trained."""
     lineage = describe(tokens)
     for name in CODEBOOK_FILES:
         shutil.copy2(tokens / name, out / name)

@@ -67,14 +67,14 @@ def plan_finetune(out: str | Path, resume: bool, overwrite: bool, marker: str) -
     contents need `--overwrite`."""
     finished = resume and not overwrite and (Path(out) / marker).is_file()
     work = partial_dir(out)
-    if finished and _checkpointed(work):
+    if finished and checkpointed(work):
         raise HeartlmError(
             f"holds a finished run, and {work.name} a stopped --overwrite run that was to "
             f"replace it: continue that with --resume --overwrite (or remove {work.name})",
             Path(out).absolute(),
         )
     out = check_writable(out, overwrite=overwrite or finished)
-    return RunPlan(out, partial_dir(out), resume, finished=finished, overwrite=overwrite)
+    return RunPlan(out, work, resume, finished=finished, overwrite=overwrite)
 
 
 def owns(out: Path) -> bool:
@@ -99,12 +99,13 @@ def prepare(plan: RunPlan) -> str:
     return before
 
 
-def _checkpointed(work: Path) -> bool:
+def checkpointed(work: Path) -> bool:
+    """Whether a run folder (a staged one: `partial_dir`) holds a checkpoint to resume from."""
     return (work / "checkpoints").is_dir() and any((work / "checkpoints").glob("step_*"))
 
 
 def has_checkpoint(plan: RunPlan) -> bool:
-    return _checkpointed(plan.work)
+    return checkpointed(plan.work)
 
 
 def discard_unresumable(plan: RunPlan, before: str) -> None:
