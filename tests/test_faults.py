@@ -507,8 +507,10 @@ def test_12_json_that_is_not_an_object_is_one_line_naming_the_file(
 
 
 @pytest.mark.parametrize(
-    "value", ["{}", '{"task": "beats", "window": "16"}', '{"task": "rhythm", "window": 16}']
-)
+    "value",
+    ["{}", '{"task": "beats", "window": "16"}', '{"task": "rhythm", "window": 16}',
+     '{"task": "beats", "window": true}'],
+)  # fmt: skip
 def test_12_finetune_json_without_task_or_window_is_one_line(tokens, pre, tmp_path, capsys, value):
     ft = tmp_path / "ft"
     assert finetune(pre, tokens, ft, "--steps", "1") == 0
@@ -1063,6 +1065,25 @@ def test_19_a_new_run_does_not_clear_a_stopped_runs_checkpoints_unasked(pre, tok
     assert not partial.exists() and (run / "model.safetensors").is_file()
 
 
+def test_19_every_rank_of_a_bare_torchrun_refuses_a_stopped_runs_checkpoints(tmp_path, monkeypatch):
+    """Under torchrun without heartlm's launcher only rank 0 owns the run and prepares it;
+    the other ranks must refuse too, or they train on while rank 0 has stopped."""
+    from heartlm.errors import HeartlmError
+    from heartlm.train import rundir
+
+    step = tmp_path / ".ft.partial" / "checkpoints" / "step_00000002"
+    step.mkdir(parents=True)
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(HeartlmError, match="--resume"):
+        rundir.plan_finetune(tmp_path / "ft", False, False, "finetune.json")
+    assert rundir.plan_finetune(tmp_path / "ft", True, False, "finetune.json").resume
+    monkeypatch.setenv("RANK", "0")
+    plan = rundir.plan_finetune(tmp_path / "ft", False, False, "finetune.json")
+    with pytest.raises(HeartlmError, match="--resume"):
+        rundir.prepare(plan)  # the owner refuses under the lock
+    assert step.is_dir()
+
+
 def test_19_a_stopped_overwrite_says_how_to_continue_it_and_resume_alone_refuses(
     pre, tokens, tmp_path, capsys
 ):
@@ -1101,7 +1122,8 @@ def test_19_a_stopped_pretrain_overwrite_says_how_to_continue_it(tokens, tmp_pat
 @pytest.mark.parametrize(
     "flags",
     [("--beat-mlp", "8", "--beat-mlp-bins", "100000"), ("--epochs", "nan"), ("--epochs", "inf"),
-     ("--seed", "-1"), ("--seed", "99999999999999999999999")],
+     ("--seed", "-1"), ("--seed", "99999999999999999999999"),
+     ("--local-stats", "99999999999999999999999")],
 )  # fmt: skip
 def test_19_out_of_range_finetune_numbers_are_one_line(pre, tokens, tmp_path, capsys, flags):
     assert FT[-2:] == ("--seed", "1")

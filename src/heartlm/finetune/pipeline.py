@@ -86,6 +86,10 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         saved = read_config(run)["model"]
         if not saved.get("n_features"):
             raise HeartlmError(f"{asked[0]} needs an encoder pretrained with beat features", run)
+        positions = saved.get("max_len", ModelConfig.max_len)
+        if cfg.local_stats and cfg.local_stats > positions:
+            raise HeartlmError(f"--local-stats {cfg.local_stats} is wider than the model's "
+                               f"{positions} positions", run)  # fmt: skip
         if cfg.beat_mlp_bins and not (cfg.beat_mlp or saved.get("beat_mlp")):
             raise HeartlmError("has no per-beat network for --beat-mlp-bins: add --beat-mlp WIDTH",
                                run)  # fmt: skip

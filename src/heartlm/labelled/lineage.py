@@ -117,7 +117,8 @@ def read_finetune_info(run: Path) -> dict[str, Any]:
     if not run.exists():
         raise HeartlmError("does not exist", run)
     info = read_json(run, FINETUNE_INFO, f"no {FINETUNE_INFO}: not a fine-tuned heartlm run")
-    if info.get("task") not in ("beats", "afib") or not isinstance(info.get("window"), int):
+    window = info.get("window")
+    if info.get("task") not in ("beats", "afib") or type(window) is not int:  # not a bool
         raise HeartlmError(f"{FINETUNE_INFO} lacks the run's task or window", run / FINETUNE_INFO)
     if info["window"] < 1:
         raise HeartlmError(f"a window of {info['window']} beats (at least 1)", run / FINETUNE_INFO)

@@ -111,8 +111,11 @@ class ModelConfig:
                 f"feature_embedding must be one of {', '.join(FEATURE_EMBEDDINGS)}, "
                 f"not {self.feature_embedding!r}"
             )
-        if self.local_stats < 0:
-            raise ValueError(f"local_stats must be >= 0, not {self.local_stats}")
+        if not 0 <= self.local_stats <= self.max_len:
+            raise ValueError(
+                f"local_stats must be between 0 and the model's {self.max_len} beats, "
+                f"not {self.local_stats}"
+            )
         if self.local_stats and not self.n_features:
             raise ValueError("local_stats needs beat features (token format v2 or later)")
         if self.beat_mlp < 0:

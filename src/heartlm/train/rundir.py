@@ -74,7 +74,10 @@ def plan_finetune(out: str | Path, resume: bool, overwrite: bool, marker: str) -
             Path(out).absolute(),
         )
     out = check_writable(out, overwrite=overwrite or finished)
-    return RunPlan(out, work, resume, finished=finished, overwrite=overwrite)
+    plan = RunPlan(out, work, resume, finished=finished, overwrite=overwrite)
+    if not owns(out):  # the owner refuses in `prepare`, under the lock; the other ranks here
+        refuse_stopped(plan)
+    return plan
 
 
 def owns(out: Path) -> bool:
@@ -87,16 +90,21 @@ def prepare(plan: RunPlan) -> str:
     """Owner only: make `plan.work` ready (a partial folder of an earlier attempt is
     cleared unless resuming). Returns what it was: "new", "empty" or "used"."""
     if plan.staged and not plan.resume:
-        if not plan.overwrite and has_checkpoint(plan):
-            raise HeartlmError(
-                f"{plan.work.name} holds a stopped run's checkpoints: continue it with "
-                "--resume, or start again with --overwrite",
-                plan.out,
-            )
+        refuse_stopped(plan)
         shutil.rmtree(plan.work, ignore_errors=True)
     before = "new" if not plan.work.exists() else "used" if any(plan.work.iterdir()) else "empty"
     plan.work.mkdir(parents=True, exist_ok=True)
     return before
+
+
+def refuse_stopped(plan: RunPlan) -> None:
+    """A stopped run's checkpoints are never cleared unasked (`--resume` or `--overwrite`)."""
+    if not (plan.resume or plan.overwrite) and has_checkpoint(plan):
+        raise HeartlmError(
+            f"{plan.work.name} holds a stopped run's checkpoints: continue it with --resume, "
+            "or start again with --overwrite",
+            plan.out,
+        )
 
 
 def checkpointed(work: Path) -> bool:
