@@ -5,6 +5,7 @@
 # graphs), as the model study runs them.
 #
 #   bash benchmarks/finetune_cudagraph_probe.sh        # on the GPU machine, .carry/wheels there
+#   RUNS=16 ALONE=0 bash benchmarks/finetune_cudagraph_probe.sh   # side by side only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-deps --no-index --break-system-packages \
@@ -32,7 +33,9 @@ PY
 }
 
 i=0
-for mode in "--no-compile" "" "--cudagraph --no-compile" "--cudagraph"; do
+alone_modes=("--no-compile" "" "--cudagraph --no-compile" "--cudagraph")
+[ "${ALONE:-1}" = 0 ] && alone_modes=()
+for mode in "${alone_modes[@]}"; do
   i=$((i + 1))
   # shellcheck disable=SC2086
   timeout 120 $H finetune pre $FLAGS --out alone$i --epochs 20 --seed 0 $mode 2>&1 | tail -1

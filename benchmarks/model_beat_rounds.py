@@ -252,16 +252,46 @@ CONFIGS = {
     f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}": CONFIGS[f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}"],
     _SCRATCH_46: CONFIGS[_SCRATCH_46],
 }
-"""Round 47 (prepared in the twenty-second session), chosen at 100 % of the training fold's
-labels (model_configs.SELECT_FRACTION) instead of 10 %: the goals are DS2 scores at 100 %,
-and every round since 6 chose its recipe at 10 % and scored it at 100 % with the same flags,
-though at 100 % each of the same optimiser steps sees ten times the labelled beats. Round
-46's pretrained recipe with the ectopy patients, the same with 20 epochs instead of 60
-(`_epochs20` replaces the name's 60: window 32 at stride 8 with 20 epochs passes each beat as
-often as scratch's window 128 at stride 32 does), the pretrained recipe without the patients
-(round 44's; on round 46's folds the patients cost V beats in 106, ventricular bigeminy:
-47 / 7 missed a seed without, 129 / 99 with, so at 100 % the folds decide on them again), and
-scratch with the ectopy patients (not yet scored on DS2). Written after round 46's DS2 scores
-were read: its S F1 was 0.736 at 10 % and 0.555 at 100 %, the gap record 232's (1,382 of DS2's
-1,837 S beats; sensitivity 0.92-0.94 a seed at 10 %, 0.40-0.64 at 100 %); nothing from DS2
-chooses, the folds at 100 % do."""
+"""Round 47 (prepared in the twenty-second session), chosen at 100 % of the training fold's labels
+(model_configs.SELECT_FRACTION) instead of 10 %: the goals are DS2 scores at 100 %, and every
+round since 6 chose its recipe at 10 % and scored it at 100 % with the same flags, though at 100
+% each of the same optimiser steps sees ten times the labelled beats. Round 46's pretrained
+recipe with the ectopy patients, the same with 20 epochs instead of 60 (`_epochs20` replaces the
+name's 60: window 32 at stride 8 with 20 epochs passes each beat as often as scratch's window
+128 at stride 32 does), the pretrained recipe without the patients (round 44's; on round 46's
+folds the patients cost V beats in 106, ventricular bigeminy: 47 / 7 missed a seed without, 129
+/ 99 with, so at 100 % the folds decide on them again), and scratch with the ectopy patients
+(not yet scored on DS2). Written after round 46's DS2 scores were read: its S F1 was 0.736 at 10
+% and 0.555 at 100 %, the gap record 232's (1,382 of DS2's 1,837 S beats; sensitivity 0.92-0.94
+a seed at 10 %, 0.40-0.64 at 100 %); nothing from DS2 chooses, the folds at 100 % do. Measured
+(twenty-third session, benchmarks/README.md "Round 47"): 20 epochs won the folds (0.721 +- 0.009
+against 0.687 +- 0.031 with 60, four views; without the patients 0.697, scratch 0.666). On DS2
+at 100 % the pretrained choice scored S F1 0.565 +- 0.066, V 0.948 +- 0.002, F 0.473 +- 0.039;
+scratch with the patients S 0.752 +- 0.053, V 0.964 +- 0.007, F 0.375 +- 0.080 (floor V 0.959, F
+0.435)."""
+
+
+_PRETRAINED_47 = f"{_PRETRAINED_46}{EPOCHS_20_SUFFIX}"
+_SCRATCH_48 = f"scratch_{_PRETRAINED_47.removeprefix('pretrained_nextleads_')}"
+WINDOW_128_SUFFIX = "_window128"
+
+
+def with_window_128(flags: list[str]) -> list[str]:
+    """`flags` fine-tuning on windows of 128 beats at stride 32 (scratch's defaults until round
+    47) instead of their window and stride."""
+    return with_value(with_value(flags, "--window", "128"), "--stride", "32")
+
+
+CONFIGS = {_PRETRAINED_47: CONFIGS[f"{_PRETRAINED_46}{EPOCHS_20_SUFFIX}"]}
+CONFIGS[_SCRATCH_48] = ["--from-scratch", *CONFIGS[_PRETRAINED_47]]
+CONFIGS |= {f"{name}{WINDOW_128_SUFFIX}": with_window_128(f) for name, f in CONFIGS.items()}
+"""Round 48 (prepared in the twenty-third session): initialisation by window, every other
+fine-tuning flag the same (round 47's pretrained choice: patient-relative inputs, dropout 0.1,
+20 epochs, every training record, smoothing 0.1, the binned per-beat network, the ectopy
+patients). Pretrained and from scratch, each on windows of 32 beats at stride 8 and of 128 at
+stride 32. Until now the scratch recipes read 128 beats with none of the pretrained recipe's
+fine-tuning flags but the inputs, dropout and records, and the pretrained ones 32 beats, a
+window chosen at 10 % of the labels in round 6; so the folds could not say whether
+pretraining, the window or the flags made the difference, and round 47's folds now choose at 100
+%. Written after round 47's DS2 scores were read (scratch above the pretrained choice on S and V
+at 100 % and 10 %; at 100 % also in rounds 40 and 43); the folds choose."""

@@ -1824,18 +1824,32 @@ def test_with_value_replaces_one_flags_value_and_leaves_the_list_it_was_given():
         model_beat_rounds.with_value(flags, "--lr", "1e-3")
 
 
-def test_a_recipe_named_epochs20_is_its_parent_with_one_epochs_flag_of_20():
-    """The tables and the DS2 ledger show a recipe's flags: `_epochs20` must not leave the
-    parent's `--epochs 60` beside a second `--epochs` that argparse would take instead."""
-    suffix = model_beat_rounds.EPOCHS_20_SUFFIX
-    shorter = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
-    assert shorter, "round 47 compares one"
-    for name in shorter:
-        flags = model_configs.CONFIGS[name]
-        parent = model_configs.CONFIGS[name.removesuffix(suffix)]
-        assert flags.count("--epochs") == 1 and flags[flags.index("--epochs") + 1] == "20"
-        assert [f for i, f in enumerate(flags) if i != flags.index("--epochs") + 1] == [
-            f for i, f in enumerate(parent) if i != parent.index("--epochs") + 1]  # fmt: skip
+def test_no_recipe_gives_a_flag_twice():
+    """The tables and the DS2 ledger show a recipe's flags: a recipe made from another by
+    replacing a value (`_epochs20`, `_window128`) must not leave the parent's value beside a
+    second one that argparse would take instead."""
+    for name, flags in model_configs.CONFIGS.items():
+        given = [f for f in flags if f.startswith("--")]
+        assert len(given) == len(set(given)), name
+
+
+def test_a_recipe_named_window128_is_its_parent_on_128_beats_at_stride_32():
+    suffix = model_beat_rounds.WINDOW_128_SUFFIX
+    wider = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
+    assert len(wider) == 2, "round 48 compares both initialisations"
+    for name in wider:
+        flags, parent = (
+            _valued(model_configs.CONFIGS[n]) for n in (name, name.removesuffix(suffix))
+        )
+        assert (flags.pop("--window"), flags.pop("--stride")) == ("128", "32")
+        assert (parent.pop("--window"), parent.pop("--stride")) == ("32", "8")
+        assert flags == parent
+
+
+def _valued(flags: list[str]) -> dict[str, str]:
+    """A recipe's flags that take a value, by flag (`--from-scratch` takes none)."""
+    rest = [f for f in flags if f != "--from-scratch"]
+    return dict(zip(rest[::2], rest[1::2], strict=True))
 
 
 def test_an_afib_floor_is_kept_in_the_work_folder_and_not_fitted_again(
