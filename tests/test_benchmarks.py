@@ -20,6 +20,7 @@ from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import cudagraph_twins
 import feature_scale_probe
 import model_afib
 import model_beat_rounds
@@ -1850,6 +1851,23 @@ def _valued(flags: list[str]) -> dict[str, str]:
     """A recipe's flags that take a value, by flag (`--from-scratch` takes none)."""
     rest = [f for f in flags if f != "--from-scratch"]
     return dict(zip(rest[::2], rest[1::2], strict=True))
+
+
+def test_cudagraph_twins_retrain_each_finished_fold0_seed0_run_as_a_graph(tmp_path: Path):
+    argv = ["finetune", "pre", "--data", "tok", "--out", "RUN", "--seed", "0", "--no-compile"]
+    names = {"sel_a_fold0_s0_0123abcd": True, "sel_a_fold0_s1_0123abcd": True,
+             "sel_a_fold1_s0_89abcdef": True, "sel_b_fold0_s0_00ff00ff": False}  # fmt: skip
+    for name, finished in names.items():
+        stamped = [a if a != "RUN" else name for a in argv]
+        (tmp_path / f".{name}.command").write_text(f"heartlm {' '.join(stamped)}")
+        (tmp_path / name).mkdir()
+        if finished:
+            (tmp_path / name / "model.safetensors").write_bytes(b"")
+    runs = cudagraph_twins.stamped_runs(tmp_path)
+    assert list(runs) == ["sel_a_fold0_s0_0123abcd"]  # seed 1, fold 1, unfinished: not twinned
+    twin = cudagraph_twins.twin_argv(runs["sel_a_fold0_s0_0123abcd"], "twin_a")
+    assert twin == [*argv[:5], "twin_a", *argv[6:], "--cudagraph"]
+    assert cudagraph_twins.sibling("sel_a_fold0_s0_0123abcd") == "sel_a_fold0_s1_0123abcd"
 
 
 def test_an_afib_floor_is_kept_in_the_work_folder_and_not_fitted_again(
