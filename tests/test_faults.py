@@ -1084,6 +1084,30 @@ def test_19_every_rank_of_a_bare_torchrun_refuses_a_stopped_runs_checkpoints(tmp
     assert step.is_dir()
 
 
+def test_20_a_run_that_fails_while_finishing_keeps_its_checkpoints_to_resume(
+    pre, tokens, tmp_path, capsys, monkeypatch
+):
+    """The checkpoints go last, just before the run is renamed into place: a failure while
+    the folder is made self-contained (its codebook copied) must not cost the training."""
+    from heartlm.errors import HeartlmError
+    from heartlm.finetune import pipeline
+
+    real = pipeline.copy_lineage
+
+    def failing(data, stage):
+        raise HeartlmError("No space left on device", stage / "codebook.npz")
+
+    monkeypatch.setattr(pipeline, "copy_lineage", failing)
+    run, partial = tmp_path / "ft", tmp_path / ".ft.partial"
+    assert finetune(pre, tokens, run, "--steps", "4") == 2
+    assert "No space left" in one_error(capsys)
+    assert any((partial / "checkpoints").glob("step_*")) and not run.exists()
+    monkeypatch.setattr(pipeline, "copy_lineage", real)
+    assert finetune(pre, tokens, run, "--steps", "4", "--resume") == 0
+    assert (run / "model.safetensors").is_file() and not (run / "checkpoints").exists()
+    assert not partial.exists()
+
+
 def test_19_a_stopped_overwrite_says_how_to_continue_it_and_resume_alone_refuses(
     pre, tokens, tmp_path, capsys
 ):

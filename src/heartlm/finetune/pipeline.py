@@ -300,7 +300,6 @@ def _finish(
     from heartlm.runinfo import write_run_json
     from heartlm.settings import to_dict
 
-    shutil.rmtree(stage / "checkpoints", ignore_errors=True)
     lineage = copy_lineage(cfg.data, stage)
     names = AAMI_CLASSES if cfg.task == "beats" else ("not AFIB", "AFIB")
     info = {
@@ -337,5 +336,7 @@ def _finish(
         validation=info["best"] or {},
     )  # fmt: skip
     check_writable(out, cfg.overwrite)
+    # Only now: a run that fails above can still be continued with --resume.
+    shutil.rmtree(stage / "checkpoints", ignore_errors=True)
     swap_in(stage, out)
     return run_info
