@@ -222,8 +222,14 @@ def test_2_finetune_overwrite_and_a_failed_quickstart_keep_the_old_result(
     import heartlm.finetune.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "copy_lineage", _raise(OSError(errno.ENOSPC, "No space")))
+    capsys.readouterr()
     assert finetune(pre, tokens, ft, "--steps", "2", "--overwrite") == 2
     assert snapshot(ft) == old
+    # The new run failed while finishing: its checkpoints stay, to be continued (§20).
+    assert "continue it with --resume --overwrite" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert finetune(pre, tokens, ft, "--steps", "2", "--resume", "--overwrite") == 0
+    assert snapshot(ft) != old and not (tmp_path / ".ft.partial").exists()
     # quickstart: the old folder stays when a stage fails.
     import heartlm.quickstart as quickstart
 
@@ -1100,7 +1106,9 @@ def test_20_a_run_that_fails_while_finishing_keeps_its_checkpoints_to_resume(
     monkeypatch.setattr(pipeline, "copy_lineage", failing)
     run, partial = tmp_path / "ft", tmp_path / ".ft.partial"
     assert finetune(pre, tokens, run, "--steps", "4") == 2
-    assert "No space left" in one_error(capsys)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "No space left" in err[-1] and "Traceback" not in "\n".join(err)
+    assert any("continue it with --resume" in line for line in err[:-1])
     assert any((partial / "checkpoints").glob("step_*")) and not run.exists()
     monkeypatch.setattr(pipeline, "copy_lineage", real)
     assert finetune(pre, tokens, run, "--steps", "4", "--resume") == 0

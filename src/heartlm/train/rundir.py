@@ -18,6 +18,7 @@ from pathlib import Path
 
 from heartlm.errors import HeartlmError
 from heartlm.lock import held_by_parent
+from heartlm.log import logger
 from heartlm.outdir import check_writable, claimed, partial_dir, swap_in
 from heartlm.runtime import is_main_process
 from heartlm.train.stopsignal import EXIT_STOPPED
@@ -158,10 +159,19 @@ def run_owned(plan: RunPlan, body: Callable[[], int]) -> int:
         try:
             code = body()
         except BaseException:
-            discard_unresumable(plan, before)
+            _after_failure(plan, before)
             raise
         if code == 0:
             finish(plan)
         elif code != EXIT_STOPPED:
-            discard_unresumable(plan, before)
+            _after_failure(plan, before)
     return code
+
+
+def _after_failure(plan: RunPlan, before: str) -> None:
+    """Remove what a failed run wrote, or say how to continue it from its checkpoints."""
+    discard_unresumable(plan, before)
+    if has_checkpoint(plan):
+        again = "--resume --overwrite" if plan.overwrite else "--resume"
+        logger.warning("%s keeps the failed run's checkpoints: continue it with %s",
+                       plan.work, again)  # fmt: skip
