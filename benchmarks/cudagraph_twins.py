@@ -1,8 +1,10 @@
-"""Each fold-0 seed-0 fine-tuning run of a model-study work folder (`select`), trained again
-with its step replayed as one CUDA graph (`finetune --cudagraph`), the twins side by side; the
-eager run, its seed-1 sibling and the twin scored on the other fold. Whether the study can pass
-`--cudagraph` without changing what it measures: a twin should differ from its eager run by no
-more than the two seeds differ (dropout draws other masks inside a graph).
+"""Each fold-0 seed-0 beat fine-tuning run of a model-study work folder (`select`), trained
+again with its step replayed as one CUDA graph (`finetune --cudagraph`), the twins side by
+side; the eager run, its seed-1 sibling and the twin scored on the other fold. Whether the
+study can pass `--cudagraph` without changing what it measures: a twin should differ from its
+eager run by no more than the two seeds differ (dropout draws other masks inside a graph). A
+loose yardstick: the seed-1 run also starts from another pretraining run. AFIB runs
+(`sel_afib_*`, no seed in their names) are not twinned.
 
     python3 benchmarks/cudagraph_twins.py --work /tmp/hlm-model --jobs 4   # on the GPU machine
 """
@@ -40,9 +42,10 @@ def stamped_runs(work: Path) -> dict[str, list[str]]:
 
 
 def twin_argv(argv: list[str], twin: str) -> list[str]:
-    """`argv` writing to `twin` and replaying its step as a CUDA graph."""
+    """`argv` writing to `twin` (replacing a twin of an earlier call) and replaying its step
+    as a CUDA graph."""
     at = argv.index("--out") + 1
-    return [*argv[:at], twin, *argv[at + 1 :], "--cudagraph"]
+    return [*argv[:at], twin, *argv[at + 1 :], "--cudagraph", "--overwrite"]
 
 
 def sibling(run: str) -> str:

@@ -1866,7 +1866,7 @@ def test_cudagraph_twins_retrain_each_finished_fold0_seed0_run_as_a_graph(tmp_pa
     runs = cudagraph_twins.stamped_runs(tmp_path)
     assert list(runs) == ["sel_a_fold0_s0_0123abcd"]  # seed 1, fold 1, unfinished: not twinned
     twin = cudagraph_twins.twin_argv(runs["sel_a_fold0_s0_0123abcd"], "twin_a")
-    assert twin == [*argv[:5], "twin_a", *argv[6:], "--cudagraph"]
+    assert twin == [*argv[:5], "twin_a", *argv[6:], "--cudagraph", "--overwrite"]
     assert cudagraph_twins.sibling("sel_a_fold0_s0_0123abcd") == "sel_a_fold0_s1_0123abcd"
 
 

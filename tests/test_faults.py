@@ -1090,27 +1090,26 @@ def test_19_every_rank_of_a_bare_torchrun_refuses_a_stopped_runs_checkpoints(tmp
     assert step.is_dir()
 
 
+@pytest.mark.parametrize("step", ["copy_lineage", "swap_in"])
 def test_20_a_run_that_fails_while_finishing_keeps_its_checkpoints_to_resume(
-    pre, tokens, tmp_path, capsys, monkeypatch
+    pre, tokens, tmp_path, capsys, monkeypatch, step
 ):
-    """The checkpoints go last, just before the run is renamed into place: a failure while
-    the folder is made self-contained (its codebook copied) must not cost the training."""
+    """The checkpoints go last, once the run is in place: a failure while the folder is made
+    self-contained (its codebook copied) or renamed must not cost the training."""
     from heartlm.errors import HeartlmError
     from heartlm.finetune import pipeline
 
-    real = pipeline.copy_lineage
+    def failing(*args):
+        raise HeartlmError("No space left on device", tmp_path)
 
-    def failing(data, stage):
-        raise HeartlmError("No space left on device", stage / "codebook.npz")
-
-    monkeypatch.setattr(pipeline, "copy_lineage", failing)
+    monkeypatch.setattr(pipeline, step, failing)
     run, partial = tmp_path / "ft", tmp_path / ".ft.partial"
     assert finetune(pre, tokens, run, "--steps", "4") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "No space left" in err[-1] and "Traceback" not in "\n".join(err)
     assert any("continue it with --resume" in line for line in err[:-1])
     assert any((partial / "checkpoints").glob("step_*")) and not run.exists()
-    monkeypatch.setattr(pipeline, "copy_lineage", real)
+    monkeypatch.undo()
     assert finetune(pre, tokens, run, "--steps", "4", "--resume") == 0
     assert (run / "model.safetensors").is_file() and not (run / "checkpoints").exists()
     assert not partial.exists()

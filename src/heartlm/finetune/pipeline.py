@@ -336,7 +336,7 @@ def _finish(
         validation=info["best"] or {},
     )  # fmt: skip
     check_writable(out, cfg.overwrite)
-    # Only now: a run that fails above can still be continued with --resume.
-    shutil.rmtree(stage / "checkpoints", ignore_errors=True)
     swap_in(stage, out)
+    # Only now, with the run in place: a run that fails before can be continued (--resume).
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return run_info

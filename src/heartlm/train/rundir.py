@@ -169,9 +169,10 @@ def run_owned(plan: RunPlan, body: Callable[[], int]) -> int:
 
 
 def _after_failure(plan: RunPlan, before: str) -> None:
-    """Remove what a failed run wrote, or say how to continue it from its checkpoints."""
+    """Remove what a failed run wrote, or say how to continue it from the checkpoints it
+    wrote (a refused or failed --resume has been told already)."""
     discard_unresumable(plan, before)
-    if has_checkpoint(plan):
+    if not plan.resume and has_checkpoint(plan):
         again = "--resume --overwrite" if plan.overwrite else "--resume"
         logger.warning("%s keeps the failed run's checkpoints: continue it with %s",
                        plan.work, again)  # fmt: skip
