@@ -292,6 +292,8 @@ patients). Pretrained and from scratch, each on windows of 32 beats at stride 8 
 stride 32. Until now the scratch recipes read 128 beats with none of the pretrained recipe's
 fine-tuning flags but the inputs, dropout and records, and the pretrained ones 32 beats, a
 window chosen at 10 % of the labels in round 6; so the folds could not say whether
-pretraining, the window or the flags made the difference, and round 47's folds now choose at 100
-%. Written after round 47's DS2 scores were read (scratch above the pretrained choice on S and V
-at 100 % and 10 %; at 100 % also in rounds 40 and 43); the folds choose."""
+pretraining, the window or the flags made the difference, and since round 47 they choose at
+100 %. The names keep round 47's words; a later suffix (`_epochs20`, `_window128`) overrides
+the earlier word (`epochs60`, `window32`), as the flags show. Written after round 47's DS2
+scores were read (scratch above the pretrained choice on S and V at 100 % and 10 %; at 100 %
+also in rounds 40 and 43); the folds choose."""
