@@ -494,3 +494,86 @@ def test_ingest_says_once_which_records_are_detected(tmp_path, capsys):
     )
     info = json.loads((tmp_path / "out" / "run.json").read_text())
     assert info["counts"]["records"] == 3 and info["counts"]["records_detected"] == 2
+
+
+# ---------- a fault campaign's findings (twenty-third session) ----------
+
+
+@pytest.mark.parametrize(
+    "samples, problem",
+    [(lambda s: np.r_[s[:5], s[3], s[5:]], "must not go backwards"),
+     (lambda s: np.r_[s[:5], s[4], s[5:]], "two beats are annotated at tick")],
+    ids=["backwards", "twice"],
+)  # fmt: skip
+def test_annotations_out_of_order_are_refused(tmp_path, capsys, samples, problem):
+    """A beat annotated twice, or a time that goes back, gave RR intervals of 0 or below."""
+    rec = _record(tmp_path / "src", "rec")
+    ann = wfdb.rdann(str(rec), "atr")
+    beats = np.flatnonzero([s == "N" for s in ann.symbol])
+    sample = samples(ann.sample[beats])
+    symbol = ["N"] * len(sample)
+    (rec.parent / "rec.atr").unlink()
+    # wrann refuses unsorted times, so the file is written word by word (MIT format).
+    words: list[int] = []
+    last = 0
+    for t in sample:
+        step = int(t) - last
+        if not 0 <= step < 1024:
+            words += [59 << 10, (step >> 16) & 0xFFFF, step & 0xFFFF]
+            step = 0
+        words.append((1 << 10) | step)  # code 1: N
+        last = int(t)
+    (rec.parent / "rec.atr").write_bytes(np.asarray([*words, 0], dtype="<u2").tobytes())
+    assert symbol and len(sample) > 6
+    _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.atr", problem)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_named_like_a_header_is_not_opened(tmp_path, capsys):
+    """Listing a folder opened each `.hea`; a FIFO waited for a writer for ever."""
+    rec = _record(tmp_path / "src", "rec")
+    os.mkfifo(rec.parent / "x.hea")
+    assert main(["qrs", str(rec.parent), "--workers", "1"]) == 0
+    assert "x" not in capsys.readouterr().out.split()
+    line = _error(capsys, "qrs", str(rec.parent / "x"), "--workers", "1")
+    assert "x.hea" in line and "not a regular file" in line
+
+
+def test_an_output_name_with_glob_characters_leaves_other_outputs_alone(tmp_path, capsys):
+    """`run[1]`'s leftovers were matched as a pattern: `.run1.tmp-*` of another writer was
+    deleted and `.run1.old-*` renamed into `run[1]`."""
+    rec = _record(tmp_path / "src", "rec")
+    other_stage = tmp_path / ".run1.tmp-4242-abcdef"
+    other_old = tmp_path / ".run1.old-4242"
+    other_stage.mkdir()
+    other_old.mkdir()
+    (other_old / "store.json").write_text("{}")
+    assert main(["ingest", str(rec), "--out", str(tmp_path / "run[1]"), "--workers", "1"]) == 0
+    assert other_stage.is_dir() and (other_old / "store.json").read_text() == "{}"
+    assert (tmp_path / "run[1]" / "store.json").is_file()
+
+
+def test_json_nested_too_deeply_is_one_line(tmp_path, capsys):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "store.json").write_text("[" * 100_000 + "]" * 100_000)
+    line = _error(capsys, "tokenize", str(store), "--out", str(tmp_path / "tok"))
+    assert "store.json" in line and "too deeply" in line
+
+
+def test_microvolts_written_in_utf8_are_refused_not_read_as_volts(tmp_path, capsys):
+    """wfdb reads headers as ASCII and drops `µ`: `/µV` became `/V`, amplitudes 10^6 too
+    large, stored without a word."""
+    rec = _record(tmp_path / "src", "rec")
+    hea = rec.parent / "rec.hea"
+    hea.write_bytes(hea.read_bytes().replace(b"1000.0(0)/mV", "1000000.0(0)/µV".encode()))
+    assert "µV".encode() in hea.read_bytes()
+    _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.hea", "uV")
+
+
+def test_an_annotation_path_that_is_a_folder_is_refused_not_ignored(tmp_path, capsys):
+    """The beats then came from detection without a word, as if there were no reference."""
+    rec = _record(tmp_path / "src", "rec")
+    (rec.parent / "rec.atr").unlink()
+    (rec.parent / "rec.atr").mkdir()
+    _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.atr", "not a regular file")

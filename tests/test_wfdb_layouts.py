@@ -381,3 +381,34 @@ def test_folders_are_searched_below_and_bad_records_skipped(tmp_path, capsys):
     assert skipped == ["broken.dat", "bad_master.hea"]
     assert info["counts"]["records_skipped"] == 2
     assert sorted(r.name for r in BeatStore(out_dir).records) == ["good", "multi", "other"]
+
+
+def test_a_gap_too_long_to_hold_is_refused_before_memory_is_taken(tmp_path, capsys):
+    """A `~` gap of a billion samples asked numpy for 7.5 GiB of NaN (a traceback, or the
+    memory taken): refused from the master header's numbers alone."""
+    path, _, _ = _multi_segment(tmp_path / "db", "fixed")
+    text = (path.parent / "multi.hea").read_text().splitlines()
+    gap = next(i for i, line in enumerate(text) if line.startswith("~"))
+    text[gap] = "~ 1000000000"
+    first = text[0].split()
+    first[3] = str(int(first[3]) + 1_000_000_000)
+    text[0] = " ".join(first)
+    (path.parent / "multi.hea").write_text("\n".join(text) + "\n")
+    capsys.readouterr()
+    assert main(["qrs", str(path), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "multi" in err[0] and "split the record" in err[0], err
+
+
+def test_a_segment_at_another_rate_than_its_master_is_refused(tmp_path, capsys):
+    """A 250-Hz segment under a 500-Hz master header was read at 500 Hz: RR halved."""
+    path, _, _ = _multi_segment(tmp_path / "db", "fixed")
+    hea = path.parent / "multi.hea"
+    first, *rest = hea.read_text().splitlines()
+    fields = first.split()
+    fields[2] = "500"
+    hea.write_text("\n".join([" ".join(fields), *rest]) + "\n")
+    capsys.readouterr()
+    assert main(["qrs", str(path), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sampled at 250 Hz, the master header at 500 Hz" in err[0], err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import resource
 import secrets
@@ -83,13 +84,14 @@ def _clear_leftovers(out: Path) -> None:
     back when the new one never arrived."""
     if not out.parent.is_dir():
         return
-    for old in sorted(out.parent.glob(f".{out.name}.old-*")):
+    name = glob.escape(out.name)  # `run[1]` must not match `run1`'s staging
+    for old in sorted(out.parent.glob(f".{name}.old-*")):
         if not out.exists():
             old.rename(out)
             logger.warning("%s: restored from an interrupted replacement", out)
         else:
             _remove(old)
-    for stage in out.parent.glob(f".{out.name}.tmp-*"):
+    for stage in out.parent.glob(f".{name}.tmp-*"):
         shutil.rmtree(stage, ignore_errors=True)
         logger.info("%s: removed the staging of an earlier run that was killed", stage)
 

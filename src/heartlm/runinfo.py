@@ -98,6 +98,8 @@ def parse_json_file(path: Path) -> dict[str, Any]:
         raise HeartlmError(f"{path.name} is not UTF-8 text (byte {exc.start})", path) from None
     except json.JSONDecodeError as exc:
         raise HeartlmError(f"{path.name} is not valid JSON ({exc.msg})", path) from None
+    except RecursionError:
+        raise HeartlmError(f"{path.name} nests its JSON too deeply", path) from None
     if not isinstance(value, dict):
         raise HeartlmError(f"{path.name} is not a JSON object", path)
     return value

@@ -118,6 +118,11 @@ def _check_name(path: Path) -> None:
         )
 
 
+MAX_LEAD_SAMPLES = 2**28
+"""Samples of one lead of a multi-segment record, gaps included (2 GiB as float64: three
+days at 1 kHz)."""
+
+
 def _layout(path: Path, header: wfdb.MultiRecord) -> wfdb.Record:
     """Signal names and samples per frame of a multi-segment record: its layout header
     (variable layout), else its first segment (fixed layout)."""
@@ -137,9 +142,21 @@ def _read_segments(info: RecordInfo, index: int, res: int) -> np.ndarray:
     folder = info.path.parent
     for name in header.seg_name:
         if name != "~":
-            _check_files(read_header(folder / name), folder)
+            segment = read_header(folder / name)
+            _check_files(segment, folder)
+            if segment.fs != header.fs:  # its samples would be read at the master's rate
+                raise HeartlmError(f"segment {name} is sampled at {segment.fs:g} Hz, the "
+                                   f"master header at {header.fs:g} Hz", info.file)  # fmt: skip
+    total = int(sum(header.seg_len)) * spf
+    if total > MAX_LEAD_SAMPLES:  # gaps (`~`) cost no disk, but their NaN would cost memory
+        raise HeartlmError(
+            f"the master header implies {total} samples of lead {info.sig_names[index]} "
+            f"({total / info.sig_fs[index] / 3600:.0f} h), more than heartlm reads at once "
+            f"({MAX_LEAD_SAMPLES}): split the record",
+            info.file,
+        )
     multi = _rdrecord(info, channels=[index], smooth_frames=False, m2s=False, return_res=res)
-    x = np.full(int(sum(header.seg_len)) * spf, np.nan, np.float32 if res == 32 else np.float64)
+    x = np.full(total, np.nan, np.float32 if res == 32 else np.float64)
     start = 0
     for segment, length in zip(multi.segments, header.seg_len, strict=True):
         values = getattr(segment, "e_p_signal", None) if length else None

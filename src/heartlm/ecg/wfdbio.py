@@ -16,6 +16,7 @@ import wfdb
 
 from heartlm.ecg.annfile import Annotations, read_mit_annotations
 from heartlm.ecg.headercheck import check_header
+from heartlm.ecg.labels import SYMBOL_TO_AAMI
 from heartlm.errors import HeartlmError
 
 __all__ = [
@@ -68,17 +69,36 @@ def find_records(paths: list[str | Path]) -> list[Path]:
         elif p.suffix and p.with_suffix("").with_suffix(".hea").is_file():
             found.append(p.with_suffix(""))
         else:
+            for hea in (Path(f"{p}.hea"), p.with_suffix(".hea")):
+                if hea.exists():  # a FIFO or a device: opening it could wait or read for ever
+                    raise HeartlmError("the header is not a regular file", hea)
             if p.suffix and p.is_file():
                 raise HeartlmError("annotation or data file without its .hea header", p)
             raise HeartlmError("no such WFDB record, EDF file or folder", p)
     return found
 
 
+def _check_ascii_fields(raw: bytes, hea: Path) -> None:
+    """A signal line's format, gain and units in ASCII, as WFDB writes them: wfdb drops
+    other characters, so `µV` would read as volts, a millionfold too large."""
+    lines = [ln for ln in raw.splitlines() if ln.strip() and not ln.lstrip().startswith(b"#")]
+    for n, line in enumerate(lines[1:], 2):
+        fields = line.split()
+        if len(fields) >= 3 and not (fields[1] + fields[2]).isascii():
+            shown = fields[2].decode("utf-8", "backslashreplace")
+            raise HeartlmError(
+                f"signal line {n} has a non-ASCII format or gain field ({shown}), which wfdb "
+                "would misread (write microvolts as uV)",
+                hea,
+            )
+
+
 def _records_under(folder: Path) -> Iterator[Path]:
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         here = Path(root)
-        heads = {f[:-4] for f in files if f.endswith(".hea")}
+        # Not a FIFO or a device named `.hea`: opening one would wait or read for ever.
+        heads = {f[:-4] for f in files if f.endswith(".hea") and (here / f).is_file()}
         parts: set[str] = set()
         for name in heads:
             parts.update(_segment_names(here / name))
@@ -113,12 +133,16 @@ def _natural_key(p: Path) -> tuple:
 def read_header(path: Path) -> wfdb.Record | wfdb.MultiRecord:
     """The header of a WFDB record, its numbers checked (see `heartlm.ecg.headercheck`)."""
     hea = Path(f"{path}.hea")
+    if hea.exists() and not hea.is_file():
+        raise HeartlmError("the header is not a regular file", hea)
     try:
-        text = hea.read_bytes().decode("ascii", errors="ignore")
+        raw = hea.read_bytes()
     except FileNotFoundError:
         raise HeartlmError("header file is missing", hea) from None
     except OSError as exc:
         raise HeartlmError(f"cannot read the header ({exc.strerror})", hea) from None
+    _check_ascii_fields(raw, hea)
+    text = raw.decode("ascii", errors="ignore")
     check_header(hea, text)
     try:
         return wfdb.rdheader(str(path))
@@ -157,6 +181,8 @@ def read_annotations(path: Path, extension: str = "atr") -> Annotations | None:
     A truncated file is an error."""
     ann_path = annotation_path(path, extension)
     base = ann_path.with_suffix("")
+    if ann_path.exists() and not ann_path.is_file():
+        raise HeartlmError("the annotation file is not a regular file", ann_path)
     if not ann_path.is_file():
         return None
     fast = read_mit_annotations(base, extension)
@@ -188,6 +214,7 @@ def annotation_samples(
         )
     if not (np.isfinite(tick_fs) and tick_fs > 0):
         raise HeartlmError(f"time resolution {tick_fs:g} ticks/s cannot be used", ann_path)
+    _check_order(ann, ann_path)
     position = ann.sample.astype(np.float64) * (fs / tick_fs)
     if len(position) and position.max() > n_samples + ANNOTATIONS_PAST_END_S * fs:
         raise HeartlmError(
@@ -197,6 +224,24 @@ def annotation_samples(
             ann_path,
         )
     return position
+
+
+def _check_order(ann: Annotations, ann_path: str | Path) -> None:
+    """Annotation times in WFDB's canonical order (never backwards), and no two beats at one
+    time: either would give a beat a zero or negative RR interval."""
+    back = np.flatnonzero(np.diff(ann.sample) < 0)
+    if len(back):
+        i = int(back[0]) + 1
+        raise HeartlmError(
+            f"annotation {i} (tick {ann.sample[i]}) comes before annotation {i - 1} (tick "
+            f"{ann.sample[i - 1]}): annotation times must not go backwards",
+            ann_path,
+        )
+    beats = ann.sample[np.fromiter((s in SYMBOL_TO_AAMI for s in ann.symbol), dtype=bool,
+                                   count=len(ann.symbol))]  # fmt: skip
+    twice = np.flatnonzero(np.diff(beats) == 0)
+    if len(twice):
+        raise HeartlmError(f"two beats are annotated at tick {beats[twice[0]]}", ann_path)
 
 
 def brief(exc: BaseException) -> str:
