@@ -577,3 +577,16 @@ def test_an_annotation_path_that_is_a_folder_is_refused_not_ignored(tmp_path, ca
     (rec.parent / "rec.atr").unlink()
     (rec.parent / "rec.atr").mkdir()
     _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.atr", "not a regular file")
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [(lambda t: t.replace("rec 1 250 5000", "rec 1 250 0"), "holds no samples"),
+     (lambda t: t.replace("rec.dat 16 ", "rec.dat 0 "), "null signal (format 0)")],
+    ids=["zero-samples", "format-0"],
+)  # fmt: skip
+def test_a_header_without_samples_says_so_not_a_library_error(tmp_path, capsys, edit, problem):
+    rec = _record(tmp_path / "src", "rec")
+    hea = rec.parent / "rec.hea"
+    hea.write_text(edit(hea.read_text()))
+    _qrs_and_ingest_refuse(capsys, tmp_path, rec, "rec.hea", problem)

@@ -85,6 +85,11 @@ def read_lead(info: RecordInfo, index: int, float32: bool = False) -> Lead:
     if isinstance(header, wfdb.MultiRecord):
         x = _read_segments(info, index, res)
     else:
+        if not header.sig_len:  # wfdb would say "sampto must be greater than sampfrom"
+            raise HeartlmError("record holds no samples (its header says 0)", info.file)
+        if (header.fmt or [None] * (index + 1))[index] == "0":
+            raise HeartlmError(f"lead {info.sig_names[index]} is a null signal (format 0): "
+                               "it holds no samples", info.file)  # fmt: skip
         _check_files(header, info.path.parent)
         x = _rdrecord(info, channels=[index], smooth_frames=False, return_res=res).e_p_signal[0]
     x = np.asarray(x, dtype=np.float32 if float32 else np.float64)
