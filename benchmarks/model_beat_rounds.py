@@ -282,7 +282,7 @@ def with_window_128(flags: list[str]) -> list[str]:
     return with_value(with_value(flags, "--window", "128"), "--stride", "32")
 
 
-CONFIGS = {_PRETRAINED_47: CONFIGS[f"{_PRETRAINED_46}{EPOCHS_20_SUFFIX}"]}
+CONFIGS = {_PRETRAINED_47: CONFIGS[_PRETRAINED_47]}
 CONFIGS[_SCRATCH_48] = ["--from-scratch", *CONFIGS[_PRETRAINED_47]]
 CONFIGS |= {f"{name}{WINDOW_128_SUFFIX}": with_window_128(f) for name, f in CONFIGS.items()}
 """Round 48 (prepared in the twenty-third session): initialisation by window, every other

@@ -419,8 +419,8 @@ def _train(
         if ok:  # after a failure, a process-group teardown could wait on the failed peers
             shutdown(env)
     if result.interrupted:
-        again = "--resume --overwrite" if plan.staged else "--resume"
-        logger.info("%s: stopped at step %d; continue with %s", plan.out, result.step, again)
+        logger.info("%s: stopped at step %d; continue with %s", plan.out, result.step,
+                    plan.continue_with)  # fmt: skip
         return stopsignal.EXIT_STOPPED
     return 0
 

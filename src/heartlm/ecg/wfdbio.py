@@ -70,12 +70,18 @@ def find_records(paths: list[str | Path]) -> list[Path]:
             found.append(p.with_suffix(""))
         else:
             for hea in (Path(f"{p}.hea"), p.with_suffix(".hea")):
-                if hea.exists():  # a FIFO or a device: opening it could wait or read for ever
-                    raise HeartlmError("the header is not a regular file", hea)
+                _check_regular(hea, "the header")
             if p.suffix and p.is_file():
                 raise HeartlmError("annotation or data file without its .hea header", p)
             raise HeartlmError("no such WFDB record, EDF file or folder", p)
     return found
+
+
+def _check_regular(path: Path, what: str) -> None:
+    """Refuse a FIFO, device or folder where a WFDB file is expected: opening one could wait
+    or read for ever, and a folder would pass for a missing file."""
+    if path.exists() and not path.is_file():
+        raise HeartlmError(f"{what} is not a regular file", path)
 
 
 def _check_ascii_fields(raw: bytes, hea: Path) -> None:
@@ -133,8 +139,7 @@ def _natural_key(p: Path) -> tuple:
 def read_header(path: Path) -> wfdb.Record | wfdb.MultiRecord:
     """The header of a WFDB record, its numbers checked (see `heartlm.ecg.headercheck`)."""
     hea = Path(f"{path}.hea")
-    if hea.exists() and not hea.is_file():
-        raise HeartlmError("the header is not a regular file", hea)
+    _check_regular(hea, "the header")
     try:
         raw = hea.read_bytes()
     except FileNotFoundError:
@@ -181,8 +186,7 @@ def read_annotations(path: Path, extension: str = "atr") -> Annotations | None:
     A truncated file is an error."""
     ann_path = annotation_path(path, extension)
     base = ann_path.with_suffix("")
-    if ann_path.exists() and not ann_path.is_file():
-        raise HeartlmError("the annotation file is not a regular file", ann_path)
+    _check_regular(ann_path, "the annotation file")
     if not ann_path.is_file():
         return None
     fast = read_mit_annotations(base, extension)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
@@ -11,6 +12,9 @@ from heartlm.log import logger
 from heartlm.model.config import MAX_BEAT_MLP_BINS, check_dropout
 from heartlm.settings import setting
 from heartlm.train.config import LaunchConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from heartlm.train.rundir import RunPlan
 
 TASKS = ("beats", "afib")
 SELECT = ("f1", "loss")
@@ -168,17 +172,16 @@ def run(cfg: FinetuneConfig) -> int:
 
     def body() -> int:
         code = maybe_relaunch(cfg.launch)
-        return _finetune(cfg, plan.out) if code is None else code
+        return _finetune(cfg, plan) if code is None else code
 
     return rundir.run_owned(plan, body)
 
 
-def _finetune(cfg: FinetuneConfig, out: Path) -> int:
+def _finetune(cfg: FinetuneConfig, plan: RunPlan) -> int:
     from heartlm.finetune.pipeline import finetune
     from heartlm.train.stopsignal import EXIT_STOPPED
 
-    info = finetune(cfg, out)
+    info = finetune(cfg, plan.out)
     if info.get("stopped"):
-        again = "--resume --overwrite" if cfg.overwrite else "--resume"
-        logger.info("%s: stopped; continue with %s", out, again)
+        logger.info("%s: stopped; continue with %s", plan.out, plan.continue_with)
     return EXIT_STOPPED if info.get("interrupted") else 0

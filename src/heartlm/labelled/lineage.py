@@ -120,8 +120,8 @@ def read_finetune_info(run: Path) -> dict[str, Any]:
     window = info.get("window")
     if info.get("task") not in ("beats", "afib") or type(window) is not int:  # not a bool
         raise HeartlmError(f"{FINETUNE_INFO} lacks the run's task or window", run / FINETUNE_INFO)
-    if info["window"] < 1:
-        raise HeartlmError(f"a window of {info['window']} beats (at least 1)", run / FINETUNE_INFO)
+    if window < 1:
+        raise HeartlmError(f"a window of {window} beats (at least 1)", run / FINETUNE_INFO)
     return info
 
 

@@ -39,6 +39,12 @@ class RunPlan:
     """`--overwrite`: a staged attempt's checkpoints may be cleared to start again"""
 
     @property
+    def continue_with(self) -> str:
+        """The flags that continue this run from its checkpoints: a run that was to replace
+        `out` (`--overwrite`) continues only with `--overwrite` too."""
+        return "--resume --overwrite" if self.overwrite else "--resume"
+
+    @property
     def staged(self) -> bool:
         return self.work != self.out
 
@@ -173,6 +179,5 @@ def _after_failure(plan: RunPlan, before: str) -> None:
     wrote (a refused or failed --resume has been told already)."""
     discard_unresumable(plan, before)
     if not plan.resume and has_checkpoint(plan):
-        again = "--resume --overwrite" if plan.overwrite else "--resume"
         logger.warning("%s keeps the failed run's checkpoints: continue it with %s",
-                       plan.work, again)  # fmt: skip
+                       plan.work, plan.continue_with)  # fmt: skip
