@@ -4,7 +4,8 @@ side; the eager run, its seed-1 sibling and the twin scored on the other fold. W
 study can pass `--cudagraph` without changing what it measures: a twin should differ from its
 eager run by no more than the two seeds differ (dropout draws other masks inside a graph). A
 loose yardstick: the seed-1 run also starts from another pretraining run. AFIB runs
-(`sel_afib_*`, no seed in their names) are not twinned.
+(`sel_afib_*`, no seed in their names) are not twinned. With `--eager` the twins are trained
+eagerly again instead: how far the same eager run lands from itself, the noise beneath both.
 
     python3 benchmarks/cudagraph_twins.py --work /tmp/hlm-model --jobs 4   # on the GPU machine
 """
@@ -26,6 +27,7 @@ import model_configs as cfg
 
 STAMP = re.compile(r"\.(sel_.+_fold0_s0_[0-9a-f]+)\.command")
 TWIN_PREFIX = "twin_"
+AGAIN_PREFIX = "again_"
 
 
 def stamped_runs(work: Path) -> dict[str, list[str]]:
@@ -41,11 +43,11 @@ def stamped_runs(work: Path) -> dict[str, list[str]]:
     return runs
 
 
-def twin_argv(argv: list[str], twin: str) -> list[str]:
-    """`argv` writing to `twin` (replacing a twin of an earlier call) and replaying its step
-    as a CUDA graph."""
+def twin_argv(argv: list[str], twin: str, graph: bool = True) -> list[str]:
+    """`argv` writing to `twin` (replacing a twin of an earlier call), replaying its step as a
+    CUDA graph unless not `graph`."""
     at = argv.index("--out") + 1
-    return [*argv[:at], twin, *argv[at + 1 :], "--cudagraph", "--overwrite"]
+    return [*argv[:at], twin, *argv[at + 1 :], *(["--cudagraph"] if graph else []), "--overwrite"]
 
 
 def sibling(run: str) -> str:
@@ -61,15 +63,20 @@ def heartlm(*args: str, work: Path, log: Any = subprocess.PIPE) -> subprocess.Po
     return subprocess.Popen(argv, cwd=work, env=env, stdout=log, stderr=merged, text=True)
 
 
-def train_twins(work: Path, runs: dict[str, list[str]], jobs: int) -> dict[str, dict[str, Any]]:
-    """Train every twin, `jobs` at a time: wall seconds and the replay line of each."""
+def train_twins(
+    work: Path, runs: dict[str, list[str]], jobs: int, graph: bool = True
+) -> dict[str, dict[str, Any]]:
+    """Train every twin, `jobs` at a time (as graphs unless not `graph`): wall seconds and the
+    replay line of each."""
+    prefix = TWIN_PREFIX if graph else AGAIN_PREFIX
     waiting, running, done = list(runs.items()), {}, {}
     while waiting or running:
         while waiting and len(running) < jobs:
             run, argv = waiting.pop(0)
-            twin = TWIN_PREFIX + run
+            twin = prefix + run
             log = (work / f"{twin}.log").open("w")
-            running[run] = (heartlm(*twin_argv(argv, twin), work=work, log=log), time.time(), log)
+            proc = heartlm(*twin_argv(argv, twin, graph), work=work, log=log)
+            running[run] = (proc, time.time(), log)
         for run, (proc, start, log) in list(running.items()):
             if proc.poll() is not None:
                 log.close()
@@ -116,23 +123,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="a model-study work folder")
     parser.add_argument("--jobs", type=int, default=4, help="twins trained at once")
+    parser.add_argument("--eager", action="store_true", help="train the twins eagerly again")
     parser.add_argument("--out", type=Path, help="JSON result (default WORK/cudagraph_twins.json)")
     args = parser.parse_args()
+    twin_kind, prefix = ("again", AGAIN_PREFIX) if args.eager else ("graph", TWIN_PREFIX)
     runs = stamped_runs(args.work)
     if not runs:
         print(f"{args.work}: no finished fold-0 seed-0 `select` runs", file=sys.stderr)
         return 2
-    trained = train_twins(args.work, runs, args.jobs)
+    trained = train_twins(args.work, runs, args.jobs, graph=not args.eager)
     rows = []
     for run in runs:
         row = {"run": run, "twin": trained[run]}
-        for kind, name in (("eager", run), ("seed 1", sibling(run)), ("graph", TWIN_PREFIX + run)):
+        for kind, name in (("eager", run), ("seed 1", sibling(run)), (twin_kind, prefix + run)):
             row[kind] = score(args.work, name)
         rows.append(row)
         print(f"\n{run}\n  twin: {trained[run]}")
-        for kind in ("eager", "seed 1", "graph"):
+        for kind in ("eager", "seed 1", twin_kind):
             print(f"  {kind:7s} {row[kind]}")
-    out = args.out or args.work / "cudagraph_twins.json"
+    out = args.out or args.work / f"cudagraph_twins{'_eager' if args.eager else ''}.json"
     out.write_text(json.dumps(rows, indent=1))
     return 0 if all(t["returncode"] == 0 for t in trained.values()) else 1
 

@@ -296,4 +296,33 @@ pretraining, the window or the flags made the difference, and since round 47 the
 100 %. The names keep round 47's words; a later suffix (`_epochs20`, `_window128`) overrides
 the earlier word (`epochs60`, `window32`), as the flags show. Written after round 47's DS2
 scores were read (scratch above the pretrained choice on S and V at 100 % and 10 %; at 100 %
-also in rounds 40 and 43); the folds choose."""
+also in rounds 40 and 43); the folds choose. Measured (twenty-fourth session,
+benchmarks/README.md "Round 48"): the folds chose round 47's pretrained recipe again (0.703 +-
+0.019; the other three 0.655-0.660). Scratch on window 32 scored on DS2 at 100 % S F1 0.594 +-
+0.038, V 0.933 +- 0.006, F 0.514 +- 0.004 (round 47's pretrained: 0.565, 0.948, 0.473), calling
+107-203 V beats S a seed."""
+
+
+ROUND_48 = dict(CONFIGS)
+BATCH_16_SUFFIX = "_batch16"
+BATCH_16 = ["--batch", "16"]
+
+
+CONFIGS = {
+    _PRETRAINED_47: ROUND_48[_PRETRAINED_47],
+    f"{_PRETRAINED_47}{WINDOW_128_SUFFIX}{BATCH_16_SUFFIX}": [
+        *ROUND_48[f"{_PRETRAINED_47}{WINDOW_128_SUFFIX}"], *BATCH_16],
+    f"{_SCRATCH_48}{WINDOW_128_SUFFIX}": ROUND_48[f"{_SCRATCH_48}{WINDOW_128_SUFFIX}"],
+    f"{_SCRATCH_48}{WINDOW_128_SUFFIX}{BATCH_16_SUFFIX}": [
+        *ROUND_48[f"{_SCRATCH_48}{WINDOW_128_SUFFIX}"], *BATCH_16],
+}  # fmt: skip
+"""Round 49 (prepared in the twenty-fourth session): windows of 128 beats with the optimiser
+schedule of windows of 32. At the same epochs and batch of 64 windows, a window-128 run at
+stride 32 takes a quarter of the steps of a window-32 run at stride 8 (977 against 4,237 on a
+fold, round 48's `cudagraph_twins` lines), each step four times the beats. With a batch of 16
+windows (`_batch16`) each step holds the 2,048 beats of a window-32 step and a run takes as
+many steps, with the same learning rate and warm-up: only the context differs. The pretrained
+recipe the folds chose in rounds 47 and 48 (window 32) stays beside its window-128 twin; scratch
+on window 128 with batches of 64 stays beside its `_batch16` twin. Written after round 48's DS2
+scores were read (scratch on window 32 called 107-203 V beats S a seed, on window 128 in round
+47 9-37; the window-32 recipes above the F floor, window 128 under it); the folds choose."""

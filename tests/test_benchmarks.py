@@ -26,6 +26,7 @@ import model_afib
 import model_beat_rounds
 import model_beats
 import model_configs
+import model_flags
 import model_ledger
 import model_recipes
 import model_runner
@@ -1836,15 +1837,30 @@ def test_no_recipe_gives_a_flag_twice():
 
 def test_a_recipe_named_window128_is_its_parent_on_128_beats_at_stride_32():
     suffix = model_beat_rounds.WINDOW_128_SUFFIX
-    wider = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
+    round_48 = model_beat_rounds.ROUND_48
+    wider = [n for n in round_48 if n.endswith(suffix)]
     assert len(wider) == 2, "round 48 compares both initialisations"
     for name in wider:
-        flags, parent = (
-            _valued(model_configs.CONFIGS[n]) for n in (name, name.removesuffix(suffix))
-        )
+        flags, parent = (_valued(round_48[n]) for n in (name, name.removesuffix(suffix)))
         assert (flags.pop("--window"), flags.pop("--stride")) == ("128", "32")
         assert (parent.pop("--window"), parent.pop("--stride")) == ("32", "8")
         assert flags == parent
+
+
+def test_a_recipe_named_batch16_is_its_round_48_parent_in_batches_of_16():
+    """Round 49 changes one thing of each window-128 recipe: the batch, so that its steps
+    hold as many beats as a window-32 step (the study's base flags give 64)."""
+    suffix = model_beat_rounds.BATCH_16_SUFFIX
+    smaller = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
+    assert len(smaller) == 2, "round 49 compares both initialisations"
+    assert model_flags.BEATS[model_flags.BEATS.index("--batch") + 1] == "64"
+    for name in smaller:
+        flags = _valued(model_configs.CONFIGS[name])
+        parent = _valued(model_beat_rounds.ROUND_48[name.removesuffix(suffix)])
+        assert flags.pop("--batch") == "16" and "--batch" not in parent
+        assert flags == parent
+        window, batch = int(flags["--window"]), 16
+        assert window * batch == 32 * 64, "a step holds a window-32 step's beats"
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
@@ -1867,6 +1883,8 @@ def test_cudagraph_twins_retrain_each_finished_fold0_seed0_run_as_a_graph(tmp_pa
     assert list(runs) == ["sel_a_fold0_s0_0123abcd"]  # seed 1, fold 1, unfinished: not twinned
     twin = cudagraph_twins.twin_argv(runs["sel_a_fold0_s0_0123abcd"], "twin_a")
     assert twin == [*argv[:5], "twin_a", *argv[6:], "--cudagraph", "--overwrite"]
+    again = cudagraph_twins.twin_argv(runs["sel_a_fold0_s0_0123abcd"], "again_a", graph=False)
+    assert again == [*argv[:5], "again_a", *argv[6:], "--overwrite"]
     assert cudagraph_twins.sibling("sel_a_fold0_s0_0123abcd") == "sel_a_fold0_s1_0123abcd"
 
 
