@@ -325,4 +325,8 @@ many steps, with the same learning rate and warm-up: only the context differs. T
 recipe the folds chose in rounds 47 and 48 (window 32) stays beside its window-128 twin; scratch
 on window 128 with batches of 64 stays beside its `_batch16` twin. Written after round 48's DS2
 scores were read (scratch on window 32 called 107-203 V beats S a seed, on window 128 in round
-47 9-37; the window-32 recipes above the F floor, window 128 under it); the folds choose."""
+47 9-37; the window-32 recipes above the F floor, window 128 under it); the folds choose.
+Measured (twenty-fourth session, benchmarks/README.md "Round 49"): the pretrained recipe on
+window 32 won a third time (0.697 +- 0.010; on window 128 with batch 16 0.676 +- 0.019); for
+scratch batch 16 and 64 are level (0.664 +- 0.007 against 0.662 +- 0.008), so `_batch16` is
+scratch's choice for DS2, not yet scored."""
