@@ -21,6 +21,10 @@ _RATE = re.compile(rf"(?P<fs>{_DECIMAL})(?:/-?{_DECIMAL}(?:\(-?{_DECIMAL}\))?)?"
 _FORMAT = re.compile(r"(?P<fmt>\d+)(?:x(?P<spf>\d+))?(?::\d+)?(?:\+\d+)?")
 _GAIN = re.compile(rf"(?P<gain>-?{_DECIMAL}(?:e[+-]?\d+)?)(?:\(-?\d+\))?(?:/\S*)?")
 
+# The smallest |ADC gain| whose physical values stay finite in float32 (heartlm's samples) for
+# the largest digital sample of any WFDB format (32-bit): 2**31 / float32's largest number.
+MIN_GAIN = 2**31 / 3.4028234663852886e38
+
 # wfdb.io._signal's formats, plus 0 (a null signal, as in a layout header).
 FORMATS = frozenset(
     ("0", "8", "16", "24", "32", "61", "80", "160", "212", "310", "311", "508", "516", "524")
@@ -83,6 +87,9 @@ def _signal_line(fields: list[str], i: int, hea: Path) -> None:
         gain = _GAIN.fullmatch(fields[2])
         if not gain or not math.isfinite(float(gain["gain"])):
             raise HeartlmError(f"malformed header: {where} has ADC gain {fields[2]!r}", hea)
+        if 0 < abs(float(gain["gain"])) < MIN_GAIN:  # 0: uncalibrated, read as WFDB's 200
+            raise HeartlmError(f"malformed header: {where} has ADC gain {fields[2]!r}, so "
+                               "small that its samples would be infinite", hea)  # fmt: skip
 
 
 def _count(text: str, what: str, hea: Path) -> int:
