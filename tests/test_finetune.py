@@ -1183,6 +1183,52 @@ def test_a_beats_ensemble_averages_probabilities_not_votes(beats_run, corpus, mo
     assert len(both["scores"]) > 0 and (both["scores"] == 0).all()
 
 
+def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
+    beats_run, corpus, tmp_path, monkeypatch
+):
+    """A run on 8-beat windows beside one on 16: each member scores the same beats from
+    windows of its own size, and the probabilities are averaged beat by beat."""
+    from heartlm.errors import HeartlmError
+    from heartlm.evaluate import scoring
+    from heartlm.train.data import load_tokens
+
+    short = tmp_path / "short"
+    assert _finetune(corpus, short, "--window", "8", "--seed", "1") == 0
+    kw = {"device": "cpu", "all_records": True}
+    alone = scoring.evaluate(beats_run, corpus / "tok", **kw)["report"]
+    real, seen = scoring.beat_probabilities, []
+
+    def spy(model, windows, batch, device):
+        beat, prob = real(model, windows, batch, device)
+        seen.append((windows.beat.shape[1], beat, prob))
+        return beat, prob
+
+    monkeypatch.setattr(scoring, "beat_probabilities", spy)
+    both = scoring.evaluate(beats_run, corpus / "tok", ensemble=[short], **kw)
+    (wide, beat, p_wide), (narrow, other, p_narrow) = seen
+    assert (wide, narrow) == (16, 8) and np.array_equal(beat, other)
+    assert both["report"]["n_beats"] == alone["n_beats"]
+    labelled = np.asarray(load_tokens(corpus / "tok").aami)[beat] >= 0
+    mean = scoring.predicted_classes((p_wide + p_narrow) / 2)
+    assert np.array_equal(both["scores"], mean[labelled])
+    assert not np.array_equal(p_wide, p_narrow)  # two models: the mean is not either one
+    # A member that leaves out beats the first scores is refused, not averaged out of line.
+    monkeypatch.setattr(scoring, "beat_probabilities",
+                        lambda m, w, *_: (lambda b, p: (b[1:], p[1:]) if w.beat.shape[1] == 8
+                                          else (b, p))(*real(m, w, *_)))  # fmt: skip
+    with pytest.raises(HeartlmError, match="does not score every beat the first does"):
+        scoring.evaluate(beats_run, corpus / "tok", ensemble=[short], **kw)
+
+
+def test_an_afib_ensemble_member_of_another_window_is_refused(corpus, tmp_path, capsys):
+    runs = tmp_path / "a16", tmp_path / "a8"
+    for run, window in zip(runs, ("16", "8"), strict=True):
+        assert _finetune(corpus, run, "--task", "afib", "--from-scratch", "--window", window) == 0
+    capsys.readouterr()
+    assert _cli("evaluate", runs[0], corpus / "tok", "--ensemble", runs[1]) == 2
+    assert "--ensemble: its window is 8, the first run's is 16" in capsys.readouterr().err
+
+
 def test_ensemble_members_get_the_first_runs_checks(corpus, tmp_path, capsys):
     beat_loss, whole = tmp_path / "beat_loss", tmp_path / "whole"
     assert _finetune(corpus, beat_loss, "--task", "afib", "--from-scratch",

@@ -45,9 +45,10 @@ class EvaluateConfig:
     (default 0.5; the report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95,
     0.98 ... 0.999, to choose T on other records)"""
     ensemble: list[Path] | None = setting(None, metavar="FT")
-    """more fine-tuned runs of FT's task, window and codebook (e.g. the fold models of a
-    cross-validation): their outputs are averaged with FT's before a beat's class is taken or
-    a window is called (beats: class probabilities; AFIB: window probabilities)"""
+    """more fine-tuned runs of FT's task and codebook (e.g. the fold models of a
+    cross-validation; AFIB runs of FT's window, beats runs of any, each reading its own
+    windows): their outputs are averaged with FT's before a beat's class is taken or a window
+    is called (beats: class probabilities; AFIB: window probabilities)"""
     batch: int = 64
     """windows per forward pass"""
     device: str = "auto"

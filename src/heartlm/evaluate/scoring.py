@@ -104,13 +104,14 @@ def _afib_window(info: dict[str, Any], afib_window: int | None, model: Any, run:
 def _ensemble_member(
     run: Path, info: dict[str, Any], data: Any, afib_window: int | None, views: int
 ) -> Any:
-    """The model of one `--ensemble` run, refused unless its task and window are the main
-    run's, `data` is tokenized with its codebook, and it takes `--afib-window` and `--views`
-    as the first run does (the same checks, the same warnings)."""
+    """(model, window) of one `--ensemble` run, refused unless its task is the main run's (and
+    for AFIB its window), `data` is tokenized with its codebook, and it takes `--afib-window`
+    and `--views` as the first run does (the same checks, the same warnings). A beats run of
+    another window reads its own windows of the same beats."""
     from heartlm.model import load_pretrained
 
     other = read_finetune_info(run)
-    for key in ("task", "window"):
+    for key in ("task", "window") if info.get("task") == "afib" else ("task",):
         if other.get(key) != info.get(key):
             raise HeartlmError(
                 f"--ensemble: its {key} is {other.get(key)}, the first run's is {info.get(key)}",
@@ -121,7 +122,26 @@ def _ensemble_member(
     _check_window(int(other["window"]), model, run)
     _afib_window(other, afib_window, model, run)
     _views(other, views, model, run)
-    return model
+    return model, int(other["window"])
+
+
+def _beat_stride(window: int, views: int) -> int:
+    """Stride of the beat windows scored: window / views, or half a window for one view."""
+    return max(1, window // views if views > 1 else window // 2)
+
+
+def _aligned_mean(outputs: list[tuple[np.ndarray, np.ndarray]], runs: list[Path]) -> np.ndarray:
+    """The members' (beats, C) probabilities averaged beat by beat, on the first member's
+    sorted beat indices (members of other windows list the same beats from other windows)."""
+    beat = outputs[0][0]
+    rows = []
+    for (other, prob), run in zip(outputs, runs, strict=True):
+        at = np.minimum(np.searchsorted(other, beat), max(len(other) - 1, 0))
+        if len(beat) and (len(other) == 0 or not np.array_equal(other[at], beat)):
+            raise HeartlmError("--ensemble: this run does not score every beat the first does",
+                               run)  # fmt: skip
+        rows.append(prob[at])
+    return np.mean(rows, axis=0)
 
 
 def _check_window(window: int, model: Any, run: Path) -> None:
@@ -173,9 +193,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
-    With `ensemble` (more fine-tuned runs of the same task, window and codebook), the outputs
-    of `run` and of every `ensemble` run are averaged before a class is taken or a window is
-    called: beats their class probabilities, AFIB their window probabilities.
+    With `ensemble` (more fine-tuned runs of the same task and codebook; AFIB runs of the same
+    window, beats runs of any, each reading its own windows), the outputs of `run` and of every
+    `ensemble` run are averaged before a class is taken or a window is called: beats their
+    class probabilities, AFIB their window probabilities.
 
     Beats: each beat's class from the one window whose centre is nearest (`views` 1), or from
     the averaged probabilities of `views` overlapping windows (stride window / views).
@@ -209,8 +230,8 @@ def evaluate(
     _check_window(window, model, run)
     scored = _afib_window(info, afib_window, model, run)
     views = _views(info, views, model, run)
-    members = [model, *(_ensemble_member(other, info, data, afib_window, views)
-                        for other in ensemble or [])]  # fmt: skip
+    members = [(model, window), *(_ensemble_member(other, info, data, afib_window, views)
+                                  for other in ensemble or [])]  # fmt: skip
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
@@ -219,17 +240,21 @@ def evaluate(
     if scored < window:
         windows = cut_context_windows(streams, indices, window, scored)
     else:
-        stride = (window // views if views > 1 else window // 2) if task == "beats" else window
-        windows = cut_windows(streams, indices, window, max(1, stride), task)
+        stride = _beat_stride(window, views) if task == "beats" else window
+        windows = cut_windows(streams, indices, window, stride, task)
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
     # Records of two databases can share a name (LUDB has a 101 too): then DB/NAME.
     repeated = len({r.name for r in refs}) < len(refs)
     names = [r.key for r in refs] if repeated else list(data.records)
     if task == "beats":
         predict = averaged_beat_outputs if views > 1 else beat_probabilities
-        outputs = [predict(m, windows, batch, dev) for m in members]
+        cut = {window: windows}
+        for _, size in members:
+            if size not in cut:
+                cut[size] = cut_windows(streams, indices, size, _beat_stride(size, views), task)
+        outputs = [predict(m, cut[size], batch, dev) for m, size in members]
         beat = outputs[0][0]
-        pred = predicted_classes(np.mean([prob for _, prob in outputs], axis=0))
+        pred = predicted_classes(_aligned_mean(outputs, [run, *(ensemble or [])]))
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
@@ -256,7 +281,7 @@ def evaluate(
         def window_scores(m: Any) -> np.ndarray:
             return afib_scores(m, windows, batch, dev, scored_block=scored < window)
 
-    scores = np.mean([window_scores(m) for m in members], axis=0)
+    scores = np.mean([window_scores(m) for m, _ in members], axis=0)
     labelled = windows.window_label != IGNORE
     if not labelled.any():
         raise HeartlmError(
