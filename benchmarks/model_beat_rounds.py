@@ -330,3 +330,34 @@ Measured (twenty-fourth session, benchmarks/README.md "Round 49"): the pretraine
 window 32 won a third time (0.697 +- 0.010; on window 128 with batch 16 0.676 +- 0.019); for
 scratch batch 16 and 64 are level (0.664 +- 0.007 against 0.662 +- 0.008), so `_batch16` is
 scratch's choice for DS2, not yet scored."""
+
+
+ROUND_49 = dict(CONFIGS)
+_PRETRAINED_49 = f"{_PRETRAINED_47}{WINDOW_128_SUFFIX}{BATCH_16_SUFFIX}"
+_SCRATCH_49 = f"{_SCRATCH_48}{WINDOW_128_SUFFIX}{BATCH_16_SUFFIX}"
+
+
+CONFIGS = {
+    _PRETRAINED_47: ROUND_49[_PRETRAINED_47],
+    _PRETRAINED_49: ROUND_49[_PRETRAINED_49],
+    _SCRATCH_48: ROUND_48[_SCRATCH_48],
+    _SCRATCH_49: ROUND_49[_SCRATCH_49],
+}
+"""Round 50 (prepared in the twenty-fourth session): each initialisation on windows of 32 and
+of 128 beats (batches of 16: the steps of window 32), and the two windows' fold models voting
+together (WINDOW_PAIRS). Round 49's two choices (the pretrained recipe on window 32, scratch on
+window 128 with batch 16) are among the four, so round 49's `final` reads its selection under
+these CONFIGS and scores the same recipes. Written after round 48's DS2 table was read (window
+128 calls fewer V beats S, window 32 finds more F beats); the folds choose."""
+
+
+WINDOW_PAIRS = {
+    "pretrained_window32_with_window128": (_PRETRAINED_47, _PRETRAINED_49),
+    "scratch_window32_with_window128": (_SCRATCH_48, _SCRATCH_49),
+}
+"""Rows `select` measures beside the recipes, never chosen: for each fold and seed the first
+configuration's fold model and the second's (same fold, same seed), their class
+probabilities averaged beat by beat (`evaluate --ensemble` with runs of other windows), four
+views each. Whether a short and a long context voting together keep window 32's F and window
+128's V; a pair that wins the folds would be made a recipe that `final` can train."""
+assert all(a in CONFIGS and b in CONFIGS for a, b in WINDOW_PAIRS.values())

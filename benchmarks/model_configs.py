@@ -26,6 +26,7 @@ from model_beat_rounds import (
     BEATS_LEADS,
     CONFIGS,
     LEAD_COPIES_SUFFIX,
+    WINDOW_PAIRS,
 )
 from model_flags import (
     AFIB,

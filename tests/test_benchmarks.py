@@ -1678,6 +1678,53 @@ def test_the_probes_rank_transform_is_monotone_normal_and_keeps_missing_values()
     assert np.isfinite(feature_scale_probe.quantile_normal(train, train)[:, 1]).all()
 
 
+def test_select_measures_each_window_pair_seed_by_seed_and_never_chooses_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """A WINDOW_PAIRS row: per fold and seed, the first recipe's fold model with the second's
+    of the same fold and seed, scored on the other fold; beside the recipes, never chosen."""
+    asked: list[tuple[str, ...]] = []
+
+    class Paired(_Transformers):
+        """Alone a model misses V; the pair (an --ensemble of two) finds every class."""
+
+        def evaluate(self, *args) -> dict:
+            asked.append(tuple(map(str, args)))
+            cm = np.eye(5, dtype=int)
+            if "--ensemble" not in args:
+                cm[2] = [1, 0, 0, 0, 0]
+            return {"confusion": (cm * 10).tolist()}
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "scratch_short": ["--from-scratch", "--window", "32"],
+        "scratch_long": ["--from-scratch", "--window", "128"],
+    })  # fmt: skip
+    monkeypatch.setattr(model_configs, "WINDOW_PAIRS", {
+        "scratch_pair": ("scratch_short", "scratch_long"),
+        "absent_pair": ("scratch_short", "not_configured"),  # skipped, not a KeyError
+    })  # fmt: skip
+    result = model_beats.select(Paired())
+    votes = [a for a in asked if "--ensemble" in a and len(a[a.index("--ensemble") + 1 :]) == 1
+             and "scratch_long" in a[-1] and "scratch_short" in a[0]]  # fmt: skip
+    assert len(votes) == 4  # two folds, two seeds
+    for a in votes:
+        first, second = a[0], a[-1]
+        fold, seed = (re.search(p, first).group(1) for p in (r"_fold(\d)_", r"_s(\d)_"))
+        assert f"_fold{fold}_s{seed}_" in second
+        assert a[a.index("--views") + 1] == str(model_configs.VIEWS)
+        scored = a[a.index("--records") + 1 : a.index("--views")]
+        assert scored == tuple(model_configs.FOLDS[1 - int(fold)])
+    assert "absent_pair" not in result["beats"]
+    assert result["beats"]["scratch_pair"]["per_class"]["V"]["f1"] == 1.0
+    assert set(result["seed_scores"]["scratch_pair"]) == {0, 1}
+    assert "scratch_short with scratch_long" in result["configs"]["scratch_pair"][0]
+    (tmp_path / "select.json").write_text(json.dumps(result))
+    assert model_recipes.best_selected(tmp_path / "select.json", "scratch") != "scratch_pair"
+
+
 def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):

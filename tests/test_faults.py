@@ -1024,6 +1024,34 @@ def test_2b_slurm_script_checkpoints_and_requeues_before_the_time_limit(tmp_path
     assert "checkpointing, then requeueing job 4242" in err
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not found")
+def test_2b_a_time_limit_signal_before_the_step_has_its_pid_still_requeues(tmp_path):
+    """USR1 between `srun ... &` and `step=$!` (seen once in CI under load) found `step`
+    unset: `set -u` stopped the handler and the job waited out its step instead of
+    checkpointing. Sent here before srun starts, so the handler runs with no step."""
+    assert main(["slurm", "--out", str(tmp_path / "s"), "--", "pretrain", "T", "--out", "R"]) == 0
+    sbatch = tmp_path / "s" / "single_node.sbatch"
+    text = sbatch.read_text()
+    assert text.count("\nsrun ") == 1
+    sbatch.write_text(text.replace("\nsrun ", "\nkill -USR1 $$\nsrun ", 1))
+    bin_dir, record = tmp_path / "bin", tmp_path / "record.txt"
+    bin_dir.mkdir()
+    stubs = {"srun": "exec sleep 30", "scontrol": f'echo "$@" >> {record}'}
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "SLURM_SUBMIT_DIR": str(tmp_path)}  # fmt: skip
+    start = time.monotonic()
+    done = subprocess.run(["bash", str(sbatch)], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "unbound variable" not in done.stderr
+    assert "checkpointing, then requeueing job 4242" in done.stderr
+    assert record.read_text().splitlines() == ["requeue 4242"]
+    assert time.monotonic() - start < 20, "the step was waited out, not stopped"
+
+
 # --- 19. Found by a fault campaign (twenty-second session) --------------------------------
 
 

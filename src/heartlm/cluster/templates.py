@@ -46,7 +46,12 @@ export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1
 # The time limit: SLURM sends USR1 to this script @GRACE@ s before it (--signal above). The
 # workers then get SIGTERM (srun -> torchrun -> workers), write a checkpoint at the next
 # step boundary and exit with code 75; the job is requeued and continues there (--resume).
+# A USR1 between `srun ... &` and `step=$!` finds no step yet: it is acted on once there is.
 requeue() {
+    if [ -z "${step:-}" ]; then
+        requeue_pending=1
+        return
+    fi
     echo "heartlm: time limit near: checkpointing, then requeueing job $SLURM_JOB_ID" >&2
     kill -TERM "$step" 2>/dev/null || true
     wait "$step" || true
@@ -67,6 +72,7 @@ srun --cpu-bind=cores @CONTAINER@torchrun \\
     --max-restarts=@MAX_RESTARTS@ \\
     -m heartlm @HEARTLM_ARGS@ &
 step=$!
+[ -z "${requeue_pending:-}" ] || requeue
 wait "$step"
 """
 )
@@ -89,6 +95,7 @@ srun --cpu-bind=cores @CONTAINER@torchrun \\
     --max-restarts=@MAX_RESTARTS@ \\
     -m heartlm @HEARTLM_ARGS@ &
 step=$!
+[ -z "${requeue_pending:-}" ] || requeue
 wait "$step"
 """
 )
