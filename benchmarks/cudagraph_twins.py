@@ -47,7 +47,8 @@ def twin_argv(argv: list[str], twin: str, graph: bool = True) -> list[str]:
     """`argv` writing to `twin` (replacing a twin of an earlier call), replaying its step as a
     CUDA graph unless not `graph`."""
     at = argv.index("--out") + 1
-    return [*argv[:at], twin, *argv[at + 1 :], *(["--cudagraph"] if graph else []), "--overwrite"]
+    rest = [a for a in argv[at + 1 :] if a != "--cudagraph"]
+    return [*argv[:at], twin, *rest, *(["--cudagraph"] if graph else []), "--overwrite"]
 
 
 def sibling(run: str) -> str:

@@ -1932,6 +1932,8 @@ def test_cudagraph_twins_retrain_each_finished_fold0_seed0_run_as_a_graph(tmp_pa
     assert twin == [*argv[:5], "twin_a", *argv[6:], "--cudagraph", "--overwrite"]
     again = cudagraph_twins.twin_argv(runs["sel_a_fold0_s0_0123abcd"], "again_a", graph=False)
     assert again == [*argv[:5], "again_a", *argv[6:], "--overwrite"]
+    graphed = [*argv, "--cudagraph"]  # a run that was a graph is retrained eagerly all the same
+    assert "--cudagraph" not in cudagraph_twins.twin_argv(graphed, "again_a", graph=False)
     assert cudagraph_twins.sibling("sel_a_fold0_s0_0123abcd") == "sel_a_fold0_s1_0123abcd"
 
 

@@ -1183,8 +1183,9 @@ def test_a_beats_ensemble_averages_probabilities_not_votes(beats_run, corpus, mo
     assert len(both["scores"]) > 0 and (both["scores"] == 0).all()
 
 
+@pytest.mark.parametrize("views", [1, 4])
 def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
-    beats_run, corpus, tmp_path, monkeypatch
+    beats_run, corpus, tmp_path, monkeypatch, views
 ):
     """A run on 8-beat windows beside one on 16: each member scores the same beats from
     windows of its own size, and the probabilities are averaged beat by beat."""
@@ -1193,27 +1194,30 @@ def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
     from heartlm.train.data import load_tokens
 
     short = tmp_path / "short"
-    assert _finetune(corpus, short, "--window", "8", "--seed", "1") == 0
-    kw = {"device": "cpu", "all_records": True}
+    if not short.exists():
+        assert _finetune(corpus, short, "--window", "8", "--seed", "1") == 0
+    kw = {"device": "cpu", "all_records": True, "views": views}
     alone = scoring.evaluate(beats_run, corpus / "tok", **kw)["report"]
-    real, seen = scoring.beat_probabilities, []
+    name = "beat_probabilities" if views == 1 else "averaged_beat_outputs"
+    real, seen = getattr(scoring, name), []
 
     def spy(model, windows, batch, device):
         beat, prob = real(model, windows, batch, device)
         seen.append((windows.beat.shape[1], beat, prob))
         return beat, prob
 
-    monkeypatch.setattr(scoring, "beat_probabilities", spy)
+    monkeypatch.setattr(scoring, name, spy)
     both = scoring.evaluate(beats_run, corpus / "tok", ensemble=[short], **kw)
     (wide, beat, p_wide), (narrow, other, p_narrow) = seen
     assert (wide, narrow) == (16, 8) and np.array_equal(beat, other)
     assert both["report"]["n_beats"] == alone["n_beats"]
+    assert both["report"]["ensemble_windows"] == [16, 8] and "ensemble_windows" not in alone
     labelled = np.asarray(load_tokens(corpus / "tok").aami)[beat] >= 0
     mean = scoring.predicted_classes((p_wide + p_narrow) / 2)
     assert np.array_equal(both["scores"], mean[labelled])
     assert not np.array_equal(p_wide, p_narrow)  # two models: the mean is not either one
     # A member that leaves out beats the first scores is refused, not averaged out of line.
-    monkeypatch.setattr(scoring, "beat_probabilities",
+    monkeypatch.setattr(scoring, name,
                         lambda m, w, *_: (lambda b, p: (b[1:], p[1:]) if w.beat.shape[1] == 8
                                           else (b, p))(*real(m, w, *_)))  # fmt: skip
     with pytest.raises(HeartlmError, match="does not score every beat the first does"):

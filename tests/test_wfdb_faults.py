@@ -129,6 +129,7 @@ def _edit_record_line(text: str, field: int, value: str) -> str:
         (lambda t: _edit_signal_line(t, 2, "abc/mV"), "ADC gain 'abc/mV'"),
         (lambda t: _edit_signal_line(t, 2, "nan(0)/mV"), "ADC gain 'nan(0)/mV'"),
         (lambda t: _edit_signal_line(t, 2, "1e-300/mV"), "ADC gain '1e-300/mV', so small"),
+        (lambda t: _edit_signal_line(t, 2, "-1e-300/mV"), "ADC gain '-1e-300/mV', so small"),
         (lambda t: _edit_signal_line(t, 1, "99"), "format '99'"),
         (lambda t: _edit_signal_line(t, 1, "16x0"), "0 samples per frame"),
         (lambda t: "", "no record line"),
@@ -141,6 +142,7 @@ def _edit_record_line(text: str, field: int, value: str) -> str:
         "gain-text",
         "gain-nan",
         "gain-tiny",
+        "gain-tiny-negative",
         "format",
         "spf",
         "empty",
@@ -157,6 +159,16 @@ def test_malformed_header_numbers_blame_the_header(tmp_path, capsys, edit, probl
         line = _error(capsys, *argv)
         assert "rec.hea" in line and problem in line and ".dat" not in line, line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gain", ["0/mV", "-200/mV", "1e-400/mV"])
+def test_an_uncalibrated_or_negative_gain_is_read_as_wfdb_reads_it(tmp_path, gain):
+    """Gain 0 (and a gain that underflows to 0) is WFDB's uncalibrated 200; a negative gain
+    inverts the lead. Neither is refused by the check for gains too small to hold."""
+    rec = _record(tmp_path / "src", "rec")
+    hea = rec.parent / "rec.hea"
+    hea.write_text(_edit_signal_line(hea.read_text(), 2, gain))
+    assert main(["ingest", str(rec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
 
 
 # ---------- leads ----------

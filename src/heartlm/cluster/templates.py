@@ -58,6 +58,7 @@ requeue() {
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
 }
+unset step requeue_pending  # sbatch exports the submitting shell's variables
 trap requeue USR1
 """
 

@@ -22,8 +22,9 @@ _FORMAT = re.compile(r"(?P<fmt>\d+)(?:x(?P<spf>\d+))?(?::\d+)?(?:\+\d+)?")
 _GAIN = re.compile(rf"(?P<gain>-?{_DECIMAL}(?:e[+-]?\d+)?)(?:\(-?\d+\))?(?:/\S*)?")
 
 # The smallest |ADC gain| whose physical values stay finite in float32 (heartlm's samples) for
-# the largest digital sample of any WFDB format (32-bit): 2**31 / float32's largest number.
-MIN_GAIN = 2**31 / 3.4028234663852886e38
+# the largest (digital - baseline) of any WFDB format (32-bit, both ends): 2**32 / float32's
+# largest number.
+MIN_GAIN = 2**32 / 3.4028234663852886e38
 
 # wfdb.io._signal's formats, plus 0 (a null signal, as in a layout header).
 FORMATS = frozenset(

@@ -261,7 +261,9 @@ def evaluate(
             raise HeartlmError("the scored records have no AAMI beat labels", data_path)
         ref, pred = reference[labelled], pred[labelled]
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
-        report = {**common, "views": views, **_ensemble_note(ensemble),
+        windows_of = [size for _, size in members]
+        mixed = {"ensemble_windows": windows_of} if len(set(windows_of)) > 1 else {}
+        report = {**common, "views": views, **_ensemble_note(ensemble), **mixed,
                   **metrics.beat_report(ref, pred)}  # fmt: skip
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
