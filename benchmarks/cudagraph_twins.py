@@ -51,6 +51,11 @@ def twin_argv(argv: list[str], twin: str, graph: bool = True) -> list[str]:
     return [*argv[:at], twin, *rest, *(["--cudagraph"] if graph else []), "--overwrite"]
 
 
+def twin_of(run: str, graph: bool) -> str:
+    """The name of `run`'s twin: a graph (`twin_`) or an eager rerun (`again_`)."""
+    return (TWIN_PREFIX if graph else AGAIN_PREFIX) + run
+
+
 def sibling(run: str) -> str:
     """The seed-1 run of the same recipe and fold (its name ends in the same tag)."""
     return run.replace("_fold0_s0_", "_fold0_s1_")
@@ -69,12 +74,11 @@ def train_twins(
 ) -> dict[str, dict[str, Any]]:
     """Train every twin, `jobs` at a time (as graphs unless not `graph`): wall seconds and the
     replay line of each."""
-    prefix = TWIN_PREFIX if graph else AGAIN_PREFIX
     waiting, running, done = list(runs.items()), {}, {}
     while waiting or running:
         while waiting and len(running) < jobs:
             run, argv = waiting.pop(0)
-            twin = prefix + run
+            twin = twin_of(run, graph)
             log = (work / f"{twin}.log").open("w")
             proc = heartlm(*twin_argv(argv, twin, graph), work=work, log=log)
             running[run] = (proc, time.time(), log)
@@ -127,20 +131,22 @@ def main() -> int:
     parser.add_argument("--eager", action="store_true", help="train the twins eagerly again")
     parser.add_argument("--out", type=Path, help="JSON result (default WORK/cudagraph_twins.json)")
     args = parser.parse_args()
-    twin_kind, prefix = ("again", AGAIN_PREFIX) if args.eager else ("graph", TWIN_PREFIX)
+    graph = not args.eager
+    twin_kind = "graph" if graph else "again"
     runs = stamped_runs(args.work)
     if not runs:
         print(f"{args.work}: no finished fold-0 seed-0 `select` runs", file=sys.stderr)
         return 2
-    trained = train_twins(args.work, runs, args.jobs, graph=not args.eager)
+    trained = train_twins(args.work, runs, args.jobs, graph=graph)
     rows = []
     for run in runs:
         row = {"run": run, "twin": trained[run]}
-        for kind, name in (("eager", run), ("seed 1", sibling(run)), (twin_kind, prefix + run)):
+        named = {"eager": run, "seed 1": sibling(run), twin_kind: twin_of(run, graph)}
+        for kind, name in named.items():
             row[kind] = score(args.work, name)
         rows.append(row)
         print(f"\n{run}\n  twin: {trained[run]}")
-        for kind in ("eager", "seed 1", twin_kind):
+        for kind in named:
             print(f"  {kind:7s} {row[kind]}")
     out = args.out or args.work / f"cudagraph_twins{'_eager' if args.eager else ''}.json"
     out.write_text(json.dumps(rows, indent=1))

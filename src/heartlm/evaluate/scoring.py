@@ -136,8 +136,8 @@ def _aligned_mean(outputs: list[tuple[np.ndarray, np.ndarray]], runs: list[Path]
     beat = outputs[0][0]
     rows = []
     for (other, prob), run in zip(outputs, runs, strict=True):
-        at = np.minimum(np.searchsorted(other, beat), max(len(other) - 1, 0))
-        if len(beat) and (len(other) == 0 or not np.array_equal(other[at], beat)):
+        at = np.searchsorted(other, beat)
+        if not ((at < len(other)).all() and np.array_equal(other[at], beat)):
             raise HeartlmError("--ensemble: this run does not score every beat the first does",
                                run)  # fmt: skip
         rows.append(prob[at])
