@@ -1898,16 +1898,32 @@ def test_a_recipe_named_batch16_is_its_round_48_parent_in_batches_of_16():
     """Round 49 changes one thing of each window-128 recipe: the batch, so that its steps
     hold as many beats as a window-32 step (the study's base flags give 64)."""
     suffix = model_beat_rounds.BATCH_16_SUFFIX
-    smaller = [n for n in model_configs.CONFIGS if n.endswith(suffix)]
+    round_49 = model_beat_rounds.ROUND_49
+    smaller = [n for n in round_49 if n.endswith(suffix)]
     assert len(smaller) == 2, "round 49 compares both initialisations"
     assert model_flags.BEATS[model_flags.BEATS.index("--batch") + 1] == "64"
     for name in smaller:
-        flags = _valued(model_configs.CONFIGS[name])
+        flags = _valued(round_49[name])
         parent = _valued(model_beat_rounds.ROUND_48[name.removesuffix(suffix)])
         assert flags.pop("--batch") == "16" and "--batch" not in parent
         assert flags == parent
         window, batch = int(flags["--window"]), 16
         assert window * batch == 32 * 64, "a step holds a window-32 step's beats"
+
+
+def test_each_round_51_lever_changes_one_flag_of_scratchs_window_128_batch_16_recipe():
+    """Round 51 measures two levers on one recipe; a second difference would confound it."""
+    rounds = model_beat_rounds
+    parent = _valued(rounds.ROUND_50[rounds._SCRATCH_49])
+    changed = {
+        rounds.BEAT_STATS_SUFFIX: {"--local-stats": "8"},
+        rounds.DROPOUT_20_SUFFIX: {"--dropout": "0.2"},
+    }
+    for suffix, change in changed.items():
+        flags = _valued(model_configs.CONFIGS[f"{rounds._SCRATCH_49}{suffix}"])
+        assert {k: v for k, v in flags.items() if parent.get(k) != v} == change
+        assert set(flags) >= set(parent), "nothing of the parent is dropped"
+    assert rounds._SCRATCH_49 in model_configs.CONFIGS, "the parent runs in the same call"
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
