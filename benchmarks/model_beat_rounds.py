@@ -329,7 +329,9 @@ scores were read (scratch on window 32 called 107-203 V beats S a seed, on windo
 Measured (twenty-fourth session, benchmarks/README.md "Round 49"): the pretrained recipe on
 window 32 won a third time (0.697 +- 0.010; on window 128 with batch 16 0.676 +- 0.019); for
 scratch batch 16 and 64 are level (0.664 +- 0.007 against 0.662 +- 0.008), so `_batch16` is
-scratch's choice for DS2, not yet scored."""
+scratch's choice for DS2. On DS2 at 100 % (twenty-fifth session) it scored accuracy 0.971 +-
+0.006, S F1 0.713 +- 0.110, V 0.933 +- 0.017, F 0.344 +- 0.125 (floor V 0.959, F 0.435); at 10 %
+S 0.700 +- 0.112, at 1 % 0.613 +- 0.106."""
 
 
 ROUND_49 = dict(CONFIGS)
@@ -348,7 +350,10 @@ of 128 beats (batches of 16: the steps of window 32), and the two windows' fold 
 together (WINDOW_PAIRS). Round 49's two choices (the pretrained recipe on window 32, scratch on
 window 128 with batch 16) are among the four, so round 49's `final` reads its selection under
 these CONFIGS and scores the same recipes. Written after round 48's DS2 table was read (window
-128 calls fewer V beats S, window 32 finds more F beats); the folds choose."""
+128 calls fewer V beats S, window 32 finds more F beats); the folds choose. Measured
+(twenty-fifth session, benchmarks/README.md "Rounds 49 (DS2), 50 and 51"): the folds chose
+round 49's two recipes again (0.709 +- 0.021 pretrained, 0.664 +- 0.007 scratch); the pairs
+scored 0.700 +- 0.008 and 0.667 +- 0.007, not above the better window alone."""
 
 
 WINDOW_PAIRS = {
@@ -383,4 +388,6 @@ recipes of the time: F rose on the folds, S fell). `_dropout20`: dropout 0.2 ins
 against the seed spread (DS2 S F1 0.713 +- 0.110) and the fold-to-DS2 gap. The pretrained
 choice of rounds 47-50 stays for the call's drift. Written after round 49's DS2 scores were
 read; the folds choose. The window pairs of round 50 are not measured (their members are not
-all here)."""
+all here). Measured (twenty-fifth session): neither lever won (0.663 +- 0.011 with the
+statistics, 0.650 +- 0.008 with dropout 0.2, against 0.664 +- 0.007); the statistics lowered V
+sensitivity (0.820 against 0.846) and raised F on the folds (0.397 against 0.217)."""
