@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from heartlm.model import HeartLM, model_config
 from heartlm.pretrain import VAL_RISE, validation_rise
 from heartlm.shards import MASK, NUM_SPECIAL, PAD
 from heartlm.tokens.writer import write_tokens as write_token_folder
+from heartlm.train import loop
 from heartlm.train.data import TokenData, WindowSampler, dataloader_batches, load_tokens
+from heartlm.train.determinism import CUBLAS_WORKSPACE, deterministic_kernels
 from heartlm.train.distributed import DistEnv
 from heartlm.train.loop import TrainConfig, resolve_batch, train
 from heartlm.train.metrics import REQUIRED_FIELDS, read_metrics
@@ -634,6 +637,71 @@ def test_cudagraph_step_trains_like_the_eager_step(tmp_path: Path):
         split, data, 30, batch=16, device="cuda", cudagraph=True, ckpt_every=10, resume=True
     )
     assert [r["loss"] for r in resumed] == pytest.approx(graphed[0], rel=2e-3)
+
+
+@pytest.mark.parametrize("workspace", [None, ":16:8", ":0:0"])
+def test_deterministic_kernels_hold_inside_and_the_settings_come_back_after(workspace, monkeypatch):
+    if workspace is None:
+        monkeypatch.delenv(CUBLAS_WORKSPACE, raising=False)
+    else:
+        monkeypatch.setenv(CUBLAS_WORKSPACE, workspace)
+    cudnn = torch.backends.cudnn
+    monkeypatch.setattr(cudnn, "benchmark", True)
+    with deterministic_kernels(True):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert cudnn.deterministic and not cudnn.benchmark
+        # a deterministic workspace the user set is kept; none, or another, is replaced
+        assert os.environ[CUBLAS_WORKSPACE] == (":16:8" if workspace == ":16:8" else ":4096:8")
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert cudnn.benchmark and not cudnn.deterministic
+    assert os.environ.get(CUBLAS_WORKSPACE) == workspace
+    with deterministic_kernels(False):
+        assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_a_deterministic_run_steps_under_deterministic_kernels_and_the_next_run_does_not(
+    tmp_path: Path, monkeypatch
+):
+    seen = []
+    step = loop.Trainer.step
+
+    def spy(self: loop.Trainer, i: int) -> None:
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        step(self, i)
+
+    monkeypatch.setattr(loop.Trainer, "step", spy)
+    data = make_data([120, 90, 200])
+    _run(tmp_path / "deterministic", data, 4, deterministic=True)
+    _run(tmp_path / "plain", data, 4)
+    assert seen == [True] * 4 + [False] * 4
+
+
+def test_an_operation_without_a_deterministic_kernel_stops_a_deterministic_run_in_one_line(
+    tmp_path: Path, monkeypatch
+):
+    said = "index_add_cuda_ does not have a deterministic implementation, but you set 'torch..."
+
+    def fit(self: loop.Trainer) -> None:
+        raise RuntimeError(said)
+
+    monkeypatch.setattr(loop.Trainer, "fit", fit)
+    data = make_data([120, 90, 200])
+    with pytest.raises(HeartlmError, match=r"^--deterministic: index_add_cuda_ does not have a "
+                       r"deterministic implementation$"):  # fmt: skip
+        _run(tmp_path / "a", data, 4, deterministic=True)
+    with pytest.raises(RuntimeError, match="index_add_cuda_"):  # not ours to explain without it
+        _run(tmp_path / "b", data, 4)
+
+
+@pytest.mark.gpu
+def test_two_deterministic_cuda_runs_export_the_same_weights(tmp_path: Path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    data = make_data([300, 200, 400, 250])
+    for name in ("a", "b"):
+        _run(tmp_path / name, data, 60, batch=16, device="cuda", deterministic=True)
+    weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in ("a", "b")]
+    assert weights[0] == weights[1]
 
 
 def test_wandb_flag_without_wandb_installed_fails_clearly(tmp_path: Path, capsys):

@@ -170,6 +170,11 @@ class TrainConfig:
     cudagraph: bool = setting(False, group=SPEED)
     """replay each optimizer step as one CUDA graph (CUDA, one process or DDP with fp32
     gradient reduction, --workers 0)"""
+    deterministic: bool = setting(False, group=SPEED)
+    """only deterministic kernels (PyTorch's deterministic algorithms, cuDNN without
+    autotuning, a fixed cuBLAS workspace): the same seed and flags give the same weights on
+    the same kind of machine; slower, and an operation without a deterministic kernel stops
+    the run, naming it"""
     ac: str = setting("none", choices=AC_MODES, group=SPEED)
     """activation checkpointing of each block: none; full (recompute the block in backward);
     selective (keep matmul and attention outputs, recompute norms and activations)"""

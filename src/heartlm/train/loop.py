@@ -35,6 +35,7 @@ from heartlm.train.callbacks import Callback
 from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
 from heartlm.train.cudagraph import DDP_GRAPH_WARMUP, GRAPH_WARMUP, GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
+from heartlm.train.determinism import deterministic_kernels
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.ema import WeightAverage
 from heartlm.train.flops import flops_per_token, peak_flops
@@ -131,10 +132,21 @@ def _full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
-def train(*args: Any, **kwargs: Any) -> TrainResult:
-    """`Trainer(*args, **kwargs).fit()`: train `model` on `train_sampler` windows with
-    `objective`, writing into `run_dir`."""
-    return Trainer(*args, **kwargs).fit()
+def train(cfg: TrainConfig, *args: Any, **kwargs: Any) -> TrainResult:
+    """`Trainer(cfg, *args, **kwargs).fit()`: train `model` on `train_sampler` windows with
+    `objective`, writing into `run_dir`; with `cfg.deterministic`, deterministic kernels only
+    from the first weight on the device to the export."""
+    with deterministic_kernels(cfg.deterministic):
+        try:
+            return Trainer(cfg, *args, **kwargs).fit()
+        except RuntimeError as e:
+            if cfg.deterministic and NO_DETERMINISTIC_KERNEL in str(e):
+                raise HeartlmError(f"--deterministic: {str(e).split(',')[0]}") from e
+            raise
+
+
+NO_DETERMINISTIC_KERNEL = "does not have a deterministic implementation"
+"""What PyTorch's deterministic mode says of an operation it has no such kernel for."""
 
 
 class Trainer:
