@@ -391,3 +391,20 @@ read; the folds choose. The window pairs of round 50 are not measured (their mem
 all here). Measured (twenty-fifth session): neither lever won (0.663 +- 0.011 with the
 statistics, 0.650 +- 0.008 with dropout 0.2, against 0.664 +- 0.007); the statistics lowered V
 sensitivity (0.820 against 0.846) and raised F on the folds (0.397 against 0.217)."""
+
+
+ROUND_51 = dict(CONFIGS)
+
+
+CONFIGS = {
+    _PRETRAINED_47: ROUND_51[_PRETRAINED_47],
+    f"{_PRETRAINED_47}{BEAT_STATS_SUFFIX}": [*ROUND_51[_PRETRAINED_47], *BEAT_LOCAL_STATS],
+    _SCRATCH_49: ROUND_51[_SCRATCH_49],
+    f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}": ROUND_51[f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}"],
+}
+"""Round 52 (prepared in the twenty-fifth session): the folds rank by the mean F1 of S, V and F
+(model_configs.SELECT_CLASSES; S and V until now). Each initialisation's choice as it is and
+with the local statistics (`--local-stats 8`), which in rounds 42 and 51 raised F on the folds
+(0.005 -> 0.309 and 0.217 -> 0.397 for scratch, 0.080 -> 0.239 for round 42's pretrained
+recipe) and lowered V sensitivity. Written after the DS2 scores of rounds 47-49 (F under the
+floor in each) and round 51's folds were read; the folds choose."""

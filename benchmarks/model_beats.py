@@ -21,7 +21,7 @@ from model_recipes import (
     pretrain_variant,
     pretraining_run,
     recipe_flags,
-    sv_score,
+    select_score,
     viewed,
     views_of,
 )
@@ -118,7 +118,8 @@ def select(r: Runner) -> dict[str, Any]:
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
     seed_scores = {
-        c: {s: sv_score(sum_reports([rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)]))
+        c: {s: select_score(sum_reports([rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)]),
+                            cfg.SELECT_CLASSES)
             for s in cfg.SELECT_SEEDS}
         for c in recipes
     }  # fmt: skip
@@ -144,7 +145,7 @@ def select(r: Runner) -> dict[str, Any]:
         configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out,
-            "seed_scores": seed_scores}  # fmt: skip
+            "select_classes": list(cfg.SELECT_CLASSES), "seed_scores": seed_scores}  # fmt: skip
 
 
 def measure_window_pairs(r: Runner, name_of: Callable[[str, int, int], str],
@@ -167,8 +168,11 @@ def measure_window_pairs(r: Runner, name_of: Callable[[str, int, int], str],
         if any(rep is None for _, rep in reports):
             continue
         rows[pair] = sum_reports([rep for _, rep in reports])
-        seed_scores[pair] = {s: sv_score(sum_reports([rep for seed, rep in reports if seed == s]))
-                             for s in cfg.SELECT_SEEDS}  # fmt: skip
+        seed_scores[pair] = {
+            s: select_score(sum_reports([rep for seed, rep in reports if seed == s]),
+                            cfg.SELECT_CLASSES)
+            for s in cfg.SELECT_SEEDS
+        }  # fmt: skip
 
 
 def window_pair_flags(pair: str) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +180,16 @@ def best_afib(rows: dict[str, Any], init: str) -> str:
     return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
 
 
-def sv_score(report: dict[str, Any]) -> float:
-    """What `select` ranks beat recipes by: the mean of S F1 and V F1."""
+def select_score(report: dict[str, Any], classes: Sequence[str]) -> float:
+    """What `select` ranks beat recipes by: the mean F1 of `classes` (cfg.SELECT_CLASSES)."""
     c = report["per_class"]
-    return (c["S"]["f1"] + c["V"]["f1"]) / 2
+    return sum(c[k]["f1"] for k in classes) / len(classes)
+
+
+def select_classes(selection: dict[str, Any]) -> tuple[str, ...]:
+    """The classes a selection file's recipes were ranked by (before round 52 no file says:
+    cfg.EARLIER_SELECT_CLASSES)."""
+    return tuple(selection.get("select_classes", cfg.EARLIER_SELECT_CLASSES))
 
 
 def ensembled(recipe: str) -> str:
@@ -192,11 +199,13 @@ def ensembled(recipe: str) -> str:
 
 
 def best_selected(path: Path, init: str) -> str:
-    """The `init` ("pretrained" or "scratch") configuration with the best mean S/V F1."""
+    """The `init` ("pretrained" or "scratch") configuration with the best mean F1 of the
+    classes the selection was ranked by."""
     if not path.is_file():
         raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
-    rows = json.loads(path.read_text())["beats"]
+    selection = json.loads(path.read_text())
+    rows, classes = selection["beats"], select_classes(selection)
 
     candidates = [n for n in rows if _is_recipe(n) and (
         "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
-    return max(candidates, key=lambda name: sv_score(rows[name]))
+    return max(candidates, key=lambda name: select_score(rows[name], classes))

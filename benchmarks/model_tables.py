@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from model_recipes import select_classes
 
 BEAT_COLUMNS = (
     ("accuracy", lambda r: r["accuracy"]),
@@ -146,7 +147,9 @@ def _seed_scores(results: dict[str, Any]) -> list[str]:
     if not scores:
         return []
     seeds = list(next(iter(scores.values())))
-    lines = ["", "## Mean of S and V F1 seed by seed (both folds summed)", "",
+    classes = select_classes(results)
+    named = f"{', '.join(classes[:-1])} and {classes[-1]}" if len(classes) > 1 else classes[0]
+    lines = ["", f"## Mean of {named} F1 seed by seed (both folds summed)", "",
              f"| configuration | {' | '.join(f'seed {s}' for s in seeds)} | mean ± std |",
              f"| --- |{' --- |' * (len(seeds) + 1)}"]  # fmt: skip
     for name, by_seed in scores.items():

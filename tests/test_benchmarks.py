@@ -241,6 +241,33 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
         model_recipes.views_of("scratch_other_views4")
 
 
+def test_final_reads_a_selection_by_the_classes_it_was_ranked_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Files before round 52 name no classes and were ranked by S and V; a file that names
+    S, V and F is read by those, so a carried selection keeps its own rule."""
+
+    def row(s_f1: float, v_f1: float, f_f1: float) -> dict:
+        return {"per_class": {"S": {"f1": s_f1}, "V": {"f1": v_f1}, "F": {"f1": f_f1}}}
+
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "scratch_plain": ["--from-scratch"],
+        "scratch_stats8": ["--from-scratch", "--local-stats", "8"],
+    })  # fmt: skip
+    rows = {"scratch_plain": row(0.46, 0.87, 0.2), "scratch_stats8": row(0.46, 0.86, 0.4)}
+    path = tmp_path / "select.json"
+    path.write_text(json.dumps({"beats": rows}))
+    assert model_recipes.best_selected(path, "scratch") == "scratch_plain"
+    path.write_text(json.dumps({"beats": rows, "select_classes": ["S", "V", "F"]}))
+    assert model_recipes.best_selected(path, "scratch") == "scratch_stats8"
+    assert model_recipes.select_score(rows["scratch_stats8"], ("S", "V", "F")) == pytest.approx(
+        (0.46 + 0.86 + 0.4) / 3
+    )
+    scored = {"select_classes": ["S", "V", "F"], "seed_scores": {"scratch_plain": {0: 0.5}}}
+    heading = model_tables._seed_scores(scored)[1]
+    assert heading == "## Mean of S, V and F F1 seed by seed (both folds summed)"
+
+
 def test_final_afib_gives_each_initialisation_its_own_best_fold_recipe(
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -1747,6 +1774,7 @@ def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_ch
     result = model_beats.select(Seeded())
     views = model_configs.VIEWS
     scores = result["seed_scores"]
+    assert result["select_classes"] == list(model_configs.SELECT_CLASSES)
     assert scores["scratch_relative"][0] == pytest.approx(1.0)
     assert scores["scratch_relative"][1] == scores["scratch_relative"][2] < 1.0
     ensembles = [a for a in asked if "--ensemble" in a]
@@ -1920,10 +1948,19 @@ def test_each_round_51_lever_changes_one_flag_of_scratchs_window_128_batch_16_re
         rounds.DROPOUT_20_SUFFIX: {"--dropout": "0.2"},
     }
     for suffix, change in changed.items():
-        flags = _valued(model_configs.CONFIGS[f"{rounds._SCRATCH_49}{suffix}"])
+        flags = _valued(rounds.ROUND_51[f"{rounds._SCRATCH_49}{suffix}"])
         assert {k: v for k, v in flags.items() if parent.get(k) != v} == change
         assert set(flags) >= set(parent), "nothing of the parent is dropped"
-    assert rounds._SCRATCH_49 in model_configs.CONFIGS, "the parent runs in the same call"
+    assert rounds._SCRATCH_49 in rounds.ROUND_51, "the parent runs in the same call"
+
+
+def test_round_52_gives_each_initialisation_s_choice_its_local_statistics_twin():
+    rounds = model_beat_rounds
+    for parent in (rounds._PRETRAINED_47, rounds._SCRATCH_49):
+        assert model_configs.CONFIGS[parent] == rounds.ROUND_51[parent]
+        twin = model_configs.CONFIGS[f"{parent}{rounds.BEAT_STATS_SUFFIX}"]
+        assert twin == [*rounds.ROUND_51[parent], *rounds.BEAT_LOCAL_STATS]
+    assert len(model_configs.CONFIGS) == 4
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
