@@ -408,3 +408,6 @@ with the local statistics (`--local-stats 8`), which in rounds 42 and 51 raised 
 (0.005 -> 0.309 and 0.217 -> 0.397 for scratch, 0.080 -> 0.239 for round 42's pretrained
 recipe) and lowered V sensitivity. Written after the DS2 scores of rounds 47-49 (F under the
 floor in each) and round 51's folds were read; the folds choose."""
+
+
+ROUND_52 = dict(CONFIGS)

@@ -162,9 +162,9 @@ assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "re
 
 FINAL = "auto"
 """The configurations `final` scores on DS2; auto: for each initialisation (pretrained,
-scratch) its configuration with the best mean of S F1 and V F1 in W/select.json (DS1 folds
-only), a rule fixed before DS2 is read. Each initialisation gets its own best recipe, so
-"pretrained beats scratch" compares the best of each."""
+scratch) its configuration with the best mean F1 of the classes W/select.json was ranked
+by (SELECT_CLASSES; DS1 folds only), a rule fixed before DS2 is read. Each initialisation
+gets its own best recipe, so "pretrained beats scratch" compares the best of each."""
 
 
 SEEDS = (0, 1, 2)

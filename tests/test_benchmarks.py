@@ -1771,12 +1771,14 @@ def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_ch
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1, 2))
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "SELECT_CLASSES", ("S", "V", "F"))
     result = model_beats.select(Seeded())
     views = model_configs.VIEWS
     scores = result["seed_scores"]
-    assert result["select_classes"] == list(model_configs.SELECT_CLASSES)
+    assert result["select_classes"] == ["S", "V", "F"]
     assert scores["scratch_relative"][0] == pytest.approx(1.0)
-    assert scores["scratch_relative"][1] == scores["scratch_relative"][2] < 1.0
+    # seeds 1 and 2 call every V beat N: S and F F1 1, V 0 (by S and V alone it would be 0.5)
+    assert scores["scratch_relative"][1] == scores["scratch_relative"][2] == pytest.approx(2 / 3)
     ensembles = [a for a in asked if "--ensemble" in a]
     # one per fold and view count, the fold's three seeds together, scored on the other fold
     assert len(ensembles) == 4
@@ -1957,10 +1959,10 @@ def test_each_round_51_lever_changes_one_flag_of_scratchs_window_128_batch_16_re
 def test_round_52_gives_each_initialisation_s_choice_its_local_statistics_twin():
     rounds = model_beat_rounds
     for parent in (rounds._PRETRAINED_47, rounds._SCRATCH_49):
-        assert model_configs.CONFIGS[parent] == rounds.ROUND_51[parent]
-        twin = model_configs.CONFIGS[f"{parent}{rounds.BEAT_STATS_SUFFIX}"]
+        assert rounds.ROUND_52[parent] == rounds.ROUND_51[parent]
+        twin = rounds.ROUND_52[f"{parent}{rounds.BEAT_STATS_SUFFIX}"]
         assert twin == [*rounds.ROUND_51[parent], *rounds.BEAT_LOCAL_STATS]
-    assert len(model_configs.CONFIGS) == 4
+    assert len(rounds.ROUND_52) == 4
 
 
 def _valued(flags: list[str]) -> dict[str, str]:

@@ -6,6 +6,9 @@ import contextlib
 import json
 import math
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -641,20 +644,31 @@ def test_cudagraph_step_trains_like_the_eager_step(tmp_path: Path):
 
 @pytest.mark.parametrize("workspace", [None, ":16:8", ":0:0"])
 def test_deterministic_kernels_hold_inside_and_the_settings_come_back_after(workspace, monkeypatch):
+    from torch._inductor import config as inductor
+
     if workspace is None:
         monkeypatch.delenv(CUBLAS_WORKSPACE, raising=False)
     else:
         monkeypatch.setenv(CUBLAS_WORKSPACE, workspace)
     cudnn = torch.backends.cudnn
     monkeypatch.setattr(cudnn, "benchmark", True)
-    with deterministic_kernels(True):
+    torch.use_deterministic_algorithms(True, warn_only=True)  # a caller's own setting
+    try:
+        with deterministic_kernels(True):
+            assert torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+            assert cudnn.deterministic and not cudnn.benchmark
+            assert inductor.deterministic
+            # a deterministic workspace the user set is kept; none, or another, is replaced
+            want = ":16:8" if workspace == ":16:8" else ":4096:8"
+            assert os.environ[CUBLAS_WORKSPACE] == want
         assert torch.are_deterministic_algorithms_enabled()
-        assert cudnn.deterministic and not cudnn.benchmark
-        # a deterministic workspace the user set is kept; none, or another, is replaced
-        assert os.environ[CUBLAS_WORKSPACE] == (":16:8" if workspace == ":16:8" else ":4096:8")
-    assert not torch.are_deterministic_algorithms_enabled()
-    assert cudnn.benchmark and not cudnn.deterministic
-    assert os.environ.get(CUBLAS_WORKSPACE) == workspace
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert cudnn.benchmark and not cudnn.deterministic
+        assert os.environ.get(CUBLAS_WORKSPACE) == workspace
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert not inductor.deterministic
     with deterministic_kernels(False):
         assert not torch.are_deterministic_algorithms_enabled()
 
@@ -676,30 +690,49 @@ def test_a_deterministic_run_steps_under_deterministic_kernels_and_the_next_run_
     assert seen == [True] * 4 + [False] * 4
 
 
-def test_an_operation_without_a_deterministic_kernel_stops_a_deterministic_run_in_one_line(
-    tmp_path: Path, monkeypatch
+@pytest.mark.parametrize(
+    ("said", "line"),
+    [
+        ("index_add_cuda_ does not have a deterministic implementation, but you set 'torch...",
+         "index_add_cuda_ does not have a deterministic implementation"),
+        ("backend='inductor' raised:\nRuntimeError: scatter_add_cuda_kernel does not have a "
+         "deterministic implementation, but you set ...\n\nSet TORCH_LOGS=...",
+         "RuntimeError: scatter_add_cuda_kernel does not have a deterministic implementation"),
+        ("Deterministic behavior was enabled ... set an environment variable "
+         "CUBLAS_WORKSPACE_CONFIG=:4096:8 or CUBLAS_WORKSPACE_CONFIG=:16:8 ...",
+         "cuBLAS ran in this process before CUBLAS_WORKSPACE_CONFIG was set; set it to :4096:8 "
+         "before the process starts"),
+    ],
+)  # fmt: skip
+def test_pytorch_refusing_a_deterministic_run_is_said_in_one_line(
+    said: str, line: str, tmp_path: Path, monkeypatch
 ):
-    said = "index_add_cuda_ does not have a deterministic implementation, but you set 'torch..."
-
     def fit(self: loop.Trainer) -> None:
         raise RuntimeError(said)
 
     monkeypatch.setattr(loop.Trainer, "fit", fit)
     data = make_data([120, 90, 200])
-    with pytest.raises(HeartlmError, match=r"^--deterministic: index_add_cuda_ does not have a "
-                       r"deterministic implementation$"):  # fmt: skip
+    with pytest.raises(HeartlmError) as refused:
         _run(tmp_path / "a", data, 4, deterministic=True)
-    with pytest.raises(RuntimeError, match="index_add_cuda_"):  # not ours to explain without it
+    assert str(refused.value) == f"--deterministic: {line}"
+    with pytest.raises(RuntimeError, match="^" + re.escape(said[:20])):  # not ours without it
         _run(tmp_path / "b", data, 4)
 
 
 @pytest.mark.gpu
-def test_two_deterministic_cuda_runs_export_the_same_weights(tmp_path: Path):
+def test_two_deterministic_cuda_pretraining_processes_export_the_same_weights(tmp_path: Path):
+    """Each run in its own process, as two calls of the study are: nothing is shared but
+    the machine (compiled kernels, timings and cuBLAS state are per process)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    data = make_data([300, 200, 400, 250])
+    tokens = write_tokens(tmp_path / "tok", make_data([300, 200, 400, 250]))
     for name in ("a", "b"):
-        _run(tmp_path / name, data, 60, batch=16, device="cuda", deterministic=True)
+        args = ["pretrain", str(tokens), "--out", str(tmp_path / name), "--preset", "tiny",
+                "--window", "64", "--batch", "16", "--steps", "60", "--val-every", "0",
+                "--device", "cuda", "--deterministic"]  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "heartlm", *args], capture_output=True,
+                              text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
     weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in ("a", "b")]
     assert weights[0] == weights[1]
 
