@@ -377,13 +377,44 @@ def test_label_smoothing_trains_against_smoothed_targets_and_validates_plainly()
     torch.testing.assert_close(smoothed(model, batch)[0], plain(model, batch)[0])
 
 
+def test_the_per_beat_network_s_own_loss_is_added_in_training_only():
+    from types import SimpleNamespace
+
+    from heartlm.finetune.objectives import BeatClasses, _weighted_loss
+
+    torch.manual_seed(0)
+    encoder, network = torch.randn(2, 6, 5), torch.randn(2, 6, 5)
+    target = torch.tensor([[0, 1, 2, 3, 4, data.IGNORE]] * 2)
+
+    class Parts(torch.nn.Module):
+        def forward(self, morph, rhythm, head, **_):
+            return (encoder, network) if head == "beat_parts" else encoder + network
+
+    batch = SimpleNamespace(morph=torch.zeros(2, 6, dtype=torch.long), rhythm=None, valid=None,
+                            features=None, aami=target)  # fmt: skip
+    weight = [1.0, 2.0, 3.0, 4.0, 5.0]
+    model = Parts().train()
+    with_net, plain = BeatClasses(weight, mlp_loss=0.5), BeatClasses(weight)
+    t = target.reshape(-1)
+    summed, sums = _weighted_loss((encoder + network).reshape(-1, 5), t, torch.tensor(weight))
+    alone, _ = _weighted_loss(network.reshape(-1, 5), t, torch.tensor(weight))
+    loss, got = with_net(model, batch)
+    torch.testing.assert_close(loss, summed + 0.5 * alone)
+    torch.testing.assert_close(plain(model, batch)[0], summed)
+    assert {k: v.item() for k, v in got.items()} == {k: v.item() for k, v in sums.items()}
+    model.eval()  # validation scores the sum alone
+    torch.testing.assert_close(with_net(model, batch)[0], summed)
+
+
 def _cli(*argv: str) -> int:
     from heartlm.cli import main
 
     return main([str(a) for a in argv])
 
 
-@pytest.mark.parametrize("flag", ["--max-class-weight", "--afib-beat-loss", "--label-smoothing"])
+@pytest.mark.parametrize(
+    "flag", ["--max-class-weight", "--afib-beat-loss", "--label-smoothing", "--beat-mlp-loss"]
+)
 def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
     """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported."""
     args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]
@@ -602,6 +633,21 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     assert "--beat-mlp must be >= 0, not -1" in capsys.readouterr().err
     assert _cli(*args, "--task", "afib", "--overwrite") == 2
     assert "--beat-mlp feeds the beat head: only with --task beats" in capsys.readouterr().err
+    # its own loss: the network trains differently, the encoder's head with it
+    own = tmp_path / "ft_mlp_loss"
+    assert _cli(*[own if a == out else a for a in args], "--beat-mlp-loss", "1") == 0
+    assert json.loads((own / "finetune.json").read_text())["beat_mlp_loss"] == 1.0
+    capsys.readouterr()
+    trained = load_file(own / "model.safetensors")
+    for name in ("beat_mlp.hidden.weight", "beat_head.weight"):
+        assert not torch.equal(trained[name], weights[name])
+    assert _cli(*args[:-2], "--beat-mlp-loss", "1", "--overwrite") == 2
+    said = capsys.readouterr().err.strip()
+    assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
+    assert _cli(*args, "--task", "afib", "--beat-mlp-loss", "1", "--overwrite") == 2
+    assert "--beat-mlp-loss trains the per-beat network: only with --task beats" in (
+        capsys.readouterr().err
+    )
 
 
 def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(

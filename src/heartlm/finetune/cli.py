@@ -84,6 +84,11 @@ class FinetuneConfig:
     """beats: the per-beat network also reads each input column through a piecewise-linear
     encoding over N (2-256) quantile bins of the training beats (default: the pretrained
     run's; 0 off)"""
+    beat_mlp_loss: float = setting(0.0, metavar="W", group=TASK)
+    """beats, with a per-beat network: training only, add W x that network's own
+    class-weighted cross-entropy (its logits alone), so that it learns to call a beat from
+    the beat and its neighbours by itself, not only to correct the transformer's logits; the
+    logged training loss includes this term, validation scores the sum's plain loss"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -116,6 +121,10 @@ class FinetuneConfig:
             raise ValueError(f"--afib-beat-loss must be >= 0, not {self.afib_beat_loss}")
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")
+        if not self.beat_mlp_loss >= 0.0:  # also NaN
+            raise ValueError(f"--beat-mlp-loss must be >= 0, not {self.beat_mlp_loss}")
+        if self.beat_mlp_loss > 0.0 and self.task != "beats":
+            raise ValueError("--beat-mlp-loss trains the per-beat network: only with --task beats")
         if self.train.head_first > 0 and self.from_scratch:
             raise ValueError("--head-first holds the encoder still; with --from-scratch it "
                              "would hold random weights")  # fmt: skip

@@ -120,23 +120,34 @@ class BeatClasses:
         morph_dropout: float = 0.0,
         shape_columns: Tensor | None = None,
         label_smoothing: float = 0.0,
+        mlp_loss: float = 0.0,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.morph_dropout = morph_dropout
         self.shape_columns = shape_columns
         self.label_smoothing = label_smoothing
+        self.mlp_loss = mlp_loss
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
+        """The class-weighted loss of the beat head, plus in training `mlp_loss` x the
+        per-beat network's own (--beat-mlp-loss); the device sums are the beat head's."""
         morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
-        logits_BTC = model(
-            morph, batch.rhythm, valid_BT=batch.valid, head="beat", features_BTF=features
-        )
+        parts = self.mlp_loss > 0.0 and model.training
+        out = model(morph, batch.rhythm, valid_BT=batch.valid,
+                    head="beat_parts" if parts else "beat", features_BTF=features)  # fmt: skip
         target_BT = batch.aami
         if batch.valid is not None:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
-        logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
+        target = target_BT.reshape(-1)
         smoothing = _training_only(model, self.label_smoothing)
-        return _weighted_loss(logits, target_BT.reshape(-1), self.weight, smoothing)
+        if not parts:
+            return _weighted_loss(out.reshape(-1, out.shape[-1]), target, self.weight, smoothing)
+        encoder_BTC, network_BTC = out
+        loss, sums = _weighted_loss((encoder_BTC + network_BTC).reshape(-1, out[0].shape[-1]),
+                                    target, self.weight, smoothing)  # fmt: skip
+        alone, _ = _weighted_loss(network_BTC.reshape(-1, network_BTC.shape[-1]), target,
+                                  self.weight, smoothing)  # fmt: skip
+        return loss + self.mlp_loss * alone, sums
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs

@@ -161,6 +161,9 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if cfg.afib_beat_loss > 0.0 and model.cfg.cls_token:
         why = "--afib-beat-loss needs a model that pools its beats for the window head; "
         raise HeartlmError(why + "this one reads a CLS token", cfg.run)
+    if cfg.beat_mlp_loss > 0.0 and not model.cfg.beat_mlp:
+        why = "--beat-mlp-loss trains the per-beat network; this model has none (--beat-mlp WIDTH)"
+        raise HeartlmError(why, cfg.run)
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
@@ -209,7 +212,8 @@ def load_tokens(folder: Path) -> Any:
 def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     columns = p.data.shape_columns(absolute_only=True)
     if cfg.task == "beats":
-        return BeatClasses(p.weights, cfg.morph_dropout, columns, cfg.label_smoothing)
+        return BeatClasses(p.weights, cfg.morph_dropout, columns, cfg.label_smoothing,
+                           mlp_loss=cfg.beat_mlp_loss)  # fmt: skip
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))
@@ -317,6 +321,7 @@ def _finish(
         f"{cfg.class_weight_power:g} from training labels, clipped at {cfg.max_class_weight:g}",
         "afib_rule": windows.AFIB_RULE if cfg.task == "afib" else None,
         "afib_beat_loss": cfg.afib_beat_loss if cfg.task == "afib" else None,
+        "beat_mlp_loss": cfg.beat_mlp_loss if cfg.task == "beats" else None,
         "best": _best(cfg, result),
     }
     atomic_write_text(stage / FINETUNE_INFO, json.dumps(info, indent=2) + "\n")

@@ -23,7 +23,8 @@ from heartlm.model.load import Pretrained, load_into
 from heartlm.model.piecewise import PiecewiseLinear
 from heartlm.shards import CLS, MASK, NUM_SPECIAL
 
-HEADS = ("hidden", "mlm", "masked", "next", "choice", "beat", "window", "window_beats")
+HEADS = ("hidden", "mlm", "masked", "next", "choice", "beat", "beat_parts", "window",
+         "window_beats")  # fmt: skip
 
 ATTENTION_KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -341,11 +342,16 @@ class HeartLM(nn.Module, Pretrained):
                 raise ValueError("head 'choice' needs a model with choice_critic and targets_BTF")
             key = self.choice_key(targets_BTF.to(self.choice_query.weight.dtype))
             return self.lm_head(h), self.choice_query(h), key
-        if head == "beat":
+        if head in ("beat", "beat_parts"):
             if self.beat_mlp is None:
+                if head == "beat_parts":
+                    raise ValueError("head 'beat_parts' needs a model with beat_mlp")
                 return self.beat_head(h)
             near = beat_neighbourhood(self._visible(features_BTF), valid_BT)
-            return self.beat_head(h) + self.beat_mlp(near.to(h.dtype))
+            parts = self.beat_head(h), self.beat_mlp(near.to(h.dtype))
+            # "beat_parts": the transformer's and the per-beat network's logits, whose sum is
+            # "beat"'s (a fine-tuning loss on the network alone, --beat-mlp-loss)
+            return parts if head == "beat_parts" else parts[0] + parts[1]
         if head == "window_beats":  # the window head on each beat; their valid mean is "window"
             return self.window_head(h)
         if head == "window":
