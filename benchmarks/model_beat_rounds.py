@@ -394,20 +394,29 @@ sensitivity (0.820 against 0.846) and raised F on the folds (0.397 against 0.217
 
 
 ROUND_51 = dict(CONFIGS)
+MLP_LOSS_SUFFIX = "_mlploss1"
+MLP_LOSS = ["--beat-mlp-loss", "1"]
 
 
 CONFIGS = {
     _PRETRAINED_47: ROUND_51[_PRETRAINED_47],
-    f"{_PRETRAINED_47}{BEAT_STATS_SUFFIX}": [*ROUND_51[_PRETRAINED_47], *BEAT_LOCAL_STATS],
+    f"{_PRETRAINED_47}{MLP_LOSS_SUFFIX}": [*ROUND_51[_PRETRAINED_47], *MLP_LOSS],
     _SCRATCH_49: ROUND_51[_SCRATCH_49],
     f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}": ROUND_51[f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}"],
+    f"{_SCRATCH_49}{MLP_LOSS_SUFFIX}": [*ROUND_51[_SCRATCH_49], *MLP_LOSS],
 }
 """Round 52 (prepared in the twenty-fifth session): the folds rank by the mean F1 of S, V and F
-(model_configs.SELECT_CLASSES; S and V until now). Each initialisation's choice as it is and
-with the local statistics (`--local-stats 8`), which in rounds 42 and 51 raised F on the folds
-(0.005 -> 0.309 and 0.217 -> 0.397 for scratch, 0.080 -> 0.239 for round 42's pretrained
-recipe) and lowered V sensitivity. Written after the DS2 scores of rounds 47-49 (F under the
-floor in each) and round 51's folds were read; the folds choose."""
+(model_configs.SELECT_CLASSES; S and V until now). Two levers on the choices of rounds 47-51.
+`_mlploss1` (`finetune --beat-mlp-loss 1`, new): the per-beat network beside the transformer
+also learns from its own loss. On round 51's folds the transformers found fewer V beats than
+the floor in 106, 203, 207 and 215 (scratch's two seeds 874 of 1,040, 674 of 888, 308 of 420,
+251 of 328; the floor's 1,017, 848, 403, 307), where the floor reads only the beat and its two
+neighbours: the per-beat network reads the same, and its logits were trained only as a
+correction of the transformer's. `_stats8` (scratch only): the local statistics, which raised
+F on the folds in rounds 42 and 51 (0.005 -> 0.309 and 0.217 -> 0.397) and lowered V
+sensitivity. Written after the DS2 scores of rounds 47-49 (F under the floor in each, V in 48
+and 49) and round 51's folds were read; the folds choose. Five recipes, twenty fold runs: a
+cold call may stop at its limit, and the same command on the warm machine finishes it."""
 
 
 ROUND_52 = dict(CONFIGS)

@@ -1956,13 +1956,19 @@ def test_each_round_51_lever_changes_one_flag_of_scratchs_window_128_batch_16_re
     assert rounds._SCRATCH_49 in rounds.ROUND_51, "the parent runs in the same call"
 
 
-def test_round_52_gives_each_initialisation_s_choice_its_local_statistics_twin():
+def test_round_52_changes_one_thing_of_each_choice_per_recipe():
     rounds = model_beat_rounds
-    for parent in (rounds._PRETRAINED_47, rounds._SCRATCH_49):
-        assert rounds.ROUND_52[parent] == rounds.ROUND_51[parent]
-        twin = rounds.ROUND_52[f"{parent}{rounds.BEAT_STATS_SUFFIX}"]
-        assert twin == [*rounds.ROUND_51[parent], *rounds.BEAT_LOCAL_STATS]
-    assert len(rounds.ROUND_52) == 4
+    r52, r51 = rounds.ROUND_52, rounds.ROUND_51
+    pretrained, scratch = rounds._PRETRAINED_47, rounds._SCRATCH_49
+    twins = {
+        f"{pretrained}{rounds.MLP_LOSS_SUFFIX}": (pretrained, rounds.MLP_LOSS),
+        f"{scratch}{rounds.MLP_LOSS_SUFFIX}": (scratch, rounds.MLP_LOSS),
+        f"{scratch}{rounds.BEAT_STATS_SUFFIX}": (scratch, rounds.BEAT_LOCAL_STATS),
+    }
+    for name, (parent, added) in twins.items():
+        assert r52[parent] == r51[parent], "each parent runs as it ran in round 51"
+        assert r52[name] == [*r51[parent], *added]
+    assert set(r52) == {*twins, pretrained, scratch}
 
 
 def _valued(flags: list[str]) -> dict[str, str]:

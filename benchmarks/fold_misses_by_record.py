@@ -1,0 +1,137 @@
+"""Where the transformers' fold models miss beats that the floor finds: per DS1 record, the
+beats of a class each recipe found (its seeds summed, four views) beside the LightGBM floor
+refitted on the same folds.
+
+    python benchmarks/fold_misses_by_record.py \\
+        benchmarks/results/h100/model_study/select_finetune_runs_round51.tar.gz \\
+        WORK/tok_beats_leads_ectopy --out benchmarks/results/cpu/fold_misses_round51.json
+
+The tarball is a `select` call's (`model_study_call.sh` brings it back: each fold model's
+`evaluate` answers). The token folder is a work folder's (a `--quick` one serves: the
+patient-relative columns the floor reads do not depend on the codebook but for
+`code_share`). DS2 is not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import model_configs as cfg
+import numpy as np
+from model_beats import synthetic_keys
+from model_recipes import folder_synthetic
+
+CLASSES = {"S": 1, "V": 2}
+RUN = re.compile(r"^sel_(?P<recipe>.+)_fold(?P<fold>\d)_s(?P<seed>\d+)_[0-9a-f]{8}$")
+
+
+def transformer_found(tarball: Path) -> dict[str, dict[str, collections.Counter]]:
+    """recipe -> record -> Counter of "{class}_support" and "{class}_found", over both folds
+    and every seed, from each fold model's four-view answer on the other fold."""
+    found: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
+        lambda: collections.defaultdict(collections.Counter)
+    )
+    with tarfile.open(tarball) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if len(parts) < 3 or parts[-3] != ".evaluations" or not member.name.endswith(".json"):
+                continue
+            run = RUN.match(parts[-2])
+            if run is None or parts[-1] == "finetune.json":
+                continue
+            answer = json.load(tar.extractfile(member))
+            command = answer.get("command", "")
+            if " tok_beats " not in f" {command} " or "--ensemble" in command:
+                continue
+            if f"--views {cfg.VIEWS}" not in command:
+                continue
+            for record in answer["report"]["per_record"]:
+                for name in CLASSES:
+                    if record.get(name, {}).get("support"):
+                        c = found[run["recipe"]][record["record"]]
+                        c[f"{name}_support"] += record[name]["support"]
+                        c[f"{name}_found"] += round(record[name]["se"] * record[name]["support"])
+    return found
+
+
+def floor_found(tokens: Path, folder: str) -> dict[str, collections.Counter]:
+    """The floor's found beats by record, trained on each fold (with the folder's synthetic
+    patients) and scored on the other, seeds cfg.SELECT_SEEDS summed."""
+    import tree_floor
+
+    from heartlm.train.data import load_tokens
+
+    data = load_tokens(tokens)
+    synthetic = synthetic_keys(data, folder_synthetic(folder))
+    x = tree_floor.beat_inputs(data, "relative")
+    aami = np.asarray(data.aami).astype(np.int64)
+    names = tree_floor.record_keys(data)
+    record_of = np.repeat(np.arange(len(names)), np.diff(data.boundaries))
+    found: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for k in (0, 1):
+        train = [*cfg.FOLDS[k], *synthetic]
+        test = [f"mitdb/{r}" for r in cfg.FOLDS[1 - k]]
+        tr = tree_floor.labelled_beats(data, tree_floor.record_indices(data, train), aami)
+        te = tree_floor.labelled_beats(data, tree_floor.record_indices(data, test), aami)
+        for seed in cfg.SELECT_SEEDS:
+            model = tree_floor.fit_tree(x[tr], aami[tr], 5, seed, 0)
+            predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
+            for name, c in CLASSES.items():
+                for i in np.unique(record_of[te]):
+                    beats = (record_of[te] == i) & (aami[te] == c)
+                    found[names[i]][f"{name}_support"] += int(beats.sum())
+                    found[names[i]][f"{name}_found"] += int((predicted[beats] == c).sum())
+    return found
+
+
+def table(found: dict[str, Any], floor: dict[str, Any], least: int = 20) -> str:
+    recipes = sorted(found)
+    lines = []
+    for name in CLASSES:
+        lines += [f"## {name} beats found by record (seeds summed)", "",
+                  f"| record | {name} beats | {' | '.join(recipes)} | floor |",
+                  f"| --- | --- |{' --- |' * (len(recipes) + 1)}"]  # fmt: skip
+        for record in sorted(floor):
+            support = floor[record][f"{name}_support"]
+            if support < least:
+                continue
+            cells = [str(found[r][record][f"{name}_found"]) for r in recipes]
+            lines.append(f"| {record} | {support} | {' | '.join(cells)} | "
+                         f"{floor[record][f'{name}_found']} |")  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tarball", type=Path)
+    parser.add_argument("tokens", type=Path)
+    parser.add_argument("--out", type=Path, required=True, help="JSON; a .md table beside it")
+    args = parser.parse_args()
+    found = transformer_found(args.tarball)
+    if not found:
+        raise SystemExit(f"{args.tarball}: no fold model's four-view answer on tok_beats")
+    floor = floor_found(args.tokens, args.tokens.name)
+    for counts in found.values():  # both summed over the same seeds
+        for record, c in counts.items():
+            if any(c[f"{n}_support"] != floor[record][f"{n}_support"] for n in CLASSES):
+                raise SystemExit(f"{args.tokens}: {record}'s beats differ from the tarball's")
+    out = {"tarball": args.tarball.name, "tokens": args.tokens.name,
+           "seeds": list(cfg.SELECT_SEEDS),
+           "recipes": {r: {k: dict(v) for k, v in f.items()} for r, f in found.items()},
+           "floor": {k: dict(v) for k, v in floor.items()}}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(table(found, floor))
+    print(table(found, floor))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
