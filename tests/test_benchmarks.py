@@ -3,11 +3,13 @@ it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from heartlm.train.data import TokenData
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import cudagraph_twins
 import feature_scale_probe
+import fold_misses_by_record
 import model_afib
 import model_beat_rounds
 import model_beats
@@ -2023,3 +2026,32 @@ def test_an_afib_floor_is_kept_in_the_work_folder_and_not_fitted_again(
     assert len(fits) == 1 and again == first
     floor(list(MITDB_DS1[:10]))
     assert len(fits) == 2
+
+
+def test_fold_misses_count_each_recipe_s_four_view_answers_on_the_folds_only(tmp_path: Path):
+    def answer(command: str, v_se: float) -> dict:
+        record = {"record": "mitdb/106", "n_beats": 10, "V": {"support": 4, "se": v_se}}
+        return {"command": command, "report": {"per_record": [record]}}
+
+    views = model_configs.VIEWS
+    runs = {
+        "sel_recipe_a_fold0_s0_0123abcd": [
+            answer(f"evaluate R tok_beats --json --records 106 --views {views}", 0.75),
+            answer("evaluate R tok_beats --json --records 106 --views 1", 0.0),  # one view
+            answer(f"evaluate R tok_sick_test --json --views {views}", 0.0),  # not the folds
+            answer(f"evaluate R tok_beats --views {views} --ensemble S", 0.0),  # seeds together
+        ],
+        "sel_recipe_a_fold0_s1_0123abcd": [answer(f"evaluate R tok_beats --views {views}", 0.5)],
+        "ft_beats_scratch_1_s0_0123abcd": [answer(f"evaluate R tok_beats --views {views}", 1.0)],
+    }
+    tarball = tmp_path / "runs.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        for run, answers in runs.items():
+            for i, a in enumerate(answers):
+                data = json.dumps(a).encode()
+                info = tarfile.TarInfo(f".evaluations/{run}/{i:016x}.json")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    found = fold_misses_by_record.transformer_found(tarball)
+    assert set(found) == {"recipe_a"}  # a DS2 run (ft_...) is no fold model
+    assert dict(found["recipe_a"]["mitdb/106"]) == {"V_support": 8, "V_found": 5}
