@@ -1174,9 +1174,10 @@ def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, cap
     assert _finetune(corpus, bins, *resumed) == 0
 
 
-def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys):
-    """A resume with other records, label share, initialisation or task trained one model on
-    two sets while finetune.json named only the last; the first three records are the run's."""
+def test_a_resume_with_another_training_set_or_loss_is_refused(corpus, tmp_path, capsys):
+    """A resume with other records, label share, initialisation, task or loss settings trained
+    one model on two sets (or objectives) while finetune.json named only the last; the first
+    three records are the run's."""
     out = tmp_path / "ft"
     first = ("--records", "s0000", "s0001", "s0002", "--val-fraction", "0.34")
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
@@ -1190,6 +1191,10 @@ def test_a_resume_with_another_training_set_is_refused(corpus, tmp_path, capsys)
         "from scratch False, this run asks for True (--from-scratch)": (*first, "--from-scratch"),
         "task beats, this run asks for afib (--task)": (*first, "--task", "afib"),
         "seed 0, this run asks for 3 (--seed)": (*first, "--seed", "3"),
+        "another objective (--label-smoothing 0.0 -> 0.1)": (
+            *first, "--label-smoothing", "0.1"),
+        "another objective (--class-weight-power 0.5 -> 1.0)": (
+            *first, "--class-weight-power", "1"),
     }  # fmt: skip
     for message, flags in changes.items():
         assert _finetune(corpus, out, *flags, "--steps", "6", "--resume") == 2, message

@@ -269,7 +269,8 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
                 "from_scratch": cfg.from_scratch, "label_fraction": cfg.label_fraction,
                 "seed": cfg.train.seed,
                 "train_records": [r.key for r in p.split.train],
-                "val_records": [r.key for r in p.split.val]}  # fmt: skip
+                "val_records": [r.key for r in p.split.val],
+                "objective_settings": objective_settings(cfg)}  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):
             result = train(cfg.train, p.model, objective, train_s, val_s, stage, env, meta,
                            callbacks=[*scorer, *from_environment()], shown_as=out)  # fmt: skip
@@ -284,6 +285,18 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
     finally:
         if ok:  # after a failure, a process-group teardown could wait on the failed peers
             shutdown(env)
+
+
+OBJECTIVE_SETTINGS = ("class_weight_power", "max_class_weight", "label_smoothing",
+                      "morph_dropout", "afib_beat_loss", "beat_mlp_loss")  # fmt: skip
+"""The settings that shape fine-tuning's loss: a resume must keep them (`heartlm.train.
+checkpoint` compares them), or one model would be trained on two objectives and its
+finetune.json would name only the last."""
+
+
+def objective_settings(cfg: FinetuneConfig) -> dict[str, float]:
+    """`cfg`'s OBJECTIVE_SETTINGS, by name."""
+    return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
 
 
 def _best(cfg: FinetuneConfig, result: Any) -> dict[str, Any] | None:
