@@ -27,13 +27,24 @@ import numpy as np
 from model_beats import synthetic_keys
 from model_recipes import folder_synthetic
 
-CLASSES = {"S": 1, "V": 2}
+CLASSES = ("S", "V")
 RUN = re.compile(r"^sel_(?P<recipe>.+)_fold(?P<fold>\d)_s(?P<seed>\d+)_[0-9a-f]{8}$")
 
 
+def add_found(counts: dict[str, collections.Counter], per_record: list[dict[str, Any]]) -> None:
+    """Add `metrics.per_record_beats` rows (as `evaluate` reports them) to `counts`: by record,
+    "{class}_support" and "{class}_found"."""
+    for row in per_record:
+        for name in CLASSES:
+            if row.get(name, {}).get("support"):
+                c = counts[row["record"]]
+                c[f"{name}_support"] += row[name]["support"]
+                c[f"{name}_found"] += round(row[name]["se"] * row[name]["support"])
+
+
 def transformer_found(tarball: Path) -> dict[str, dict[str, collections.Counter]]:
-    """recipe -> record -> Counter of "{class}_support" and "{class}_found", over both folds
-    and every seed, from each fold model's four-view answer on the other fold."""
+    """recipe -> record -> counts (add_found), over both folds and every seed, from each fold
+    model's four-view answer on the other fold."""
     found: dict[str, dict[str, collections.Counter]] = collections.defaultdict(
         lambda: collections.defaultdict(collections.Counter)
     )
@@ -51,20 +62,16 @@ def transformer_found(tarball: Path) -> dict[str, dict[str, collections.Counter]
                 continue
             if f"--views {cfg.VIEWS}" not in command:
                 continue
-            for record in answer["report"]["per_record"]:
-                for name in CLASSES:
-                    if record.get(name, {}).get("support"):
-                        c = found[run["recipe"]][record["record"]]
-                        c[f"{name}_support"] += record[name]["support"]
-                        c[f"{name}_found"] += round(record[name]["se"] * record[name]["support"])
+            add_found(found[run["recipe"]], answer["report"]["per_record"])
     return found
 
 
 def floor_found(tokens: Path, folder: str) -> dict[str, collections.Counter]:
-    """The floor's found beats by record, trained on each fold (with the folder's synthetic
-    patients) and scored on the other, seeds cfg.SELECT_SEEDS summed."""
+    """The floor's counts by record (add_found), trained on each fold (with the folder's
+    synthetic patients) and scored on the other, seeds cfg.SELECT_SEEDS summed."""
     import tree_floor
 
+    from heartlm.labelled import metrics
     from heartlm.train.data import load_tokens
 
     data = load_tokens(tokens)
@@ -72,21 +79,17 @@ def floor_found(tokens: Path, folder: str) -> dict[str, collections.Counter]:
     x = tree_floor.beat_inputs(data, "relative")
     aami = np.asarray(data.aami).astype(np.int64)
     names = tree_floor.record_keys(data)
-    record_of = np.repeat(np.arange(len(names)), np.diff(data.boundaries))
     found: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for k in (0, 1):
         train = [*cfg.FOLDS[k], *synthetic]
         test = [f"mitdb/{r}" for r in cfg.FOLDS[1 - k]]
         tr = tree_floor.labelled_beats(data, tree_floor.record_indices(data, train), aami)
         te = tree_floor.labelled_beats(data, tree_floor.record_indices(data, test), aami)
+        record = np.searchsorted(data.boundaries, te, side="right") - 1
         for seed in cfg.SELECT_SEEDS:
             model = tree_floor.fit_tree(x[tr], aami[tr], 5, seed, 0)
             predicted = model.predict(x[te]).reshape(len(te), -1).argmax(axis=1)
-            for name, c in CLASSES.items():
-                for i in np.unique(record_of[te]):
-                    beats = (record_of[te] == i) & (aami[te] == c)
-                    found[names[i]][f"{name}_support"] += int(beats.sum())
-                    found[names[i]][f"{name}_found"] += int((predicted[beats] == c).sum())
+            add_found(found, metrics.per_record_beats(aami[te], predicted, record, names))
     return found
 
 

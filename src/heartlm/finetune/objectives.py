@@ -140,14 +140,16 @@ class BeatClasses:
             target_BT = target_BT.masked_fill(~batch.valid, IGNORE)
         target = target_BT.reshape(-1)
         smoothing = _training_only(model, self.label_smoothing)
+
+        def loss_of(logits_BTC: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+            logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
+            return _weighted_loss(logits, target, self.weight, smoothing)
+
         if not parts:
-            return _weighted_loss(out.reshape(-1, out.shape[-1]), target, self.weight, smoothing)
+            return loss_of(out)
         encoder_BTC, network_BTC = out
-        loss, sums = _weighted_loss((encoder_BTC + network_BTC).reshape(-1, out[0].shape[-1]),
-                                    target, self.weight, smoothing)  # fmt: skip
-        alone, _ = _weighted_loss(network_BTC.reshape(-1, network_BTC.shape[-1]), target,
-                                  self.weight, smoothing)  # fmt: skip
-        return loss + self.mlp_loss * alone, sums
+        loss, sums = loss_of(encoder_BTC + network_BTC)
+        return loss + self.mlp_loss * loss_of(network_BTC)[0], sums
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs
