@@ -3,6 +3,7 @@ folders and the `pretrain` stage's runs."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -91,11 +92,22 @@ class Runner:
     """Runs heartlm commands in the work folder, logging each with its wall time."""
 
     def __init__(
-        self, work: Path, device: str, jobs: int, ecg: Path, replicate: bool = False
+        self,
+        work: Path,
+        device: str,
+        jobs: int,
+        ecg: Path,
+        replicate: bool = False,
+        gpus: Sequence[str] = (),
     ) -> None:
         self.work, self.device, self.jobs, self.ecg = work, device, jobs, ecg
         self.replicate = replicate
         """score on DS2 a recipe DS2_LEDGER lists (`unscored`)"""
+        self.gpus = list(gpus)
+        """the GPUs (CUDA_VISIBLE_DEVICES ids) a command may be given, each command one; none:
+        commands see what this process sees"""
+        self.busy = dict.fromkeys(self.gpus, 0)
+        """commands running on each GPU"""
         self.commands: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.deferred: dict[str, list[Any]] = {}
@@ -123,10 +135,11 @@ class Runner:
             return ""
         print(f"$ {shown}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        env = {**os.environ, "HEARTLM_PROGRESS": "0"}
-        result = subprocess.run(
-            argv, cwd=self.work, text=True, env=env, stdout=subprocess.PIPE if capture else None
-        )
+        with self._least_busy_gpu() as visible:
+            env = {**os.environ, "HEARTLM_PROGRESS": "0", **visible}
+            result = subprocess.run(
+                argv, cwd=self.work, text=True, env=env, stdout=subprocess.PIPE if capture else None
+            )
         with self.lock:
             self.commands.append({"command": shown, "seconds": round(time.perf_counter() - t0, 1)})
         if result.returncode != 0:
@@ -134,6 +147,22 @@ class Runner:
         if stamp is not None:
             stamp.write_text(made)
         return result.stdout or ""
+
+    @contextlib.contextmanager
+    def _least_busy_gpu(self) -> Iterator[dict[str, str]]:
+        """The environment that puts one command on the GPU running the fewest of this
+        runner's commands, held as busy until the command ends; none with fewer than two."""
+        if len(self.gpus) < 2:
+            yield {}
+            return
+        with self.lock:
+            gpu = min(self.gpus, key=self.busy.__getitem__)
+            self.busy[gpu] += 1
+        try:
+            yield {"CUDA_VISIBLE_DEVICES": gpu}
+        finally:
+            with self.lock:
+                self.busy[gpu] -= 1
 
     def finetune(self, name: str, task: str, data: str, *extra: Any, pre: str = "pre") -> None:
         """Train run `name`, unless it is there already. A run this work folder lacks but whose
@@ -251,6 +280,18 @@ class Runner:
 
         with ThreadPoolExecutor(self.jobs) as pool:
             return list(pool.map(run, jobs))
+
+
+def visible_gpus(device: str) -> list[str]:
+    """The ids of the GPUs this process may use (CUDA_VISIBLE_DEVICES's, else 0..n-1), none
+    when `device` is the CPU."""
+    if device == "cpu":
+        return []
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
 
 
 def prepare(r: Runner, ecg: Path, synth_records: int) -> None:

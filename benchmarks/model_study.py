@@ -43,7 +43,14 @@ import model_ledger
 from afib_crossfit import crossfit_afib
 from model_afib import final_afib, select_afib
 from model_beats import final, select
-from model_runner import Runner, missing_pretraining, prepare, pretrain, stale_codebook
+from model_runner import (
+    Runner,
+    missing_pretraining,
+    prepare,
+    pretrain,
+    stale_codebook,
+    visible_gpus,
+)
 
 from heartlm.runinfo import versions
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
@@ -77,6 +84,7 @@ def machine() -> dict[str, Any]:
     info = {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus"] = torch.cuda.device_count()  # the study spreads its commands over them
     return info
 
 
@@ -109,7 +117,10 @@ def main() -> int:
     ap.add_argument("--ecg", type=Path, default=REPO.parent / "shared" / "ecg")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--jobs", type=int, default=4, help="fine-tuning runs at once")
+    ap.add_argument(
+        "--jobs", type=int, default=4,
+        help="commands at once, spread over the visible GPUs (each command on the least busy one)",
+    )  # fmt: skip
     ap.add_argument("--synth-records", type=int, default=100)
     ap.add_argument(
         "--quick", action="store_true", help="tiny pipeline check, no results; DS2 is not read"
@@ -136,7 +147,8 @@ def main() -> int:
         print(f"model_study: {args.work}: no pretraining run {', '.join(missing)}; "
               "add the `pretrain` stage", file=sys.stderr)  # fmt: skip
         return 2
-    r = Runner(args.work.resolve(), args.device, args.jobs, args.ecg.resolve(), args.replicate)
+    work, ecg = args.work.resolve(), args.ecg.resolve()
+    r = Runner(work, args.device, args.jobs, ecg, args.replicate, visible_gpus(args.device))
     for stage in args.stages:
         t0 = time.perf_counter()
         if stage == "prepare":

@@ -3,6 +3,8 @@ it is scored on (benchmarks/tree_floor.py, benchmarks/model_study.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import json
 import re
@@ -10,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -670,6 +673,60 @@ def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
     (tmp_path / ".tok_pre.command").write_text("heartlm tokenize store_pre --vocab 512")
     assert runner.heartlm("tokenize", "store_pre", "--vocab", 512, done="tok_pre") == ""
     assert runner.commands == []
+
+
+def test_the_runner_gives_each_command_the_gpu_running_the_fewest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Four commands at once on two GPUs: two each, whichever order the threads start in; a
+    GPU is free again when its command ends, failed or not."""
+    runner = model_runner.Runner(tmp_path, "auto", 4, tmp_path / "ecg", gpus=["3", "5"])
+    all_started = threading.Barrier(4, timeout=10)
+    given: list[str] = []
+
+    def run(argv, env, **kwargs):
+        given.append(env["CUDA_VISIBLE_DEVICES"])
+        all_started.wait()  # each command keeps its GPU until all four hold one
+        return subprocess.CompletedProcess(argv, 0 if argv[-1] != "3" else 1, "")
+
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
+
+    def command(i: int) -> None:
+        with contextlib.suppress(SystemExit):
+            runner.heartlm("evaluate", i)
+
+    runner.parallel([functools.partial(command, i) for i in range(4)])
+    assert sorted(given) == ["3", "3", "5", "5"]
+    assert runner.busy == {"3": 0, "5": 0}
+
+
+def test_with_one_gpu_or_none_a_command_sees_what_the_study_sees(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    envs: list[dict[str, str]] = []
+
+    def run(argv, env, **kwargs):
+        envs.append(env)
+        return subprocess.CompletedProcess(argv, 0, "")
+
+    monkeypatch.setattr(model_runner.subprocess, "run", run)
+    for gpus in ([], ["7"]):
+        model_runner.Runner(tmp_path, "auto", 1, tmp_path / "ecg", gpus=gpus).heartlm("x")
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["7", "7"]
+
+
+def test_visible_gpus_are_cuda_visible_devices_ids_and_none_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert model_runner.visible_gpus("auto") == ["4", "6"]
+    assert model_runner.visible_gpus("cpu") == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert model_runner.visible_gpus("cuda") == ["0", "1"]
 
 
 def test_a_fine_tuning_run_cut_off_with_checkpoints_is_continued_not_refused(
