@@ -416,7 +416,32 @@ correction of the transformer's. `_stats8` (scratch only): the local statistics,
 F on the folds in rounds 42 and 51 (0.005 -> 0.309 and 0.217 -> 0.397) and lowered V
 sensitivity. Written after the DS2 scores of rounds 47-49 (F under the floor in each, V in 48
 and 49) and round 51's folds were read; the folds choose. Five recipes, twenty fold runs: a
-cold call may stop at its limit, and the same command on the warm machine finishes it."""
+cold call may stop at its limit, and the same command on the warm machine finishes it.
+Measured (twenty-sixth session): the folds chose the pretrained recipe again (0.564 +- 0.035)
+and scratch's statistics twin (0.571 +- 0.031 against 0.511 +- 0.051); `_mlploss1` raised
+scratch's V sensitivity (0.846 -> 0.893, V F1 0.889 against the floor's 0.901) and lost F for
+both initialisations (0.217 -> 0.163, 0.305 -> 0.146). On DS2 at 100 % the statistics twin
+scored S F1 0.629 +- 0.192, V 0.954 +- 0.009, F 0.365 +- 0.051 (floor 0.285, 0.959, 0.435)."""
 
 
 ROUND_52 = dict(CONFIGS)
+_SCRATCH_52 = f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}"
+
+
+CONFIGS = {
+    _PRETRAINED_47: ROUND_52[_PRETRAINED_47],
+    f"{_PRETRAINED_47}{BEAT_STATS_SUFFIX}": [*ROUND_52[_PRETRAINED_47], *BEAT_LOCAL_STATS],
+    _SCRATCH_52: ROUND_52[_SCRATCH_52],
+    f"{_SCRATCH_52}{MLP_LOSS_SUFFIX}": [*ROUND_52[_SCRATCH_52], *MLP_LOSS],
+}
+"""Round 53 (prepared in the twenty-sixth session): the two levers of round 52 together. On
+round 52's folds the local statistics raised F (0.217 -> 0.397) and lowered V sensitivity
+(0.846 -> 0.820) for scratch, and the per-beat network's own loss did the opposite (V
+sensitivity 0.893, F 0.163): scratch's new choice with that loss as well (`_stats8_mlploss1`),
+and the pretrained choice with the statistics (`_stats8`), which it has not been tried with
+since round 42's older recipes. Each round's two choices run as they are, as references in
+the same call (the pretrained one drifts between calls). Four recipes, sixteen fold runs: one
+call. Written after round 52's DS2 scores were read; the folds choose."""
+
+
+ROUND_53 = dict(CONFIGS)

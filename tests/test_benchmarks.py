@@ -2031,6 +2031,23 @@ def test_round_52_changes_one_thing_of_each_choice_per_recipe():
     assert set(r52) == {*twins, pretrained, scratch}
 
 
+def test_round_53_adds_one_lever_to_each_choice_of_round_52():
+    """Each new recipe is a round-52 choice with the other one of round 52's levers, and both
+    choices run beside them unchanged."""
+    rounds = model_beat_rounds
+    r53, r52 = rounds.ROUND_53, rounds.ROUND_52
+    pretrained, scratch = rounds._PRETRAINED_47, f"{rounds._SCRATCH_49}{rounds.BEAT_STATS_SUFFIX}"
+    twins = {
+        f"{pretrained}{rounds.BEAT_STATS_SUFFIX}": (pretrained, rounds.BEAT_LOCAL_STATS),
+        f"{scratch}{rounds.MLP_LOSS_SUFFIX}": (scratch, rounds.MLP_LOSS),
+    }
+    for name, (parent, added) in twins.items():
+        assert r53[parent] == r52[parent], "each parent runs as it ran in round 52"
+        assert r53[name] == [*r52[parent], *added]
+        assert added[0] not in r52[parent], "the lever is new to its parent"
+    assert set(r53) == {*twins, pretrained, scratch}
+
+
 def _valued(flags: list[str]) -> dict[str, str]:
     """A recipe's flags that take a value, by flag (`--from-scratch` takes none)."""
     rest = [f for f in flags if f != "--from-scratch"]
