@@ -308,11 +308,13 @@ def per_record_table(results: dict[str, Any]) -> list[str]:
     if run is None:
         return []
     rows = run["per_record"]
+    classes = [c for c in ("S", "V", "F") if all(c in r for r in rows)]  # F: newer answers
     lines = ["", f"## Per record: pretrained, 100 % of the labels, seed {run['seed']}", ""]
-    lines += ["| record | beats | accuracy | S n | S Se | S +P | V n | V Se | V +P |",
-              "|" + " --- |" * 9]  # fmt: skip
+    heads = [f"{c} {h}" for c in classes for h in ("n", "Se", "+P")]
+    lines += [f"| record | beats | accuracy | {' | '.join(heads)} |",
+              "|" + " --- |" * (3 + len(heads))]  # fmt: skip
     for r in rows:
-        sv = [f"{r[c]['support']} | {r[c]['se']:.3f} | {r[c]['ppv']:.3f}" for c in ("S", "V")]
+        sv = [f"{r[c]['support']} | {r[c]['se']:.3f} | {r[c]['ppv']:.3f}" for c in classes]
         lines.append(f"| {r['record']} | {r['n_beats']} | {r['accuracy']:.3f} | {' | '.join(sv)} |")
     return lines
 

@@ -2129,3 +2129,36 @@ def test_fold_misses_count_each_recipe_s_four_view_answers_on_the_folds_only(tmp
     found = fold_misses_by_record.transformer_found(tarball)
     assert set(found) == {"recipe_a"}  # a DS2 run (ft_...) is no fold model
     assert dict(found["recipe_a"]["mitdb/106"]) == {"V_support": 8, "V_found": 5}
+    assert fold_misses_by_record.counted(found) == ["V"]  # answers without S or F beats
+
+
+def test_the_beat_per_record_table_shows_f_where_the_answers_hold_it():
+    from model_tables import per_record_table
+
+    def row(record: str, f: bool) -> dict:
+        scores = {"support": 4, "se": 0.5, "ppv": 1.0}
+        return {"record": record, "n_beats": 9, "accuracy": 0.9, "S": scores, "V": scores,
+                **({"F": scores} if f else {})}  # fmt: skip
+
+    for f, columns in ((True, 12), (False, 9)):
+        run = {"init": "pretrained", "label_fraction": 1.0, "seed": 0,
+               "per_record": [row("213", f)]}  # fmt: skip
+        lines = per_record_table({"afib": {}, "beats": [run]})
+        assert len(lines[3].strip("|").split("|")) == columns
+        assert ("F +P" in lines[3]) == f
+        assert lines[-1].count("| 4 | 0.500 | 1.000") == columns // 3 - 1
+
+
+def test_fold_misses_tabulate_f_only_where_the_answers_count_it():
+    from collections import Counter
+
+    older = {"r": {"mitdb/208": Counter(S_support=2, S_found=1, V_support=30, V_found=29)}}
+    newer = {"r": {"mitdb/208": Counter(V_support=30, V_found=29, F_support=40, F_found=9)}}
+    floor = {"mitdb/208": Counter(S_support=2, S_found=2, V_support=30, V_found=30,
+                                  F_support=40, F_found=12)}  # fmt: skip
+    assert fold_misses_by_record.counted(older) == ["S", "V"]
+    classes = fold_misses_by_record.counted(newer)
+    assert classes == ["V", "F"]
+    text = fold_misses_by_record.table(newer, floor, classes)
+    assert "## F beats found by record" in text and "| mitdb/208 | 40 | 9 | 12 |" in text
+    assert "## S beats" not in text

@@ -154,6 +154,18 @@ def test_mitdb_is_scored_on_ds2_only_by_default():
         choose_records(refs, False, ["999"])
 
 
+def test_per_record_rows_give_each_record_its_own_s_v_and_f_counts():
+    # record a: one S found, one F called N; record b: two F, one found, one V called F
+    ref = np.array([1, 3, 0, 3, 3, 2])
+    pred = np.array([1, 0, 0, 3, 0, 3])
+    rows = metrics.per_record_beats(ref, pred, np.array([0, 0, 0, 1, 1, 1]), ["a", "b"])
+    a, b = rows
+    assert (a["S"]["support"], a["S"]["se"]) == (1, 1.0)
+    assert (a["F"]["support"], a["F"]["se"]) == (1, 0.0)
+    assert (b["F"]["support"], b["F"]["se"], b["F"]["ppv"]) == (2, 0.5, 0.5)
+    assert (b["V"]["support"], b["V"]["se"]) == (1, 0.0)
+
+
 def test_text_report_and_figures(tmp_path):
     from heartlm.evaluate import plots
     from heartlm.evaluate.cli import format_report

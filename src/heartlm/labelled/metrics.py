@@ -164,15 +164,15 @@ def macro_f1(reference: np.ndarray, predicted: np.ndarray, classes: np.ndarray) 
 def per_record_beats(
     reference: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
 ) -> list[dict]:
-    """One row per record: beats, accuracy, and Se / +P of the S and V classes (EC57 lists
-    per-record figures beside the gross ones)."""
+    """One row per record: beats, accuracy, and Se / +P of the S, V and F classes (EC57 lists
+    S and V per record beside the gross figures; F is here because the floor leads on it)."""
     rows = []
     for r in np.unique(record):
         keep = record == r
         cm = confusion_matrix(reference[keep], predicted[keep], len(AAMI_CLASSES))
         scores = class_scores(cm)
         row = {"record": names[int(r)], "n_beats": int(cm.sum()), "accuracy": accuracy(cm)}
-        for c in ("S", "V"):
+        for c in ("S", "V", "F"):
             row[c] = {k: scores[c][k] for k in ("support", "se", "ppv")}
         rows.append(row)
     return rows
