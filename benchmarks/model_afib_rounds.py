@@ -310,3 +310,26 @@ with 0.2 (0.1 kept: scored in round 39). On DS2 (eighteenth session, 3 seeds) th
 `bestleads` recipe scored 0.922 +- 0.009 at 100 % (floor 0.929 +- 0.002), 0.891 +- 0.046 at
 10 % and 0.657 +- 0.311 at 1 %, below round 39's scratch at both (0.944, 0.845)
 (benchmarks/README.md, "Round 40's AFIB recipe on DS2")."""
+
+
+AFIB_ROUND_40 = dict(AFIB_CONFIGS)
+_PRETRAINED_40 = (
+    f"pretrained_bestleads_rhythm_beat_loss_all_context256_patients_epochs19{SMOOTH_MORE_SUFFIX}"
+)
+_SCRATCH_39 = (
+    f"scratch_rhythm_beat_loss_all_context256_patients_epochs19{ECTOPY_SUFFIX}{SMOOTH_SUFFIX}"
+)
+AFIB_CONFIGS = {
+    f"{name}{extra}": [*AFIB_ROUND_40[name], *more]
+    for name in (_PRETRAINED_40, _SCRATCH_39)
+    for extra, more in (("", []), (AVERAGE_SUFFIX, WEIGHT_AVERAGE))
+}
+"""Round 53 (AFIB; prepared in the twenty-sixth session): each initialisation's choice (rhythm
+from `bestleads` smoothed by 0.2, DS2 0.922 +- 0.009 in round 40; scratch with the
+AF-with-ectopy patients smoothed by 0.1, 0.919 +- 0.017 in round 39) as it is and exporting the
+moving average of its late weights (`--ema 0.99`, round 31's horizon). Both are under the floor
+(0.929 +- 0.002, 0.925 +- 0.003) by less than their seed spread: the last steps' noise is what
+an average of the weights removes. Round 31 tried it when every seed called record 200's
+bigeminy AF, an error of the inputs that the `rr_unpatterned` column (round 32) has removed
+since; smoothing (rounds 39-40) came later too. Written after round 40's DS2 scores were read;
+the folds choose."""

@@ -29,6 +29,7 @@ import cudagraph_twins
 import feature_scale_probe
 import fold_misses_by_record
 import model_afib
+import model_afib_rounds
 import model_beat_rounds
 import model_beats
 import model_configs
@@ -2046,6 +2047,23 @@ def test_round_53_adds_one_lever_to_each_choice_of_round_52():
         assert r53[name] == [*r52[parent], *added]
         assert added[0] not in r52[parent], "the lever is new to its parent"
     assert set(r53) == {*twins, pretrained, scratch}
+
+
+def test_afib_round_53_runs_each_scored_choice_beside_its_weight_average():
+    rounds = model_afib_rounds
+    parents = [n for n in rounds.AFIB_CONFIGS if not n.endswith(rounds.AVERAGE_SUFFIX)]
+    assert sorted(n.split("_")[0] for n in parents) == ["pretrained", "scratch"]
+    for name in parents:
+        assert rounds.AFIB_CONFIGS[name] == rounds.AFIB_ROUND_40[name], "run as scored"
+        averaged = rounds.AFIB_CONFIGS[f"{name}{rounds.AVERAGE_SUFFIX}"]
+        assert averaged == [*rounds.AFIB_ROUND_40[name], *rounds.WEIGHT_AVERAGE]
+        assert "--ema" not in rounds.AFIB_ROUND_40[name]
+    assert len(rounds.AFIB_CONFIGS) == 2 * len(parents)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    scored = {e["config"].split(": ")[-1] for e in ledger if e["stage"] == "final_afib"}
+    assert all(f"{name}_views{model_configs.VIEWS}" in scored for name in parents), (
+        "each parent is a recipe DS2 has scored: the folds weigh the average against it"
+    )
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
