@@ -454,6 +454,19 @@ def _finetune(corpus, out, *extra):
     return _cli(*args, "--device", "cpu", *extra)
 
 
+def test_finetune_patience_stops_after_validations_without_a_better_f1(corpus, tmp_path, capsys):
+    assert _finetune(corpus, tmp_path / "none", "--patience", "2", "--val-fraction", "0") == 2
+    assert "--patience stops on the validation score: it needs validation records" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "none").exists()
+    # a rate too small to move a weight: every validation repeats the first one's F1
+    run = tmp_path / "early"
+    assert _finetune(corpus, run, "--steps", "40", "--lr", "1e-12", "--patience", "1") == 0
+    result = json.loads((run / "result.json").read_text())
+    assert (result["step"], result["stopped_early"], result["best_step"]) == (4, True, 4)
+
+
 def _evaluate_json(capsys, ft, data, *extra) -> dict:
 
     capsys.readouterr()

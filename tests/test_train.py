@@ -344,6 +344,34 @@ def test_pretrain_cli_runs_refuses_a_used_folder_and_a_changed_vocab(tmp_path: P
     assert loaded.records == ["r0", "r1", "r2", "r3"]
 
 
+def test_pretrain_patience_stops_after_validations_without_a_lower_loss(tmp_path: Path, capsys):
+    tokens = write_tokens(tmp_path / "tok", make_data([60, 50, 40, 70, 55]))
+    # A rate too small to move a weight: every validation repeats the first one's loss
+    flags = "--preset tiny --window 16 --batch 4 --steps 30 --val-every 3 --warmup 1 --lr 1e-12"
+    base = ["pretrain", str(tokens), *flags.split(), "--val-fraction", "0.4"]
+    assert main([*base, "--out", str(tmp_path / "last"), "--patience", "2"]) == 2
+    assert "--patience stops on the validation loss: it needs --export best" in (
+        capsys.readouterr().err
+    )
+    assert (
+        main([*base, "--out", str(tmp_path / "neg"), "--export", "best", "--patience", "-1"]) == 2
+    )
+    assert "--patience must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "last").exists() and not (tmp_path / "neg").exists()
+    run = tmp_path / "early"
+    assert main([*base, "--out", str(run), "--export", "best", "--patience", "2"]) == 0
+    checks = [r["val_loss"] for r in read_metrics(run) if "val_loss" in r]
+    assert len(set(checks)) == 1, "the rate moved the weights: the test's premise fails"
+    result = json.loads((run / "result.json").read_text())
+    # the first validation (step 3), then two that are no lower: stopped at step 9
+    assert (result["step"], result["stopped_early"], len(checks)) == (9, True, 3)
+    assert (run / "model.safetensors").is_file()
+    capsys.readouterr()
+    assert main([*base, "--out", str(run), "--export", "best", "--patience", "2", "--resume"]) == 0
+    assert "already stopped at step 9" in capsys.readouterr().err
+    assert len([r for r in read_metrics(run) if "val_loss" in r]) == 3, "nothing trained again"
+
+
 def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(
     tmp_path: Path, capsys, monkeypatch
 ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,8 @@ class PretrainConfig:
             raise ValueError(f"--mask-span must be in [1, --window], not {self.mask_span}")
         if self.export == "best" and self.val_fraction == 0:
             raise ValueError("--export best needs validation records (--val-fraction > 0)")
+        if self.train.patience and self.export != "best":
+            raise ValueError("--patience stops on the validation loss: it needs --export best")
 
 
 Config = PretrainConfig
@@ -283,6 +286,11 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
     tcfg = cfg.train
     total = tcfg.total_steps(-(-n[0].size // tcfg.batch))
     target = min(total, tcfg.stop_at or total)
+    if meta["step"] < target and _stopped_on_patience(plan.work):
+        return (
+            f"already stopped at step {meta['step']}: no lower validation loss in "
+            f"--patience validations; nothing to do (--overwrite trains it again)"
+        )
     if meta["step"] < target:
         return None
     if target == total and not (plan.work / "model.safetensors").is_file():
@@ -293,6 +301,17 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
         f"already finished at step {meta['step']} (--steps {total}): nothing to do; "
         "raise --steps to train further"
     )
+
+
+def _stopped_on_patience(run: Path) -> bool:
+    """Whether the finished run in `run` ended early on --patience (exported, not stopped by
+    a signal)."""
+    try:
+        result = json.loads((run / "result.json").read_text())
+    except (OSError, ValueError):
+        return False
+    done = result.get("exported") and not result.get("interrupted")
+    return bool(done and result.get("stopped_early") and (run / "model.safetensors").is_file())
 
 
 def run(cfg: PretrainConfig) -> int:

@@ -109,6 +109,9 @@ class FinetuneConfig:
             raise ValueError(f"--label-fraction must be in (0, 1], not {self.label_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val-fraction must be in [0, 1), not {self.val_fraction}")
+        if self.train.patience and self.val_fraction == 0:
+            raise ValueError("--patience stops on the validation score: it needs validation "
+                             "records (--val-fraction > 0)")  # fmt: skip
         if not 0.0 <= self.class_weight_power <= 1.0:
             raise ValueError(
                 f"--class-weight-power must be in [0, 1], not {self.class_weight_power}"

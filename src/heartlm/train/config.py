@@ -153,8 +153,9 @@ class TrainConfig:
     """export the weights of the best validation (`best_metric`), not the last ones"""
     best_metric: str = setting("val_loss", cli=False)
     """what keep_best compares: a *loss is best lowest, anything else (val_f1) highest"""
-    patience: int = setting(0, cli=False)
-    """with keep_best: stop after this many validations without improvement (0: never)"""
+    patience: int = setting(0, metavar="K", group=LOG)
+    """stop after K validations without a better one, exporting the best (pretrain: needs
+    --export best; finetune: validation records); 0 = never"""
     final_save: bool = setting(True, group=LOG)
     """checkpoint and export the weights at the end (benchmarks turn it off)"""
     precision: str = setting("bf16", choices=("bf16", "fp32"), group=SPEED)
@@ -213,7 +214,7 @@ class TrainConfig:
         if self.gc_every < 0:
             raise ValueError(f"--gc-every must be >= 0, not {self.gc_every}")
         if self.patience < 0:
-            raise ValueError(f"patience must be >= 0, not {self.patience}")
+            raise ValueError(f"--patience must be >= 0, not {self.patience}")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError(f"--layer-decay must be in (0, 1], not {self.layer_decay}")
         if not 0.0 <= self.head_first < 1.0:
