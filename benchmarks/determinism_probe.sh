@@ -15,13 +15,21 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 recipe=(--preset small --window 256 --stride 32 --batch 256 --steps 2000 --warmup 200 --lr 6e-4
   --val-every 100 --export best --device auto)
 run() {  # NAME [FLAGS]
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS weights="$WORK/probe_$1/model.safetensors"
   shift
   rm -rf "$WORK/probe_$name"
-  python3 -m heartlm pretrain "$WORK/tok_pre" --out "$WORK/probe_$name" "${recipe[@]}" "$@" \
-    >"$WORK/probe_$name.log" 2>&1 || { echo "$name failed: $(tail -1 "$WORK/probe_$name.log")"; return; }
-  echo "$name $((SECONDS - start)) s $(cat "$WORK/probe_$name/model.safetensors" | sha256sum | cut -c1-16)"
+  if ! python3 -m heartlm pretrain "$WORK/tok_pre" --out "$WORK/probe_$name" "${recipe[@]}" \
+    "$@" >"$WORK/probe_$name.log" 2>&1 || [ ! -f "$weights" ]; then
+    echo "$name failed: $(tail -1 "$WORK/probe_$name.log")" >&2
+    return 1
+  fi
+  echo "$name $((SECONDS - start)) s $(sha256sum "$weights" | cut -c1-16)"
 }
-run deterministic_a --deterministic & run deterministic_b --deterministic &
-run plain_a & run plain_b &
-wait
+pids=()
+run deterministic_a --deterministic & pids+=($!)
+run deterministic_b --deterministic & pids+=($!)
+run plain_a & pids+=($!)
+run plain_b & pids+=($!)
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+exit $failed

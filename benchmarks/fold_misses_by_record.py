@@ -94,10 +94,10 @@ def floor_found(tokens: Path, folder: str) -> dict[str, collections.Counter]:
 
 
 def counted(found: dict[str, dict[str, collections.Counter]]) -> list[str]:
-    """The classes the tarball's answers count (`evaluate` reports F by record since the
+    """The classes every recipe's answers count (`evaluate` reports F by record since the
     twenty-sixth session; older answers hold S and V only)."""
     return [n for n in CLASSES
-            if any(c[f"{n}_support"] for f in found.values() for c in f.values())]  # fmt: skip
+            if all(any(c[f"{n}_support"] for c in f.values()) for f in found.values())]  # fmt: skip
 
 
 def table(found: dict[str, Any], floor: dict[str, Any], classes: list[str], least: int = 20) -> str:

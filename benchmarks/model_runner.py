@@ -283,14 +283,16 @@ class Runner:
 
 
 def visible_gpus(device: str) -> list[str]:
-    """The ids of the GPUs this process may use (CUDA_VISIBLE_DEVICES's, else 0..n-1), none
-    when `device` is the CPU."""
-    if device == "cpu":
+    """The ids of the GPUs this process may use (CUDA_VISIBLE_DEVICES's, else 0..n-1) when
+    `device` lets heartlm choose one (auto, cuda); none for the CPU or a numbered GPU, which
+    every command then gets as given."""
+    if device not in ("auto", "cuda"):
         return []
     import torch
 
     count = torch.cuda.device_count()
-    listed = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    listed = [g for g in listed if g]
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 

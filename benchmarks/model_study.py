@@ -84,7 +84,7 @@ def machine() -> dict[str, Any]:
     info = {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpus"] = torch.cuda.device_count()  # the study spreads its commands over them
+        info["gpus"] = torch.cuda.device_count()  # those this process sees
     return info
 
 

@@ -712,7 +712,7 @@ def test_with_one_gpu_or_none_a_command_sees_what_the_study_sees(
         return subprocess.CompletedProcess(argv, 0, "")
 
     monkeypatch.setattr(model_runner.subprocess, "run", run)
-    for gpus in ([], ["7"]):
+    for gpus in ([], ["3"]):
         model_runner.Runner(tmp_path, "auto", 1, tmp_path / "ecg", gpus=gpus).heartlm("x")
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["7", "7"]
 
@@ -723,9 +723,10 @@ def test_visible_gpus_are_cuda_visible_devices_ids_and_none_on_the_cpu(
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6,9")  # CUDA stops at the ones it lacks
     assert model_runner.visible_gpus("auto") == ["4", "6"]
     assert model_runner.visible_gpus("cpu") == []
+    assert model_runner.visible_gpus("cuda:1") == [], "a numbered GPU is every command's"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert model_runner.visible_gpus("cuda") == ["0", "1"]
 
@@ -1286,6 +1287,8 @@ def test_quick_keeps_a_candidate_of_each_initialisation_and_never_reads_ds2(
         monkeypatch.setattr(model_configs, name, list(getattr(model_configs, name)))
     configs = {n: list(f) for n, f in model_configs.CONFIGS.items()}
     monkeypatch.setattr(model_configs, "CONFIGS", configs)
+    afib = {n: list(f) for n, f in model_configs.AFIB_CONFIGS.items()}  # quick edits them too
+    monkeypatch.setattr(model_configs, "AFIB_CONFIGS", afib)
     variants = {n: list(f) for n, f in model_configs.PRETRAIN_VARIANTS.items()}
     monkeypatch.setattr(model_configs, "PRETRAIN_VARIANTS", variants)
     for name in ("SEEDS", "FRACTIONS", "SELECT_SEEDS", "TRAIN", "TEST"):
@@ -2052,7 +2055,9 @@ def test_round_53_adds_one_lever_to_each_choice_of_round_52():
 def test_afib_round_53_runs_each_scored_choice_beside_its_weight_average():
     rounds = model_afib_rounds
     parents = [n for n in rounds.AFIB_CONFIGS if not n.endswith(rounds.AVERAGE_SUFFIX)]
-    assert sorted(n.split("_")[0] for n in parents) == ["pretrained", "scratch"]
+    assert parents == [rounds._PRETRAINED_40, rounds._SCRATCH_39]
+    assert rounds._PRETRAINED_40.endswith(rounds.SMOOTH_MORE_SUFFIX), "round 40's choice"
+    assert rounds._SCRATCH_39.endswith(f"{rounds.ECTOPY_SUFFIX}{rounds.SMOOTH_SUFFIX}")
     for name in parents:
         assert rounds.AFIB_CONFIGS[name] == rounds.AFIB_ROUND_40[name], "run as scored"
         averaged = rounds.AFIB_CONFIGS[f"{name}{rounds.AVERAGE_SUFFIX}"]
