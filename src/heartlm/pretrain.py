@@ -289,7 +289,8 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
     if meta["step"] < target and _stopped_on_patience(plan.work):
         return (
             f"already stopped at step {meta['step']}: no lower validation loss in "
-            f"--patience validations; nothing to do (--overwrite trains it again)"
+            f"{tcfg.patience} validations (--patience); nothing to do (--overwrite trains it "
+            "again)"
         )
     if meta["step"] < target:
         return None
