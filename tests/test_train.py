@@ -370,6 +370,8 @@ def test_pretrain_patience_stops_after_validations_without_a_lower_loss(tmp_path
     assert main([*base, "--out", str(run), "--export", "best", "--patience", "2", "--resume"]) == 0
     assert "already stopped at step 9" in capsys.readouterr().err
     assert len([r for r in read_metrics(run) if "val_loss" in r]) == 3, "nothing trained again"
+    assert main([*base, "--out", str(run), "--export", "best", "--resume"]) == 0  # patience 0
+    assert json.loads((run / "result.json").read_text())["step"] == 30, "on to the last step"
 
 
 def test_pretrain_export_best_writes_the_lowest_validation_loss_s_weights(

@@ -286,11 +286,11 @@ def _nothing_to_do(plan: Any, cfg: PretrainConfig, train_d: Any, expected: dict)
     tcfg = cfg.train
     total = tcfg.total_steps(-(-n[0].size // tcfg.batch))
     target = min(total, tcfg.stop_at or total)
-    if meta["step"] < target and _stopped_on_patience(plan.work):
+    if tcfg.patience and meta["step"] < target and _stopped_on_patience(plan.work):
         return (
             f"already stopped at step {meta['step']}: no lower validation loss in "
-            f"{tcfg.patience} validations (--patience); nothing to do (--overwrite trains it "
-            "again)"
+            f"{tcfg.patience} validations (--patience); nothing to do (--patience 0 trains on "
+            "to the last step)"
         )
     if meta["step"] < target:
         return None
