@@ -7,6 +7,7 @@ its parent ends it at a timeout."""
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -67,6 +68,13 @@ def main(case: str, tmp: str) -> None:
         CASES[case]()
     finally:
         dist.destroy_process_group()
+    # The case passed. Interpreter finalisation would still run the destructors of the
+    # collective objects the case kept alive (DDP's reducer), and under load a gloo rank has
+    # aborted there ("terminate called without an active exception", pytorch/pytorch#179291):
+    # leave without it, as heartlm's torchrun workers do (heartlm/__main__.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
