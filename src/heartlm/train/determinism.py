@@ -57,3 +57,20 @@ def _inductor_deterministic() -> contextlib.AbstractContextManager[object]:
     if not hasattr(inductor, "deterministic"):
         return contextlib.nullcontext()
     return inductor.patch(deterministic=True)
+
+
+NO_DETERMINISTIC_KERNEL = "does not have a deterministic implementation"
+"""What PyTorch's deterministic mode says of an operation it has no such kernel for."""
+
+
+def deterministic_refusal(message: str) -> str | None:
+    """The one line to say of PyTorch's deterministic mode refusing: an operation without a
+    deterministic kernel (named; a compiled graph's error carries it on a later line), or
+    cuBLAS used in this process before its workspace variable was set; None if neither."""
+    for line in message.splitlines():
+        if NO_DETERMINISTIC_KERNEL in line:
+            return line.split(",")[0].strip()
+    if CUBLAS_WORKSPACE in message:
+        return (f"cuBLAS ran in this process before {CUBLAS_WORKSPACE} was set; set it to "
+                f"{DETERMINISTIC_WORKSPACES[0]} before the process starts")  # fmt: skip
+    return None

@@ -35,11 +35,7 @@ from heartlm.train.callbacks import Callback
 from heartlm.train.config import SDPA_BACKENDS, TrainConfig, resolve_batch
 from heartlm.train.cudagraph import DDP_GRAPH_WARMUP, GRAPH_WARMUP, GraphedStep
 from heartlm.train.data import Batch, WindowSampler, dataloader_batches
-from heartlm.train.determinism import (
-    CUBLAS_WORKSPACE,
-    DETERMINISTIC_WORKSPACES,
-    deterministic_kernels,
-)
+from heartlm.train.determinism import deterministic_kernels, deterministic_refusal
 from heartlm.train.distributed import DistEnv, all_reduce_sum, wrap_model
 from heartlm.train.ema import WeightAverage
 from heartlm.train.flops import flops_per_token, peak_flops
@@ -147,23 +143,6 @@ def train(cfg: TrainConfig, *args: Any, **kwargs: Any) -> TrainResult:
             if cfg.deterministic and (why := deterministic_refusal(str(e))):
                 raise HeartlmError(f"--deterministic: {why}") from e
             raise
-
-
-NO_DETERMINISTIC_KERNEL = "does not have a deterministic implementation"
-"""What PyTorch's deterministic mode says of an operation it has no such kernel for."""
-
-
-def deterministic_refusal(message: str) -> str | None:
-    """The one line to say of PyTorch's deterministic mode refusing: an operation without a
-    deterministic kernel (named; a compiled graph's error carries it on a later line), or
-    cuBLAS used in this process before its workspace variable was set; None if neither."""
-    for line in message.splitlines():
-        if NO_DETERMINISTIC_KERNEL in line:
-            return line.split(",")[0].strip()
-    if CUBLAS_WORKSPACE in message:
-        return (f"cuBLAS ran in this process before {CUBLAS_WORKSPACE} was set; set it to "
-                f"{DETERMINISTIC_WORKSPACES[0]} before the process starts")  # fmt: skip
-    return None
 
 
 class Trainer:
