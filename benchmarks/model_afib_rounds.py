@@ -332,4 +332,8 @@ moving average of its late weights (`--ema 0.99`, round 31's horizon). Both are 
 an average of the weights removes. Round 31 tried it when every seed called record 200's
 bigeminy AF, an error of the inputs that the `rr_unpatterned` column (round 32) has removed
 since; smoothing (rounds 39-40) came later too. Written after round 40's DS2 scores were read;
-the folds choose."""
+the folds choose. Measured (twenty-seventh session; four views, at each recipe's fold-chosen
+threshold): the average won for scratch (0.877 at 0.85 against 0.869 at 0.90) and lost for
+`bestleads` (0.893 at 0.80 against 0.907 at 0.75: its round-40 choice stays, scored then). On
+DS2 scratch with the average scored 0.936 +- 0.006 at 100 % (floor 0.925 +- 0.003), 0.941 +-
+0.009 at 10 % (floor 0.801 +- 0.072) and 0.822 +- 0.026 at 1 % (floor 0.706 +- 0.107)."""

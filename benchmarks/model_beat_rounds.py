@@ -4,6 +4,7 @@ compares on DS1's folds), built from the last, with why it was tried and what it
 
 from __future__ import annotations
 
+from model_afib_rounds import AVERAGE_SUFFIX, WEIGHT_AVERAGE
 from model_flags import ALL, NEXT_RECIPE, REL
 
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
@@ -347,7 +348,7 @@ CONFIGS = {
 }
 """Round 50 (prepared in the twenty-fourth session): each initialisation on windows of 32 and
 of 128 beats (batches of 16: the steps of window 32), and the two windows' fold models voting
-together (WINDOW_PAIRS). Round 49's two choices (the pretrained recipe on window 32, scratch on
+together (VOTING_PAIRS). Round 49's two choices (the pretrained recipe on window 32, scratch on
 window 128 with batch 16) are among the four, so round 49's `final` reads its selection under
 these CONFIGS and scores the same recipes. Written after round 48's DS2 table was read (window
 128 calls fewer V beats S, window 32 finds more F beats); the folds choose. Measured
@@ -356,7 +357,7 @@ round 49's two recipes again (0.709 +- 0.021 pretrained, 0.664 +- 0.007 scratch)
 scored 0.700 +- 0.008 and 0.667 +- 0.007, not above the better window alone."""
 
 
-WINDOW_PAIRS = {
+VOTING_PAIRS = {
     "pretrained_window32_with_window128": (_PRETRAINED_47, _PRETRAINED_49),
     "scratch_window32_with_window128": (_SCRATCH_48, _SCRATCH_49),
 }
@@ -365,7 +366,6 @@ configuration's fold model and the second's (same fold, same seed), their class
 probabilities averaged beat by beat (`evaluate --ensemble` with runs of other windows), four
 views each. Whether a short and a long context voting together keep window 32's F and window
 128's V; a pair that wins the folds would be made a recipe that `final` can train."""
-assert all(a in CONFIGS and b in CONFIGS for a, b in WINDOW_PAIRS.values())
 
 
 ROUND_50 = dict(CONFIGS)
@@ -441,7 +441,31 @@ sensitivity 0.893, F 0.163): scratch's new choice with that loss as well (`_stat
 and the pretrained choice with the statistics (`_stats8`), which it has not been tried with
 since round 42's older recipes. Each round's two choices run as they are, as references in
 the same call (the pretrained one drifts between calls). Four recipes, sixteen fold runs: one
-call. Written after round 52's DS2 scores were read; the folds choose."""
+call. Written after round 52's DS2 scores were read; the folds choose. Measured (twenty-seventh
+session): the folds chose both new recipes (0.586 +- 0.008 against 0.568 +- 0.021 pretrained,
+0.589 +- 0.033 against 0.571 +- 0.031 scratch; scratch's reference reproduced round 52's rows).
+On DS2 at 100 % the pretrained recipe with the statistics scored S F1 0.675 +- 0.046, V 0.945 +-
+0.008, F 0.456 +- 0.075, and scratch with both levers S 0.348 +- 0.027, V 0.957 +- 0.002, F 0.461
++- 0.028 (floor 0.285, 0.959, 0.435): F above the floor for both, V still under it."""
 
 
 ROUND_53 = dict(CONFIGS)
+_PRETRAINED_53 = f"{_PRETRAINED_47}{BEAT_STATS_SUFFIX}"
+_SCRATCH_53 = f"{_SCRATCH_52}{MLP_LOSS_SUFFIX}"
+
+
+CONFIGS = {
+    _PRETRAINED_53: ROUND_53[_PRETRAINED_53],
+    f"{_PRETRAINED_53}{MLP_LOSS_SUFFIX}": [*ROUND_53[_PRETRAINED_53], *MLP_LOSS],
+    _SCRATCH_53: ROUND_53[_SCRATCH_53],
+    f"{_SCRATCH_53}{AVERAGE_SUFFIX}": [*ROUND_53[_SCRATCH_53], *WEIGHT_AVERAGE],
+}
+VOTING_PAIRS = {"pretrained_with_scratch": (_PRETRAINED_53, _SCRATCH_53)}
+"""Round 54 (prepared in the twenty-seventh session): round 53's two choices; the pretrained
+one with the per-beat network's own loss as well (`_mlploss1`, which gave scratch the floor's V
+sensitivity on DS2, 0.955 against 0.956); scratch's exporting the moving average of its late
+weights (`--ema 0.99`, which lifted the AFIB scratch recipe on the folds and on DS2 at 100 % in
+round 53; round 20 tried 0.999 on the beat recipes of the time, and the folds did not choose it);
+and the two choices' fold models voting together (VOTING_PAIRS): on DS2 the pretrained one
+finds S (record 232) and the scratch one V and F. Four recipes, sixteen fold runs: one call.
+Written after round 53's DS2 scores were read; the folds choose."""

@@ -130,9 +130,9 @@ def select(r: Runner) -> dict[str, Any]:
             reports = [rep for n, rep in pooled if n == name]
             if None not in reports:  # both folds, or no row
                 rows[name] = sum_reports(reports)
-    measure_window_pairs(r, name_of, rows, seed_scores)
+    measure_voting_pairs(r, name_of, rows, seed_scores)
     configs = {c: recipe_flags(c) for c in recipes}
-    configs |= {pair: window_pair_flags(pair) for pair in cfg.WINDOW_PAIRS if pair in rows}
+    configs |= {pair: voting_pair_flags(pair) for pair in cfg.VOTING_PAIRS if pair in rows}
     seeds_text = " ".join(map(str, cfg.SELECT_SEEDS))
     configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
                 for c in recipes if ensembled(c) in rows}  # fmt: skip
@@ -148,19 +148,19 @@ def select(r: Runner) -> dict[str, Any]:
             "select_classes": list(cfg.SELECT_CLASSES), "seed_scores": seed_scores}  # fmt: skip
 
 
-def measure_window_pairs(r: Runner, name_of: Callable[[str, int, int], str],
+def measure_voting_pairs(r: Runner, name_of: Callable[[str, int, int], str],
                          rows: dict[str, Any], seed_scores: dict[str, Any]) -> None:  # fmt: skip
-    """Add to `rows` and `seed_scores` each WINDOW_PAIRS row whose two configurations are in
+    """Add to `rows` and `seed_scores` each VOTING_PAIRS row whose two configurations are in
     CONFIGS: their fold models of one fold and seed voting together, VIEWS views; no row
     where a resumed call lacks a member's weights."""
 
     def vote(pair: str, k: int, seed: int) -> tuple[str, int, dict[str, Any] | None]:
-        first, second = (name_of(c, k, seed) for c in cfg.WINDOW_PAIRS[pair])
+        first, second = (name_of(c, k, seed) for c in cfg.VOTING_PAIRS[pair])
         rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.FOLDS[1 - k],
                                  "--views", cfg.VIEWS, "--ensemble", second)  # fmt: skip
         return pair, seed, rep
 
-    pairs = [p for p, members in cfg.WINDOW_PAIRS.items() if set(members) <= set(cfg.CONFIGS)]
+    pairs = [p for p, members in cfg.VOTING_PAIRS.items() if set(members) <= set(cfg.CONFIGS)]
     grid = [(p, k, s) for p in pairs for k in (0, 1) for s in cfg.SELECT_SEEDS]
     found = r.parallel([lambda g=g: vote(*g) for g in grid])
     for pair in pairs:
@@ -175,9 +175,9 @@ def measure_window_pairs(r: Runner, name_of: Callable[[str, int, int], str],
         }  # fmt: skip
 
 
-def window_pair_flags(pair: str) -> list[str]:
-    """What a WINDOW_PAIRS row's flags record: its two recipes, voting together."""
-    first, second = cfg.WINDOW_PAIRS[pair]
+def voting_pair_flags(pair: str) -> list[str]:
+    """What a VOTING_PAIRS row's flags record: its two recipes, voting together."""
+    first, second = cfg.VOTING_PAIRS[pair]
     return [f"(evaluate --views {cfg.VIEWS} --ensemble: {first} with {second}, "
             "the same fold and seed)"]  # fmt: skip
 

@@ -26,7 +26,7 @@ from model_beat_rounds import (
     BEATS_LEADS,
     CONFIGS,
     LEAD_COPIES_SUFFIX,
-    WINDOW_PAIRS,
+    VOTING_PAIRS,
 )
 from model_flags import (
     AFIB,
@@ -57,6 +57,7 @@ context, then pooled over the scored window), and `final_afib` scores what won."
 
 
 assert not any(re.fullmatch(r".+_views\d+", name) for name in CONFIGS), "reserved suffix"
+assert all(a in CONFIGS and b in CONFIGS for a, b in VOTING_PAIRS.values())
 
 
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]

@@ -1769,10 +1769,10 @@ def test_the_probes_rank_transform_is_monotone_normal_and_keeps_missing_values()
     assert np.isfinite(feature_scale_probe.quantile_normal(train, train)[:, 1]).all()
 
 
-def test_select_measures_each_window_pair_seed_by_seed_and_never_chooses_it(
+def test_select_measures_each_voting_pair_seed_by_seed_and_never_chooses_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    """A WINDOW_PAIRS row: per fold and seed, the first recipe's fold model with the second's
+    """A VOTING_PAIRS row: per fold and seed, the first recipe's fold model with the second's
     of the same fold and seed, scored on the other fold; beside the recipes, never chosen."""
     asked: list[tuple[str, ...]] = []
 
@@ -1793,7 +1793,7 @@ def test_select_measures_each_window_pair_seed_by_seed_and_never_chooses_it(
         "scratch_short": ["--from-scratch", "--window", "32"],
         "scratch_long": ["--from-scratch", "--window", "128"],
     })  # fmt: skip
-    monkeypatch.setattr(model_configs, "WINDOW_PAIRS", {
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS", {
         "scratch_pair": ("scratch_short", "scratch_long"),
         "absent_pair": ("scratch_short", "not_configured"),  # skipped, not a KeyError
     })  # fmt: skip
