@@ -365,7 +365,8 @@ VOTING_PAIRS = {
 configuration's fold model and the second's (same fold, same seed), their class
 probabilities averaged beat by beat (`evaluate --ensemble` with runs of other windows), four
 views each. Whether a short and a long context voting together keep window 32's F and window
-128's V; a pair that wins the folds would be made a recipe that `final` can train."""
+128's V. From round 54 `final` also scores a pair that beat both its members on the folds
+(model_recipes.best_pair), from its members' runs of each label share and seed."""
 
 
 ROUND_50 = dict(CONFIGS)

@@ -12,18 +12,22 @@ from model_ledger import unscored
 from model_recipes import (
     beat_data,
     beat_floor_kinds,
+    best_pair,
     best_selected,
     config_of,
     data_note,
     ensembled,
     floor_name,
     folder_synthetic,
+    pair_members,
+    pair_recipe_flags,
     pretrain_variant,
     pretraining_run,
     recipe_flags,
     select_score,
     viewed,
     views_of,
+    voting_pair_flags,
 )
 from model_runner import Runner, run_tag
 
@@ -175,52 +179,73 @@ def measure_voting_pairs(r: Runner, name_of: Callable[[str, int, int], str],
         }  # fmt: skip
 
 
-def voting_pair_flags(pair: str) -> list[str]:
-    """What a VOTING_PAIRS row's flags record: its two recipes, voting together."""
-    first, second = cfg.VOTING_PAIRS[pair]
-    return [f"(evaluate --views {cfg.VIEWS} --ensemble: {first} with {second}, "
-            "the same fold and seed)"]  # fmt: skip
-
-
 def final(r: Runner) -> dict[str, Any]:
-    """DS1 -> DS2 for beat classes with the configuration `select` chose; 3 seeds."""
+    """DS1 -> DS2 for beat classes with the configuration `select` chose for each
+    initialisation, and the VOTING_PAIRS row that beat both its members on the folds
+    (best_pair); 3 seeds."""
     chosen = {
         init: cfg.FINAL if cfg.FINAL != "auto" else best_selected(r.work / "select.json", init)
         for init in ("pretrained", "scratch")
     }
     flags = {init: recipe_flags(name) for init, name in chosen.items()}
+    if cfg.FINAL == "auto" and (pair := best_pair(r.work / "select.json")):
+        chosen["pair"], flags["pair"] = pair, pair_recipe_flags(pair)
     chosen = unscored("final", chosen, flags, r.replicate)
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
+    pair = chosen.pop("pair", None)
+    voters = pair_members(pair) if pair else []
+    runs = list(dict.fromkeys([*((i, config_of(n)) for i, n in chosen.items()), *voters]))
 
-    floor_kinds = beat_floor_kinds([config_of(name) for name in chosen.values()])
+    floor_kinds = beat_floor_kinds([config for _, config in runs])
     tokens, synthetic = beat_folders(r.work, {folder for _, folder in floor_kinds})
-    train = {init: [*cfg.TRAIN, *synthetic[beat_data(config_of(name))]]
-             for init, name in chosen.items()}  # fmt: skip
 
-    def name_of(init: str, fraction: float, seed: int) -> str:
-        config = config_of(chosen[init])
-        tag = run_tag(config, cfg.CONFIGS[config], train[init])
+    def train_of(config: str) -> list[str]:
+        return [*cfg.TRAIN, *synthetic[beat_data(config)]]
+
+    def name_of(init: str, config: str, fraction: float, seed: int) -> str:
+        tag = run_tag(config, cfg.CONFIGS[config], train_of(config))
         return f"ft_beats_{init}_{fraction:g}_s{seed}_{tag}"
 
-    def beats(init: str, fraction: float, seed: int) -> dict[str, Any]:
-        config, views = config_of(chosen[init]), views_of(chosen[init])
-        name = name_of(init, fraction, seed)
+    def tune(init: str, config: str, fraction: float, seed: int) -> str:
+        name = name_of(init, config, fraction, seed)
         flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
-        r.finetune(name, "beats", beat_data(config), "--records", *train[init], "--label-fraction",
-                   fraction, "--seed", seed, *flags, *scratch,
+        r.finetune(name, "beats", beat_data(config), "--records", *train_of(config),
+                   "--label-fraction", fraction, "--seed", seed, *flags, *scratch,
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
+        return name
+
+    def beats(init: str, config: str, fraction: float, seed: int) -> dict[str, Any] | None:
+        """A run trained and, where it is an initialisation's choice, scored alone."""
+        name = tune(init, config, fraction, seed)
+        if chosen.get(init) is None or config_of(chosen[init]) != config:
+            return None  # a pair's member only
+        views = views_of(chosen[init])
         # DS2 only, not the synthetic records
         rep = r.evaluate(name, "tok_beats", "--records", *cfg.TEST, "--views", views)
         held_out = r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views)
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": sum_reports([held_out])}  # fmt: skip
 
+    def vote(fraction: float, seed: int) -> dict[str, Any] | None:
+        """The pair's two members of one label share and seed voting together, as `select`
+        measured it (None in a resumed call that lacks a member's weights)."""
+        first, second = (name_of(i, c, fraction, seed) for i, c in voters)
+        rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.TEST, "--views",
+                                 cfg.VIEWS, "--ensemble", second)  # fmt: skip
+        if rep is None:
+            return None
+        # one model per seed, with a spread: not a row of runs read together (`ensemble`)
+        rep = {k: v for k, v in rep.items() if k != "ensemble"}
+        return {"init": "pair", "label_fraction": fraction, "seed": seed,
+                "voters": [first, second], **rep}  # fmt: skip
+
     def together(init: str, fraction: float) -> dict[str, Any] | None:
         """The seeds' models of one label share, their class probabilities averaged: no
         training of its own, so no spread (round 45: on the folds +0.029 for the pretrained
         recipe); None in a resumed call that does not have them all."""
-        first, *more = [name_of(init, fraction, seed) for seed in cfg.SEEDS]
+        first, *more = [name_of(init, config_of(chosen[init]), fraction, seed)
+                        for seed in cfg.SEEDS]  # fmt: skip
         views = views_of(chosen[init])
         rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.TEST, "--views", views,
                                  "--ensemble", *more)  # fmt: skip
@@ -229,11 +254,14 @@ def final(r: Runner) -> dict[str, Any]:
         return {"init": f"{init}, {len(cfg.SEEDS)} seeds together", "label_fraction": fraction,
                 "ensemble": list(cfg.SEEDS), **rep}  # fmt: skip
 
-    grid = [(i, f, s) for i in chosen for f in cfg.FRACTIONS for s in cfg.SEEDS]
-    beat_rows = r.parallel([lambda g=g: beats(*g) for g in grid])
+    grid = [(i, c, f, s) for i, c in runs for f in cfg.FRACTIONS for s in cfg.SEEDS]
+    beat_rows = [row for row in r.parallel([lambda g=g: beats(*g) for g in grid]) if row]
+    if pair:
+        votes = r.parallel([lambda f=f, s=s: vote(f, s) for f in cfg.FRACTIONS for s in cfg.SEEDS])
+        beat_rows += [row for row in votes if row is not None]
     if len(cfg.SEEDS) > 1:
-        pairs = [(i, f) for i in chosen for f in cfg.FRACTIONS]
-        found = r.parallel([lambda p=p: together(*p) for p in pairs])
+        shares = [(i, f) for i in chosen for f in cfg.FRACTIONS]
+        found = r.parallel([lambda p=p: together(*p) for p in shares])
         beat_rows += [row for row in found if row is not None]
     for inputs, folder in floor_kinds:
         floor_train = [*cfg.TRAIN, *synthetic[folder]]

@@ -209,3 +209,43 @@ def best_selected(path: Path, init: str) -> str:
     candidates = [n for n in rows if _is_recipe(n) and (
         "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
     return max(candidates, key=lambda name: select_score(rows[name], classes))
+
+
+def voting_pair_flags(pair: str) -> list[str]:
+    """What a VOTING_PAIRS row's flags record in `select`: its two recipes, voting together."""
+    first, second = cfg.VOTING_PAIRS[pair]
+    return [f"(evaluate --views {cfg.VIEWS} --ensemble: {first} with {second}, "
+            "the same fold and seed)"]  # fmt: skip
+
+
+def pair_recipe_flags(pair: str) -> list[str]:
+    """A VOTING_PAIRS recipe's flags as `final` records them and DS2_LEDGER keys them: each
+    member's own flags (a member changed under its name makes a new pair), then how it votes
+    (last: pool_rounds reads a recipe's flags up to its first "(evaluate")."""
+    members = cfg.VOTING_PAIRS[pair]
+    return [*(flag for m in members for flag in (f"({m}:", *recipe_flags(m), ")")),
+            *voting_pair_flags(pair)]  # fmt: skip
+
+
+def pair_members(pair: str) -> list[tuple[str, str]]:
+    """(init, configuration) of a VOTING_PAIRS row's two members, in voting order."""
+    return [("scratch" if "--from-scratch" in cfg.CONFIGS[m] else "pretrained", m)
+            for m in cfg.VOTING_PAIRS[pair]]  # fmt: skip
+
+
+def best_pair(path: Path) -> str | None:
+    """The VOTING_PAIRS row of a selection that scored above both its members (each over the
+    pair's own VIEWS views) by the classes the selection was ranked by, the best of those;
+    None where none did: a pair that only ties its better member adds a model for nothing."""
+    selection = json.loads(path.read_text())
+    rows, classes = selection["beats"], select_classes(selection)
+
+    def score(name: str) -> float:
+        return select_score(rows[name], classes)
+
+    winners = [
+        pair for pair, members in cfg.VOTING_PAIRS.items()
+        if pair in rows and all(viewed(m, cfg.VIEWS) in rows for m in members)
+        and score(pair) > max(score(viewed(m, cfg.VIEWS)) for m in members)
+    ]  # fmt: skip
+    return max(winners, key=score, default=None)

@@ -25,8 +25,11 @@ from model_recipes import (
     afib_recipe_flags,
     beat_data,
     best_afib,
+    best_pair,
     best_selected,
     config_of,
+    pair_members,
+    pair_recipe_flags,
     pretrain_variant,
     pretraining_run,
     recipe_flags,
@@ -386,8 +389,8 @@ def pretraining_runs(
     """(variant, seed) of every pretraining run the fine-tuning stages among `stages` start
     from; with none of them, those some recipe of CONFIGS or AFIB_CONFIGS uses. `final`
     (`final_afib`) after an earlier `select` (`select_afib`; its file in `work`) needs only
-    the chosen recipes' runs, and of those only the ones DS2_LEDGER does not stop (all of them
-    with `replicate`)."""
+    the chosen recipes' runs and those of a pair that beat its members (best_pair), and of
+    those only the ones DS2_LEDGER does not stop (all of them with `replicate`)."""
 
     def to_score(stage: str, chosen: dict[str, str], flags: Callable[[str], list[str]]) -> list:
         return [name for init, name in chosen.items()
@@ -402,6 +405,9 @@ def pretraining_runs(
     elif "final" in stages:
         chosen = {init: best_selected(work / "select.json", init) for init in inits}
         beats = [config_of(name) for name in to_score("final", chosen, recipe_flags)]
+        if (pair := best_pair(work / "select.json")) and to_score(
+                "final", {"pair": pair}, pair_recipe_flags):  # fmt: skip
+            beats += [config for _, config in pair_members(pair)]
     afib: list[str] = list(cfg.AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
     if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
         rows = json.loads((work / "select_afib.json").read_text())["afib"]

@@ -1816,6 +1816,117 @@ def test_select_measures_each_voting_pair_seed_by_seed_and_never_chooses_it(
     assert model_recipes.best_selected(tmp_path / "select.json", "scratch") != "scratch_pair"
 
 
+def _pair_selection(path: Path, pair_f1: float) -> None:
+    """A select.json of two configurations (one per initialisation) and their VOTING_PAIRS
+    row, every class at the members' F1 (0.6 pretrained, 0.7 scratch, four views) and
+    `pair_f1` for the pair, ranked by S, V and F."""
+
+    def row(f1: float) -> dict:
+        return {"per_class": {c: {"f1": f1} for c in ("S", "V", "F")}}
+
+    rows = {"pretrained_short_views4": row(0.6), "scratch_long_views4": row(0.7),
+            "pretrained_short": row(0.5), "scratch_long": row(0.5),
+            "both": row(pair_f1), "tree floor (relative)": row(0.9)}  # fmt: skip
+    path.write_text(json.dumps({"beats": rows, "select_classes": ["S", "V", "F"]}))
+
+
+@pytest.fixture
+def _one_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "pretrained_short": ["--inputs", "relative", "--window", "32"],
+        "scratch_long": ["--from-scratch", "--inputs", "relative", "--window", "128"],
+    })  # fmt: skip
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS",
+                        {"both": ("pretrained_short", "scratch_long")})  # fmt: skip
+
+
+@pytest.mark.usefixtures("_one_pair")
+def test_a_pair_is_scored_only_where_it_beat_both_its_members_on_the_folds(tmp_path: Path):
+    path = tmp_path / "select.json"
+    _pair_selection(path, pair_f1=0.71)
+    assert model_recipes.best_pair(path) == "both"
+    _pair_selection(path, pair_f1=0.7)  # ties its better member: not worth a second model
+    assert model_recipes.best_pair(path) is None
+    _pair_selection(path, pair_f1=0.71)
+    rows = json.loads(path.read_text())
+    del rows["beats"]["scratch_long_views4"]  # a member not measured as the pair votes
+    path.write_text(json.dumps(rows))
+    assert model_recipes.best_pair(path) is None
+    flags = model_recipes.pair_recipe_flags("both")
+    assert "(pretrained_short:" in flags and "(scratch_long:" in flags and "128" in flags
+    assert model_recipes.pair_members("both") == [("pretrained", "pretrained_short"),
+                                                  ("scratch", "scratch_long")]  # fmt: skip
+
+
+@pytest.mark.usefixtures("_one_pair")
+def test_final_scores_a_winning_pair_from_its_members_runs_seed_by_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Each member is trained once per label share and seed, whether or not DS2 scored it
+    alone before; the pair's row of that share and seed is the first member's run voting with
+    the second's over VIEWS views on DS2, and its recipe goes to the ledger's `config`."""
+    _pair_selection(tmp_path / "select.json", pair_f1=0.75)
+    tuned: list[str] = []
+    asked: list[tuple[str, ...]] = []
+
+    class Recording(_Transformers):
+        work = tmp_path
+
+        def finetune(self, name, *args, pre: str = "pre") -> None:
+            tuned.append(name)
+
+        def evaluate(self, *args) -> dict:
+            asked.append(args := tuple(map(str, args)))
+            # as `heartlm evaluate` answers: an --ensemble's other runs are named in the report
+            more = args[args.index("--ensemble") + 1 :] if "--ensemble" in args else ()
+            ensemble = {"ensemble": list(more)} if more else {}
+            return {**model_beats.sum_reports([super().evaluate()]), **ensemble}
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
+    result = model_beats.final(Recording())
+    assert len(tuned) == len(set(tuned)) == 2 * 2 * 2  # two members, two shares, two seeds
+    votes = [a for a in asked if "--ensemble" in a and a[0].startswith("ft_beats_pretrained")
+             and a[-1].startswith("ft_beats_scratch")]  # fmt: skip
+    assert len(votes) == 4
+    for a in votes:
+        assert (
+            re.sub(r"ft_beats_pretrained_", "", a[0]).split("_")[:2]
+            == re.sub(r"ft_beats_scratch_", "", a[-1]).split("_")[:2]
+        )  # one share, one seed
+        assert a[a.index("--views") + 1] == str(model_configs.VIEWS)
+        assert a[a.index("--records") + 1 : a.index("--views")] == tuple(model_configs.TEST)
+    assert {(r["label_fraction"], r["seed"]) for r in result["beats"] if r["init"] == "pair"} == {
+        (f, s) for f in (1.0, 0.1) for s in (0, 1)
+    }
+    assert result["config"]["pair: both"] == model_recipes.pair_recipe_flags("both")
+    grouped = dict((tuple(first), cells) for first, cells in
+                   model_tables._grouped(result["beats"], model_tables.BEAT_COLUMNS))  # fmt: skip
+    assert all("±" in c for c in grouped[("100%", "pair", "2")])  # a mean and spread of seeds
+
+    # DS2 scored both members alone before: the pair is still trained and scored, alone.
+    ledger = tmp_path / "ds2_scored.json"
+    ledger.write_text(json.dumps([
+        {"round": "53", "stage": "final", "config": f"{init}: {name}",
+         "flags": model_recipes.recipe_flags(name), "codebook_version": CODEBOOK_VERSION}
+        for init, name in (("pretrained", "pretrained_short_views4"),
+                           ("scratch", "scratch_long_views4"))
+    ]))  # fmt: skip
+    monkeypatch.setattr(model_ledger, "DS2_LEDGER", ledger)
+    tuned.clear()
+    result = model_beats.final(Recording())
+    assert len(set(tuned)) == 8
+    assert set(result["config"]) == {"pair: both"}
+    transformers = {r["init"] for r in result["beats"] if "floor" not in r["init"]}
+    assert transformers == {"pair"}
+    pretrained = model_runner.pretraining_runs(["pretrain", "final"], tmp_path)
+    assert {variant for variant, _ in pretrained} == {
+        model_recipes.pretrain_variant(c) for c in ("pretrained_short", "scratch_long")
+    }
+
+
 def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
