@@ -227,14 +227,14 @@ def final(r: Runner) -> dict[str, Any]:
         return {"init": init, "label_fraction": fraction, "seed": seed, **rep,
                 "sick_test": sum_reports([held_out])}  # fmt: skip
 
-    def vote(fraction: float, seed: int) -> dict[str, Any] | None:
+    def vote(fraction: float, seed: int) -> dict[str, Any]:
         """The pair's two members of one label share and seed voting together, as `select`
-        measured it (None in a resumed call that lacks a member's weights)."""
-        first, second = (name_of(i, c, fraction, seed) for i, c in voters)
-        rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.TEST, "--views",
-                                 cfg.VIEWS, "--ensemble", second)  # fmt: skip
-        if rep is None:
-            return None
+        measured it. Asked in a job that names both runs (trained already, or deferred by
+        RESUME), so that its answer marks them answered: a resumed call neither drops the
+        row nor trains a pair-only member again (`model_runner.Runner.parallel`)."""
+        first, second = (tune(i, c, fraction, seed) for i, c in voters)
+        rep = r.evaluate(first, "tok_beats", "--records", *cfg.TEST, "--views", cfg.VIEWS,
+                         "--ensemble", second)  # fmt: skip
         # one model per seed, with a spread: not a row of runs read together (`ensemble`)
         rep = {k: v for k, v in rep.items() if k != "ensemble"}
         return {"init": "pair", "label_fraction": fraction, "seed": seed,
@@ -257,8 +257,8 @@ def final(r: Runner) -> dict[str, Any]:
     grid = [(i, c, f, s) for i, c in runs for f in cfg.FRACTIONS for s in cfg.SEEDS]
     beat_rows = [row for row in r.parallel([lambda g=g: beats(*g) for g in grid]) if row]
     if pair:
-        votes = r.parallel([lambda f=f, s=s: vote(f, s) for f in cfg.FRACTIONS for s in cfg.SEEDS])
-        beat_rows += [row for row in votes if row is not None]
+        beat_rows += r.parallel([lambda f=f, s=s: vote(f, s)
+                                 for f in cfg.FRACTIONS for s in cfg.SEEDS])  # fmt: skip
     if len(cfg.SEEDS) > 1:
         shares = [(i, f) for i in chosen for f in cfg.FRACTIONS]
         found = r.parallel([lambda p=p: together(*p) for p in shares])

@@ -212,10 +212,11 @@ def best_selected(path: Path, init: str) -> str:
 
 
 def voting_pair_flags(pair: str) -> list[str]:
-    """What a VOTING_PAIRS row's flags record in `select`: its two recipes, voting together."""
+    """How a VOTING_PAIRS row votes, as its recorded flags say: its two recipes' models of the
+    same training records and seed (a fold in `select`, a label share in `final`) together."""
     first, second = cfg.VOTING_PAIRS[pair]
     return [f"(evaluate --views {cfg.VIEWS} --ensemble: {first} with {second}, "
-            "the same fold and seed)"]  # fmt: skip
+            "trained on the same records with the same seed)"]  # fmt: skip
 
 
 def pair_recipe_flags(pair: str) -> list[str]:

@@ -217,7 +217,9 @@ class Runner:
     def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
         args, what = self._question(name, data, extra)
         if getattr(self.job, "asked", None) is not None:
-            self.job.asked.add(name)
+            given = list(map(str, extra))  # an --ensemble's runs are asked too
+            self.job.asked.update([name, *given[given.index("--ensemble") + 1 :]]
+                                  if "--ensemble" in given else [name])  # fmt: skip
 
         def ask() -> dict[str, Any]:
             for run in (name, *map(str, extra)):  # an --ensemble's members need weights too
@@ -273,12 +275,13 @@ class Runner:
             self.job.runs, self.job.asked = [], set()
             result = job()
             # every answer the job asked of a run it trained is kept: RESUME may skip the run
+            # (an --ensemble's member too, whose answers are kept under the first run)
             for name in (n for n in self.job.runs if n in self.job.asked):
                 kept = self.evaluations(name)
-                if kept.is_dir():
-                    if (self.work / name / "finetune.json").is_file():  # its split, for the record
-                        shutil.copy2(self.work / name / "finetune.json", kept / "finetune.json")
-                    (kept / ANSWERED).touch()
+                kept.mkdir(parents=True, exist_ok=True)
+                if (self.work / name / "finetune.json").is_file():  # its split, for the record
+                    shutil.copy2(self.work / name / "finetune.json", kept / "finetune.json")
+                (kept / ANSWERED).touch()
             return result
 
         with ThreadPoolExecutor(self.jobs) as pool:

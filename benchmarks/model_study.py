@@ -14,8 +14,8 @@ AFIB training set are tokenized with it. `select` compares fine-tuning configura
 two record-wise folds of DS1 (train on one, score the other, confusion matrices summed)
 at SELECT_FRACTION of the labels over SELECT_SEEDS; DS2 is not read. `final` trains the
 pretrained and the scratch model, each with its own chosen configuration (and the two
-members of a VOTING_PAIRS row that beat both of them on the folds), on DS1 and scores DS2
-with seeds 0, 1, 2 at each of FRACTIONS of the labels, with the LightGBM floor
+members of a VOTING_PAIRS row that scored above each of them alone on the folds), on DS1 and
+scores DS2 with seeds 0, 1, 2 at each of FRACTIONS of the labels, with the LightGBM floor
 of `tree_floor.py` on the same inputs and labels. `select_afib` and `final_afib` do the same
 for AFIB windows: chosen on two folds of the real records outside DS2, scored on DS2.
 Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{json,md}.

@@ -940,6 +940,24 @@ def test_only_a_job_that_asked_a_run_marks_its_answers_whole(
     assert json.loads((kept / "finetune.json").read_text()) == {"train_records": ["101"]}
 
 
+def test_a_job_that_asks_runs_voting_together_marks_each_of_them_answered(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """A pair's vote is its members' one question in `final`: a resumed call must find both
+    answered, or it trains a pair-only member again and loses the votes kept under it."""
+    _fake_heartlm(monkeypatch, tmp_path)
+    runner = model_runner.Runner(tmp_path, "cpu", 1, tmp_path / "ecg")
+
+    def vote() -> None:
+        for name in ("first", "second"):
+            runner.finetune(name, "beats", "tok_beats")
+        runner.evaluate("first", "tok_beats", "--ensemble", "second")
+
+    runner.parallel([vote])
+    for name in ("first", "second"):
+        assert (runner.evaluations(name) / model_runner.ANSWERED).exists()
+
+
 def test_a_floor_is_fitted_once_and_again_for_other_inputs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
@@ -1887,7 +1905,8 @@ def test_final_scores_a_winning_pair_from_its_members_runs_seed_by_seed(
     monkeypatch.setattr(model_configs, "SEEDS", (0, 1))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1))
     result = model_beats.final(Recording())
-    assert len(tuned) == len(set(tuned)) == 2 * 2 * 2  # two members, two shares, two seeds
+    # two members, two shares, two seeds: each trained by one job, then named by its vote's
+    assert len(set(tuned[:8])) == 8 and len(tuned) == 8 + 2 * 4 and set(tuned[8:]) == set(tuned)
     votes = [a for a in asked if "--ensemble" in a and a[0].startswith("ft_beats_pretrained")
              and a[-1].startswith("ft_beats_scratch")]  # fmt: skip
     assert len(votes) == 4
@@ -1925,6 +1944,50 @@ def test_final_scores_a_winning_pair_from_its_members_runs_seed_by_seed(
     assert {variant for variant, _ in pretrained} == {
         model_recipes.pretrain_variant(c) for c in ("pretrained_short", "scratch_long")
     }
+
+
+def test_final_scores_a_pair_member_alone_only_where_it_is_its_initialisation_s_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The folds chose another pretrained recipe than the pair's member: the member's runs
+    vote, and the pretrained rows are the chosen recipe's runs alone."""
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "pretrained_short": ["--inputs", "relative", "--window", "32"],
+        "pretrained_other": ["--inputs", "relative", "--window", "64"],
+        "scratch_long": ["--from-scratch", "--inputs", "relative", "--window", "128"],
+    })  # fmt: skip
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS",
+                        {"both": ("pretrained_short", "scratch_long")})  # fmt: skip
+    _pair_selection(tmp_path / "select.json", pair_f1=0.75)
+    rows = json.loads((tmp_path / "select.json").read_text())
+    rows["beats"]["pretrained_other_views4"] = {
+        "per_class": {c: {"f1": 0.65} for c in ("S", "V", "F")}}  # fmt: skip
+    (tmp_path / "select.json").write_text(json.dumps(rows))
+    window: dict[str, str] = {}
+    alone: list[str] = []
+
+    class Recording(_Transformers):
+        work = tmp_path
+
+        def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+            window[name] = str(extra[list(map(str, extra)).index("--window") + 1])
+
+        def evaluate(self, *args) -> dict:
+            if "--ensemble" not in args and args[1] == "tok_beats":
+                alone.append(str(args[0]))
+            return model_beats.sum_reports([super().evaluate()])
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    result = model_beats.final(Recording())
+    assert sorted(window.values()) == ["128", "32", "64"]  # three runs, each trained once
+    assert sorted(window[name] for name in alone) == ["128", "64"]  # the choices alone
+    assert {r["init"] for r in result["beats"] if "floor" not in r["init"]} == {
+        "pretrained", "scratch", "pair"}  # fmt: skip
+    (vote,) = [r for r in result["beats"] if r["init"] == "pair"]
+    assert [window[name] for name in vote["voters"]] == ["32", "128"]
 
 
 def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
