@@ -2228,21 +2228,55 @@ def test_round_53_adds_one_lever_to_each_choice_of_round_52():
 
 def test_afib_round_53_runs_each_scored_choice_beside_its_weight_average():
     rounds = model_afib_rounds
-    parents = [n for n in rounds.AFIB_CONFIGS if not n.endswith(rounds.AVERAGE_SUFFIX)]
+    r53 = rounds.AFIB_ROUND_53
+    parents = [n for n in r53 if not n.endswith(rounds.AVERAGE_SUFFIX)]
     assert parents == [rounds._PRETRAINED_40, rounds._SCRATCH_39]
     assert rounds._PRETRAINED_40.endswith(rounds.SMOOTH_MORE_SUFFIX), "round 40's choice"
     assert rounds._SCRATCH_39.endswith(f"{rounds.ECTOPY_SUFFIX}{rounds.SMOOTH_SUFFIX}")
     for name in parents:
-        assert rounds.AFIB_CONFIGS[name] == rounds.AFIB_ROUND_40[name], "run as scored"
-        averaged = rounds.AFIB_CONFIGS[f"{name}{rounds.AVERAGE_SUFFIX}"]
+        assert r53[name] == rounds.AFIB_ROUND_40[name], "run as scored"
+        averaged = r53[f"{name}{rounds.AVERAGE_SUFFIX}"]
         assert averaged == [*rounds.AFIB_ROUND_40[name], *rounds.WEIGHT_AVERAGE]
         assert "--ema" not in rounds.AFIB_ROUND_40[name]
-    assert len(rounds.AFIB_CONFIGS) == 2 * len(parents)
+    assert len(r53) == 2 * len(parents)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     scored = {e["config"].split(": ")[-1] for e in ledger if e["stage"] == "final_afib"}
     assert all(f"{name}_views{model_configs.VIEWS}" in scored for name in parents), (
         "each parent is a recipe DS2 has scored: the folds weigh the average against it"
     )
+
+
+def test_afib_round_54_fine_tunes_the_encoder_with_every_flag_of_scratchs_choice():
+    """Only the initialisation differs between the new recipe and scratch's choice: its flags
+    (bar --from-scratch), its synthetic folders; and it starts from the `bestleads` encoder."""
+    rounds = model_afib_rounds
+    twin, scratch = rounds._PRETRAINED_AS_SCRATCH, rounds._SCRATCH_53
+    assert set(rounds.AFIB_CONFIGS) == {rounds._PRETRAINED_40, twin, scratch}
+    assert rounds.AFIB_CONFIGS[rounds._PRETRAINED_40] == rounds.AFIB_ROUND_53[rounds._PRETRAINED_40]
+    assert rounds.AFIB_CONFIGS[scratch] == rounds.AFIB_ROUND_53[scratch]
+    assert ["--from-scratch", *rounds.AFIB_CONFIGS[twin]] == rounds.AFIB_CONFIGS[scratch]
+    assert model_recipes.afib_synthetic(twin) == model_recipes.afib_synthetic(scratch)
+    assert model_recipes.pretrain_variant(twin) == "bestleads"
+    assert model_recipes.pretrain_variant(rounds._PRETRAINED_40) == "bestleads"
+
+
+def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choices():
+    rounds = model_beat_rounds
+    r54, r53 = rounds.CONFIGS, rounds.ROUND_53
+    pretrained, scratch = rounds._PRETRAINED_53, rounds._SCRATCH_53
+    twins = {
+        f"{pretrained}{rounds.MLP_LOSS_SUFFIX}": (pretrained, rounds.MLP_LOSS),
+        f"{scratch}{rounds.AVERAGE_SUFFIX}": (scratch, rounds.WEIGHT_AVERAGE),
+    }
+    for name, (parent, added) in twins.items():
+        assert r54[parent] == r53[parent], "each parent runs as DS2 scored it in round 53"
+        assert r54[name] == [*r53[parent], *added]
+        assert added[0] not in r53[parent], "the lever is new to its parent"
+    assert set(r54) == {*twins, pretrained, scratch}
+    pairs = rounds.VOTING_PAIRS
+    assert pairs == {"pretrained_with_scratch": (pretrained, scratch)}
+    assert model_recipes.pair_members("pretrained_with_scratch") == [
+        ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
