@@ -217,9 +217,7 @@ class Runner:
     def evaluate(self, name: str, data: str, *extra: Any) -> dict[str, Any]:
         args, what = self._question(name, data, extra)
         if getattr(self.job, "asked", None) is not None:
-            given = list(map(str, extra))  # an --ensemble's runs are asked too
-            self.job.asked.update([name, *given[given.index("--ensemble") + 1 :]]
-                                  if "--ensemble" in given else [name])  # fmt: skip
+            self.job.asked.update([name, *map(str, extra)])  # an --ensemble's runs too
 
         def ask() -> dict[str, Any]:
             for run in (name, *map(str, extra)):  # an --ensemble's members need weights too

@@ -2194,6 +2194,16 @@ def test_each_round_51_lever_changes_one_flag_of_scratchs_window_128_batch_16_re
     assert rounds._SCRATCH_49 in rounds.ROUND_51, "the parent runs in the same call"
 
 
+def _one_lever_each(new: dict, old: dict, twins: dict[str, tuple[str, list[str]]]) -> None:
+    """Round `new` runs each parent as round `old` ran it and each twin as its parent with one
+    lever added that the parent lacked, and nothing else."""
+    for name, (parent, added) in twins.items():
+        assert new[parent] == old[parent], "each parent runs as it ran the round before"
+        assert new[name] == [*old[parent], *added]
+        assert added[0] not in old[parent], "the lever is new to its parent"
+    assert set(new) == {*twins, *(parent for parent, _ in twins.values())}
+
+
 def test_round_52_changes_one_thing_of_each_choice_per_recipe():
     rounds = model_beat_rounds
     r52, r51 = rounds.ROUND_52, rounds.ROUND_51
@@ -2203,10 +2213,7 @@ def test_round_52_changes_one_thing_of_each_choice_per_recipe():
         f"{scratch}{rounds.MLP_LOSS_SUFFIX}": (scratch, rounds.MLP_LOSS),
         f"{scratch}{rounds.BEAT_STATS_SUFFIX}": (scratch, rounds.BEAT_LOCAL_STATS),
     }
-    for name, (parent, added) in twins.items():
-        assert r52[parent] == r51[parent], "each parent runs as it ran in round 51"
-        assert r52[name] == [*r51[parent], *added]
-    assert set(r52) == {*twins, pretrained, scratch}
+    _one_lever_each(r52, r51, twins)
 
 
 def test_round_53_adds_one_lever_to_each_choice_of_round_52():
@@ -2219,11 +2226,7 @@ def test_round_53_adds_one_lever_to_each_choice_of_round_52():
         f"{pretrained}{rounds.BEAT_STATS_SUFFIX}": (pretrained, rounds.BEAT_LOCAL_STATS),
         f"{scratch}{rounds.MLP_LOSS_SUFFIX}": (scratch, rounds.MLP_LOSS),
     }
-    for name, (parent, added) in twins.items():
-        assert r53[parent] == r52[parent], "each parent runs as it ran in round 52"
-        assert r53[name] == [*r52[parent], *added]
-        assert added[0] not in r52[parent], "the lever is new to its parent"
-    assert set(r53) == {*twins, pretrained, scratch}
+    _one_lever_each(r53, r52, twins)
 
 
 def test_afib_round_53_runs_each_scored_choice_beside_its_weight_average():
@@ -2268,11 +2271,7 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
         f"{pretrained}{rounds.MLP_LOSS_SUFFIX}": (pretrained, rounds.MLP_LOSS),
         f"{scratch}{rounds.AVERAGE_SUFFIX}": (scratch, rounds.WEIGHT_AVERAGE),
     }
-    for name, (parent, added) in twins.items():
-        assert r54[parent] == r53[parent], "each parent runs as DS2 scored it in round 53"
-        assert r54[name] == [*r53[parent], *added]
-        assert added[0] not in r53[parent], "the lever is new to its parent"
-    assert set(r54) == {*twins, pretrained, scratch}
+    _one_lever_each(r54, r53, twins)
     pairs = rounds.VOTING_PAIRS
     assert pairs == {"pretrained_with_scratch": (pretrained, scratch)}
     assert model_recipes.pair_members("pretrained_with_scratch") == [
