@@ -24,6 +24,7 @@ from model_recipes import (
     pretrain_variant,
     pretraining_run,
     recipe_flags,
+    rule_floor,
     select_score,
     viewed,
     views_of,
@@ -121,9 +122,22 @@ def select(r: Runner) -> dict[str, Any]:
     recipes = [viewed(c, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS)]
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
+    configs = {c: recipe_flags(c) for c in recipes}
+    for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
+        floors = [kept_beat_floor(r, folder, tokens[folder], [*cfg.FOLDS[k], *synthetic[folder]],
+                                  mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
+                  for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
+        floor = floor_name(inputs, data=folder)
+        rows[floor] = sum_reports(floors)
+        configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
+
+    def seed_score(name: str, reports: list[dict[str, Any]]) -> float:
+        """One seed's score by SELECT_RULE, against the floor of both seeds summed."""
+        floor = rule_floor(rows, name, cfg.SELECT_RULE)
+        return select_score(sum_reports(reports), cfg.SELECT_CLASSES, floor)
+
     seed_scores = {
-        c: {s: select_score(sum_reports([rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)]),
-                            cfg.SELECT_CLASSES)
+        c: {s: seed_score(c, [rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)])
             for s in cfg.SELECT_SEEDS}
         for c in recipes
     }  # fmt: skip
@@ -134,29 +148,27 @@ def select(r: Runner) -> dict[str, Any]:
             reports = [rep for n, rep in pooled if n == name]
             if None not in reports:  # both folds, or no row
                 rows[name] = sum_reports(reports)
-    measure_voting_pairs(r, name_of, rows, seed_scores)
-    configs = {c: recipe_flags(c) for c in recipes}
+    measure_voting_pairs(r, name_of, rows, seed_scores, seed_score)
     configs |= {pair: voting_pair_flags(pair) for pair in cfg.VOTING_PAIRS if pair in rows}
     seeds_text = " ".join(map(str, cfg.SELECT_SEEDS))
     configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
                 for c in recipes if ensembled(c) in rows}  # fmt: skip
-    for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
-        floors = [kept_beat_floor(r, folder, tokens[folder], [*cfg.FOLDS[k], *synthetic[folder]],
-                                  mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
-                  for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
-        floor = floor_name(inputs, data=folder)
-        rows[floor] = sum_reports(floors)
-        configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out,
-            "select_classes": list(cfg.SELECT_CLASSES), "seed_scores": seed_scores}  # fmt: skip
+            "select_classes": list(cfg.SELECT_CLASSES), "select_rule": cfg.SELECT_RULE,
+            "seed_scores": seed_scores}  # fmt: skip
 
 
-def measure_voting_pairs(r: Runner, name_of: Callable[[str, int, int], str],
-                         rows: dict[str, Any], seed_scores: dict[str, Any]) -> None:  # fmt: skip
+def measure_voting_pairs(
+    r: Runner,
+    name_of: Callable[[str, int, int], str],
+    rows: dict[str, Any],
+    seed_scores: dict[str, Any],
+    seed_score: Callable[[str, list[dict[str, Any]]], float],
+) -> None:
     """Add to `rows` and `seed_scores` each VOTING_PAIRS row whose two configurations are in
     CONFIGS: their fold models of one fold and seed voting together, VIEWS views; no row
-    where a resumed call lacks a member's weights."""
+    where a resumed call lacks a member's weights. `seed_score` scores one seed's reports."""
 
     def vote(pair: str, k: int, seed: int) -> tuple[str, int, dict[str, Any] | None]:
         first, second = (name_of(c, k, seed) for c in cfg.VOTING_PAIRS[pair])
@@ -173,8 +185,7 @@ def measure_voting_pairs(r: Runner, name_of: Callable[[str, int, int], str],
             continue
         rows[pair] = sum_reports([rep for _, rep in reports])
         seed_scores[pair] = {
-            s: select_score(sum_reports([rep for seed, rep in reports if seed == s]),
-                            cfg.SELECT_CLASSES)
+            s: seed_score(pair, [rep for seed, rep in reports if seed == s])
             for s in cfg.SELECT_SEEDS
         }  # fmt: skip
 
@@ -272,4 +283,4 @@ def final(r: Runner) -> dict[str, Any]:
                                       seed, fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
-    return {"config": configs, "beats": beat_rows, "afib": []}
+    return {"config": configs, "select_rule": cfg.SELECT_RULE, "beats": beat_rows, "afib": []}

@@ -180,10 +180,41 @@ def best_afib(rows: dict[str, Any], init: str) -> str:
     return max(candidates, key=lambda c: rows[c].get("threshold_f1", rows[c].get("f1", 0.0)))
 
 
-def select_score(report: dict[str, Any], classes: Sequence[str]) -> float:
-    """What `select` ranks beat recipes by: the mean F1 of `classes` (cfg.SELECT_CLASSES)."""
+def select_score(
+    report: dict[str, Any], classes: Sequence[str], floor: dict[str, Any] | None = None
+) -> float:
+    """What beat recipes are ranked by: the mean F1 of `classes` (cfg.SELECT_CLASSES), or,
+    given the floor's report on the same records, the smallest F1 less the floor's
+    (cfg.SELECT_RULE "floor_margin")."""
     c = report["per_class"]
+    if floor is not None:
+        return min(c[k]["f1"] - floor["per_class"][k]["f1"] for k in classes)
     return sum(c[k]["f1"] for k in classes) / len(classes)
+
+
+def beat_floor_of(name: str) -> str:
+    """The floor row beside a beat recipe, or a VOTING_PAIRS row (its first member's): the
+    tree on the same inputs and training token folder."""
+    config = cfg.VOTING_PAIRS[name][0] if name in cfg.VOTING_PAIRS else config_of(name)
+    return floor_name(_inputs(cfg.CONFIGS[config]), data=beat_data(config))
+
+
+def rule_floor(rows: dict[str, Any], name: str, rule: str) -> dict[str, Any] | None:
+    """The report that `rule` measures row `name` of a selection against: its floor's for
+    "floor_margin", none for "mean"."""
+    if rule == "mean":
+        return None
+    if rule != "floor_margin":
+        raise SystemExit(f"SELECT_RULE {rule!r}: not 'mean' or 'floor_margin'")
+    if (floor := beat_floor_of(name)) not in rows:
+        raise SystemExit(f"select.json: no row {floor!r} to rank {name} by its margin over")
+    return rows[floor]
+
+
+def selection_rule(selection: dict[str, Any]) -> str:
+    """The rule a selection file's seed table was computed by (before round 55 no file says:
+    the mean)."""
+    return selection.get("select_rule", "mean")
 
 
 def select_classes(selection: dict[str, Any]) -> tuple[str, ...]:
@@ -199,16 +230,22 @@ def ensembled(recipe: str) -> str:
 
 
 def best_selected(path: Path, init: str) -> str:
-    """The `init` ("pretrained" or "scratch") configuration with the best mean F1 of the
-    classes the selection was ranked by."""
+    """The `init` ("pretrained" or "scratch") configuration ranked first by SELECT_RULE over
+    the classes the selection names."""
     if not path.is_file():
         raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
     selection = json.loads(path.read_text())
-    rows, classes = selection["beats"], select_classes(selection)
-
-    candidates = [n for n in rows if _is_recipe(n) and (
+    candidates = [n for n in selection["beats"] if _is_recipe(n) and (
         "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
-    return max(candidates, key=lambda name: select_score(rows[name], classes))
+    return max(candidates, key=lambda name: ranked_score(selection, name))
+
+
+def ranked_score(selection: dict[str, Any], name: str) -> float:
+    """Row `name`'s score by the rule in force (cfg.SELECT_RULE) over the classes its
+    selection file was measured for."""
+    rows = selection["beats"]
+    floor = rule_floor(rows, name, cfg.SELECT_RULE)
+    return select_score(rows[name], select_classes(selection), floor)
 
 
 def voting_pair_flags(pair: str) -> list[str]:
@@ -236,13 +273,13 @@ def pair_members(pair: str) -> list[tuple[str, str]]:
 
 def best_pair(path: Path) -> str | None:
     """The VOTING_PAIRS row of a selection that scored above both its members (each over the
-    pair's own VIEWS views) by the classes the selection was ranked by, the best of those;
+    pair's own VIEWS views) by SELECT_RULE over the classes it names, the best of those;
     None where none did: a pair that only ties its better member adds a model for nothing."""
     selection = json.loads(path.read_text())
-    rows, classes = selection["beats"], select_classes(selection)
+    rows = selection["beats"]
 
     def score(name: str) -> float:
-        return select_score(rows[name], classes)
+        return ranked_score(selection, name)
 
     winners = [
         pair for pair, members in cfg.VOTING_PAIRS.items()

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from model_recipes import select_classes
+from model_recipes import select_classes, selection_rule
 
 BEAT_COLUMNS = (
     ("accuracy", lambda r: r["accuracy"]),
@@ -149,7 +149,9 @@ def _seed_scores(results: dict[str, Any]) -> list[str]:
     seeds = list(next(iter(scores.values())))
     classes = select_classes(results)
     named = f"{', '.join(classes[:-1])} and {classes[-1]}" if len(classes) > 1 else classes[0]
-    lines = ["", f"## Mean of {named} F1 seed by seed (both folds summed)", "",
+    score = {"mean": f"Mean of {named} F1",
+             "floor_margin": f"Smallest margin of {named} F1 over the floor's"}  # fmt: skip
+    lines = ["", f"## {score[selection_rule(results)]} seed by seed (both folds summed)", "",
              f"| configuration | {' | '.join(f'seed {s}' for s in seeds)} | mean ± std |",
              f"| --- |{' --- |' * (len(seeds) + 1)}"]  # fmt: skip
     for name, by_seed in scores.items():
@@ -195,7 +197,9 @@ def _final(results: dict[str, Any]) -> list[str]:
         TITLES[results["stage"]],
         "",
         *_header(results),
-        f"Configuration: {results['config']}. Goals: accuracy >= {g['accuracy']}, "
+        f"Configuration: {results['config']}"
+        + (f" (chosen on the folds by {rule})" if (rule := results.get("select_rule")) else "")
+        + f". Goals: accuracy >= {g['accuracy']}, "
         f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
         "",
         *(

@@ -214,6 +214,14 @@ def test_the_beat_floor_sees_a_fraction_of_the_ds1_labels_and_is_scored_on_all_o
     assert {r["init"] for r in rows} == {"tree floor (relative)"}
 
 
+@pytest.fixture
+def _mean_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank selections by the mean F1 (rounds 1-53): tests of what a choice is made from, not
+    of the rule, on rows with no floor beside them."""
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "mean")
+
+
+@pytest.mark.usefixtures("_mean_rule")
 def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -248,6 +256,7 @@ def test_final_gives_pretrained_and_scratch_each_their_own_best_ds1_recipe(
         model_recipes.views_of("scratch_other_views4")
 
 
+@pytest.mark.usefixtures("_mean_rule")
 def test_final_reads_a_selection_by_the_classes_it_was_ranked_by(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -475,6 +484,70 @@ def test_final_trains_on_ds1_and_the_sick_records_and_scores_ds2_alone(
     assert any(c[0] == "evaluate" and c[2] == "tok_sick_test" for c in calls)
 
 
+def test_the_floor_margin_rule_ranks_by_the_class_furthest_under_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Round 54's folds: the mean of S, V and F ranked a recipe 0.041 under the floor's V
+    (F far above it) over one at the floor's V; the floor margin ranks them the other way."""
+
+    def row(s_f1: float, v_f1: float, f_f1: float) -> dict:
+        return {"per_class": {"S": {"f1": s_f1}, "V": {"f1": v_f1}, "F": {"f1": f_f1}}}
+
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "pretrained_stats": ["--inputs", "relative"],
+        "pretrained_stats_mlploss": ["--inputs", "relative", "--beat-mlp-loss", "1"],
+        "scratch_plain": ["--from-scratch", "--inputs", "relative"],
+    })  # fmt: skip
+    rows = {"pretrained_stats": row(0.525, 0.860, 0.487),
+            "pretrained_stats_mlploss": row(0.574, 0.901, 0.296),
+            "scratch_plain": row(0.46, 0.89, 0.41),
+            "tree floor (relative)": row(0.451, 0.901, 0.053)}  # fmt: skip
+    path = tmp_path / "select.json"
+    path.write_text(json.dumps({"beats": rows, "select_classes": ["S", "V", "F"]}))
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "mean")
+    assert model_recipes.best_selected(path, "pretrained") == "pretrained_stats"
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    assert model_recipes.best_selected(path, "pretrained") == "pretrained_stats_mlploss"
+    selection = json.loads(path.read_text())
+    assert model_recipes.ranked_score(selection, "pretrained_stats") == pytest.approx(-0.041)
+    del rows["tree floor (relative)"]
+    path.write_text(json.dumps({"beats": rows, "select_classes": ["S", "V", "F"]}))
+    with pytest.raises(SystemExit, match=r"no row 'tree floor \(relative\)' to rank"):
+        model_recipes.best_selected(path, "pretrained")
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "median")
+    with pytest.raises(SystemExit, match="'median': not 'mean' or 'floor_margin'"):
+        model_recipes.best_selected(path, "pretrained")
+
+
+def test_select_scores_each_seed_by_its_margin_over_the_floor_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    class Seeded(_Transformers):
+        """A single model finds V only for seed 0 (the floor finds none of S, V and F)."""
+
+        def evaluate(self, *args) -> dict:
+            cm = np.eye(5, dtype=int)
+            if "--ensemble" not in args and "_s0_" not in args[0]:
+                cm[2] = [1, 0, 0, 0, 0]  # V called N
+            return {"confusion": (cm * 10).tolist()}
+
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "SELECT_CLASSES", ("S", "V", "F"))
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    result = model_beats.select(Seeded())
+    assert result["select_rule"] == "floor_margin"
+    # seed 1's V F1 is the floor's (0), its S and F 1 above it; the mean would say 2/3
+    assert result["seed_scores"]["scratch_relative"] == {0: pytest.approx(1.0),
+                                                         1: pytest.approx(0.0)}  # fmt: skip
+    heading = model_tables._seed_scores(result)[1]
+    assert heading == ("## Smallest margin of S, V and F F1 over the floor's seed by seed "
+                       "(both folds summed)")  # fmt: skip
+
+
+@pytest.mark.usefixtures("_mean_rule")
 def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
@@ -549,6 +622,7 @@ def test_pretrain_makes_one_run_per_seed_that_fine_tuning_uses(
     assert runs == [("", 0), ("", 1), ("", 2)]
 
 
+@pytest.mark.usefixtures("_mean_rule")
 def test_pretrain_before_a_final_stage_skips_the_runs_of_recipes_the_ledger_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -1990,6 +2064,7 @@ def test_final_scores_a_pair_member_alone_only_where_it_is_its_initialisation_s_
     assert [window[name] for name in vote["voters"]] == ["32", "128"]
 
 
+@pytest.mark.usefixtures("_mean_rule")
 def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
