@@ -404,6 +404,13 @@ def test_the_per_beat_network_s_own_loss_is_added_in_training_only():
     assert {k: v.item() for k, v in got.items()} == {k: v.item() for k, v in sums.items()}
     model.eval()  # validation scores the sum alone
     torch.testing.assert_close(with_net(model, batch)[0], summed)
+    # --beat-mlp-loss-skip S: the network's own loss leaves S beats out, the sum's keeps them
+    skip_s = BeatClasses(weight, mlp_loss=0.5, mlp_skip=[1])
+    model.train()
+    without_s, _ = _weighted_loss(network.reshape(-1, 5), t.masked_fill(t == 1, data.IGNORE),
+                                  torch.tensor(weight))  # fmt: skip
+    assert not torch.isclose(without_s, alone)
+    torch.testing.assert_close(skip_s(model, batch)[0], summed + 0.5 * without_s)
 
 
 def _cli(*argv: str) -> int:
@@ -661,6 +668,16 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     assert "--beat-mlp-loss trains the per-beat network: only with --task beats" in (
         capsys.readouterr().err
     )
+    skipping = tmp_path / "ft_mlp_loss_skip"
+    assert _cli(*[skipping if a == out else a for a in args], "--beat-mlp-loss", "1",
+                "--beat-mlp-loss-skip", "S") == 0  # fmt: skip
+    assert json.loads((skipping / "finetune.json").read_text())["beat_mlp_loss_skip"] == ["S"]
+    for extra, said in ((("--beat-mlp-loss-skip", "S"), "give --beat-mlp-loss W > 0 too"),
+                        (("--beat-mlp-loss", "1", "--beat-mlp-loss-skip", "S,X"), "not X"),
+                        (("--beat-mlp-loss", "1", "--beat-mlp-loss-skip", "N,S,V,F,Q"),
+                         "leaves every class out")):  # fmt: skip
+        assert _cli(*args, *extra, "--overwrite") == 2
+        assert said in capsys.readouterr().err
 
 
 def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
 from heartlm.model.config import MAX_BEAT_MLP_BINS, check_dropout
-from heartlm.settings import setting
+from heartlm.settings import comma_list, setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
 if TYPE_CHECKING:
@@ -89,6 +90,11 @@ class FinetuneConfig:
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from
     the beat and its neighbours by itself, not only to correct the transformer's logits; the
     logged training loss includes this term, validation scores the sum's plain loss"""
+    beat_mlp_loss_skip: list[str] = setting(factory=list, parse=comma_list(str),
+                                            metavar="CLASS,...", group=TASK)
+    """beats, with --beat-mlp-loss: AAMI classes (N, S, V, F, Q) that network's own loss
+    leaves out, e.g. S, which the rhythm around a beat tells rather than the beat itself
+    (the sum's loss still counts them)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -128,6 +134,14 @@ class FinetuneConfig:
             raise ValueError(f"--beat-mlp-loss must be >= 0, not {self.beat_mlp_loss}")
         if self.beat_mlp_loss > 0.0 and self.task != "beats":
             raise ValueError("--beat-mlp-loss trains the per-beat network: only with --task beats")
+        if self.beat_mlp_loss_skip and not self.beat_mlp_loss > 0.0:
+            raise ValueError("--beat-mlp-loss-skip leaves classes out of --beat-mlp-loss: "
+                             "give --beat-mlp-loss W > 0 too")  # fmt: skip
+        if unknown := [c for c in self.beat_mlp_loss_skip if c not in AAMI_CLASSES]:
+            raise ValueError(f"--beat-mlp-loss-skip takes AAMI classes "
+                             f"({', '.join(AAMI_CLASSES)}), not {', '.join(unknown)}")  # fmt: skip
+        if set(self.beat_mlp_loss_skip) >= set(AAMI_CLASSES):
+            raise ValueError("--beat-mlp-loss-skip leaves every class out: no loss is left")
         if self.train.head_first > 0 and self.from_scratch:
             raise ValueError("--head-first holds the encoder still; with --from-scratch it "
                              "would hold random weights")  # fmt: skip

@@ -121,16 +121,19 @@ class BeatClasses:
         shape_columns: Tensor | None = None,
         label_smoothing: float = 0.0,
         mlp_loss: float = 0.0,
+        mlp_skip: Sequence[int] = (),
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.morph_dropout = morph_dropout
         self.shape_columns = shape_columns
         self.label_smoothing = label_smoothing
         self.mlp_loss = mlp_loss
+        self.mlp_skip = tuple(mlp_skip)
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
         """The class-weighted loss of the beat head, plus in training `mlp_loss` x the
-        per-beat network's own (--beat-mlp-loss); the device sums are the beat head's."""
+        per-beat network's own (--beat-mlp-loss), without the beats of the class codes
+        `mlp_skip` (--beat-mlp-loss-skip); the device sums are the beat head's."""
         morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
         parts = self.mlp_loss > 0.0 and model.training
         out = model(morph, batch.rhythm, valid_BT=batch.valid,
@@ -141,15 +144,19 @@ class BeatClasses:
         target = target_BT.reshape(-1)
         smoothing = _training_only(model, self.label_smoothing)
 
-        def loss_of(logits_BTC: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        def loss_of(logits_BTC: Tensor, target: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
             logits = logits_BTC.reshape(-1, logits_BTC.shape[-1])
             return _weighted_loss(logits, target, self.weight, smoothing)
 
         if not parts:
-            return loss_of(out)
+            return loss_of(out, target)
         encoder_BTC, network_BTC = out
-        loss, sums = loss_of(encoder_BTC + network_BTC)
-        return loss + self.mlp_loss * loss_of(network_BTC)[0], sums
+        loss, sums = loss_of(encoder_BTC + network_BTC, target)
+        own = target
+        if self.mlp_skip:
+            skipped = torch.isin(target, torch.tensor(self.mlp_skip, device=target.device))
+            own = target.masked_fill(skipped, IGNORE)
+        return loss + self.mlp_loss * loss_of(network_BTC, own)[0], sums
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs

@@ -212,8 +212,9 @@ def load_tokens(folder: Path) -> Any:
 def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     columns = p.data.shape_columns(absolute_only=True)
     if cfg.task == "beats":
+        skip = [AAMI_CLASSES.index(c) for c in cfg.beat_mlp_loss_skip]
         return BeatClasses(p.weights, cfg.morph_dropout, columns, cfg.label_smoothing,
-                           mlp_loss=cfg.beat_mlp_loss)  # fmt: skip
+                           mlp_loss=cfg.beat_mlp_loss, mlp_skip=skip)  # fmt: skip
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))
@@ -288,13 +289,14 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
 
 
 OBJECTIVE_SETTINGS = ("class_weight_power", "max_class_weight", "label_smoothing",
-                      "morph_dropout", "afib_beat_loss", "beat_mlp_loss")  # fmt: skip
+                      "morph_dropout", "afib_beat_loss", "beat_mlp_loss",
+                      "beat_mlp_loss_skip")  # fmt: skip
 """The settings that shape fine-tuning's loss: a resume must keep them (`heartlm.train.
 checkpoint` compares them), or one model would be trained on two objectives and its
 finetune.json would name only the last."""
 
 
-def objective_settings(cfg: FinetuneConfig) -> dict[str, float]:
+def objective_settings(cfg: FinetuneConfig) -> dict[str, Any]:
     """`cfg`'s OBJECTIVE_SETTINGS, by name."""
     return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
 
@@ -335,6 +337,7 @@ def _finish(
         "afib_rule": windows.AFIB_RULE if cfg.task == "afib" else None,
         "afib_beat_loss": cfg.afib_beat_loss if cfg.task == "afib" else None,
         "beat_mlp_loss": cfg.beat_mlp_loss if cfg.task == "beats" else None,
+        "beat_mlp_loss_skip": cfg.beat_mlp_loss_skip if cfg.task == "beats" else None,
         "best": _best(cfg, result),
     }
     atomic_write_text(stage / FINETUNE_INFO, json.dumps(info, indent=2) + "\n")
