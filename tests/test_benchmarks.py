@@ -2340,17 +2340,36 @@ def test_afib_round_54_fine_tunes_the_encoder_with_every_flag_of_scratchs_choice
 
 def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choices():
     rounds = model_beat_rounds
-    r54, r53 = rounds.CONFIGS, rounds.ROUND_53
+    r54, r53 = rounds.ROUND_54, rounds.ROUND_53
     pretrained, scratch = rounds._PRETRAINED_53, rounds._SCRATCH_53
     twins = {
         f"{pretrained}{rounds.MLP_LOSS_SUFFIX}": (pretrained, rounds.MLP_LOSS),
         f"{scratch}{rounds.AVERAGE_SUFFIX}": (scratch, rounds.WEIGHT_AVERAGE),
     }
     _one_lever_each(r54, r53, twins)
-    pairs = rounds.VOTING_PAIRS
+    pairs = rounds.ROUND_54_PAIRS
     assert pairs == {"pretrained_with_scratch": (pretrained, scratch)}
-    assert model_recipes.pair_members("pretrained_with_scratch") == [
-        ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
+
+
+def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Each parent is a recipe with the per-beat loss that round 54's folds ranked first by
+    the floor margin, run as it ran there; each twin adds only --beat-mlp-loss-skip S."""
+    rounds = model_beat_rounds
+    pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
+    twins = {f"{parent}{rounds.MLP_SKIP_S_SUFFIX}": (parent, rounds.MLP_SKIP_S)
+             for parent in (pretrained, scratch)}  # fmt: skip
+    _one_lever_each(rounds.CONFIGS, rounds.ROUND_54, twins)
+    assert all("--beat-mlp-loss" in rounds.CONFIGS[parent] for parent in (pretrained, scratch))
+    assert rounds.VOTING_PAIRS == {}
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round54.json"
+    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_54)
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS", rounds.ROUND_54_PAIRS)
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    views = model_configs.VIEWS
+    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] \
+        == [f"{pretrained}_views{views}", f"{scratch}_views{views}"]
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
