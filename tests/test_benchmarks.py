@@ -166,6 +166,21 @@ class _Transformers(_Runner):
         return {"confusion": np.eye(5, dtype=int).tolist()}
 
 
+class _SeedZeroFindsV(_Transformers):
+    """A single model finds V only for seed 0 (its other beats all right); the seeds' models
+    together find every class; `asked` holds every evaluation's arguments."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, ...]] = []
+
+    def evaluate(self, *args) -> dict:
+        self.asked.append(tuple(map(str, args)))
+        cm = np.eye(5, dtype=int)
+        if "--ensemble" not in args and "_s0_" not in args[0]:
+            cm[2] = [1, 0, 0, 0, 0]  # V called N
+        return {"confusion": (cm * 10).tolist()}
+
+
 class _RecordingAfib(_Transformers):
     """Records each fine-tuning run's flags; every AFIB evaluation finds its one AF window
     from a threshold of 0.7 down."""
@@ -522,22 +537,13 @@ def test_the_floor_margin_rule_ranks_by_the_class_furthest_under_the_floor(
 def test_select_scores_each_seed_by_its_margin_over_the_floor_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    class Seeded(_Transformers):
-        """A single model finds V only for seed 0 (the floor finds none of S, V and F)."""
-
-        def evaluate(self, *args) -> dict:
-            cm = np.eye(5, dtype=int)
-            if "--ensemble" not in args and "_s0_" not in args[0]:
-                cm[2] = [1, 0, 0, 0, 0]  # V called N
-            return {"confusion": (cm * 10).tolist()}
-
     monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_configs, "SELECT_CLASSES", ("S", "V", "F"))
     monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
-    result = model_beats.select(Seeded())
+    result = model_beats.select(_SeedZeroFindsV())
     assert result["select_rule"] == "floor_margin"
     # seed 1's V F1 is the floor's (0), its S and F 1 above it; the mean would say 2/3
     assert result["seed_scores"]["scratch_relative"] == {0: pytest.approx(1.0),
@@ -2068,31 +2074,20 @@ def test_final_scores_a_pair_member_alone_only_where_it_is_its_initialisation_s_
 def test_select_scores_each_seed_and_the_seeds_fold_models_together_and_never_chooses_those(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    asked: list[tuple[str, ...]] = []
-
-    class Seeded(_Transformers):
-        """A single model finds V only for seed 0; the ensemble finds every class."""
-
-        def evaluate(self, *args) -> dict:
-            asked.append(tuple(map(str, args)))
-            cm = np.eye(5, dtype=int)
-            if "--ensemble" not in args and "_s0_" not in args[0]:
-                cm[2] = [1, 0, 0, 0, 0]  # V called N
-            return {"confusion": (cm * 10).tolist()}
-
     monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1, 2))
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_configs, "SELECT_CLASSES", ("S", "V", "F"))
-    result = model_beats.select(Seeded())
+    seeded = _SeedZeroFindsV()
+    result = model_beats.select(seeded)
     views = model_configs.VIEWS
     scores = result["seed_scores"]
     assert result["select_classes"] == ["S", "V", "F"]
     assert scores["scratch_relative"][0] == pytest.approx(1.0)
     # seeds 1 and 2 call every V beat N: S and F F1 1, V 0 (by S and V alone it would be 0.5)
     assert scores["scratch_relative"][1] == scores["scratch_relative"][2] == pytest.approx(2 / 3)
-    ensembles = [a for a in asked if "--ensemble" in a]
+    ensembles = [a for a in seeded.asked if "--ensemble" in a]
     # one per fold and view count, the fold's three seeds together, scored on the other fold
     assert len(ensembles) == 4
     for a in ensembles:
