@@ -490,7 +490,7 @@ VOTING_PAIRS: dict[str, tuple[str, str]] = {}
 per-beat network's own loss (`--beat-mlp-loss 1`), and the same with that loss leaving S beats
 out (`--beat-mlp-loss-skip S`; the sum's loss still counts them). On DS2 the per-beat loss lost
 record 232's S beats in both initialisations: scratch found them at sensitivity 0.18-0.23 with
-it (round 53) and 0.23-0.84 without it (round 52), the pretrained recipe 0.14 (seed 0, round
+it (round 53) and 0.23-0.84 without it (round 52), the pretrained recipe 0.12-0.14 (round
 54) against 0.59-0.84 (round 53). A supraventricular beat is told by the rhythm around it, which
 the transformer reads and the per-beat network sees only as its own and its two neighbours'
 columns; the folds cannot show it (no DS1 record is like 232). The parents are the recipes

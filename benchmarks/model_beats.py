@@ -123,21 +123,27 @@ def select(r: Runner) -> dict[str, Any]:
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
     configs = {c: recipe_flags(c) for c in recipes}
+    floors: dict[str, dict[str, Any]] = {}
+    seed_floors: dict[int, dict[str, Any]] = {s: {} for s in cfg.SELECT_SEEDS}
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
-        floors = [kept_beat_floor(r, folder, tokens[folder], [*cfg.FOLDS[k], *synthetic[folder]],
-                                  mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION, inputs)
-                  for k in (0, 1) for s in cfg.SELECT_SEEDS]  # fmt: skip
+        by_seed = {s: [kept_beat_floor(r, folder, tokens[folder],
+                                       [*cfg.FOLDS[k], *synthetic[folder]],
+                                       mitdb_keys(cfg.FOLDS[1 - k]), s, cfg.SELECT_FRACTION,
+                                       inputs) for k in (0, 1)]
+                   for s in cfg.SELECT_SEEDS}  # fmt: skip
         floor = floor_name(inputs, data=folder)
-        rows[floor] = sum_reports(floors)
+        floors[floor] = sum_reports([rep for reps in by_seed.values() for rep in reps])
+        for s, reps in by_seed.items():
+            seed_floors[s][floor] = sum_reports(reps)
         configs[floor] = ["tree_floor.py", "--inputs", inputs, *data_note(folder)]
 
-    def seed_score(name: str, reports: list[dict[str, Any]]) -> float:
-        """One seed's score by SELECT_RULE, against the floor of both seeds summed."""
-        floor = rule_floor(rows, name, cfg.SELECT_RULE)
+    def seed_score(name: str, seed: int, reports: list[dict[str, Any]]) -> float:
+        """One seed's score by SELECT_RULE, against the same seed's floor."""
+        floor = rule_floor(seed_floors[seed], name, cfg.SELECT_RULE)
         return select_score(sum_reports(reports), cfg.SELECT_CLASSES, floor)
 
     seed_scores = {
-        c: {s: seed_score(c, [rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)])
+        c: {s: seed_score(c, s, [rep for cc, ss, rep, _ in found if (cc, ss) == (c, s)])
             for s in cfg.SELECT_SEEDS}
         for c in recipes
     }  # fmt: skip
@@ -153,6 +159,7 @@ def select(r: Runner) -> dict[str, Any]:
     seeds_text = " ".join(map(str, cfg.SELECT_SEEDS))
     configs |= {ensembled(c): [*recipe_flags(c), f"(evaluate --ensemble: seeds {seeds_text})"]
                 for c in recipes if ensembled(c) in rows}  # fmt: skip
+    rows |= floors  # the floor last
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out,
             "select_classes": list(cfg.SELECT_CLASSES), "select_rule": cfg.SELECT_RULE,
@@ -164,7 +171,7 @@ def measure_voting_pairs(
     name_of: Callable[[str, int, int], str],
     rows: dict[str, Any],
     seed_scores: dict[str, Any],
-    seed_score: Callable[[str, list[dict[str, Any]]], float],
+    seed_score: Callable[[str, int, list[dict[str, Any]]], float],
 ) -> None:
     """Add to `rows` and `seed_scores` each VOTING_PAIRS row whose two configurations are in
     CONFIGS: their fold models of one fold and seed voting together, VIEWS views; no row
@@ -185,7 +192,7 @@ def measure_voting_pairs(
             continue
         rows[pair] = sum_reports([rep for _, rep in reports])
         seed_scores[pair] = {
-            s: seed_score(pair, [rep for seed, rep in reports if seed == s])
+            s: seed_score(pair, s, [rep for seed, rep in reports if seed == s])
             for s in cfg.SELECT_SEEDS
         }  # fmt: skip
 
@@ -283,4 +290,5 @@ def final(r: Runner) -> dict[str, Any]:
                                       seed, fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
-    return {"config": configs, "select_rule": cfg.SELECT_RULE, "beats": beat_rows, "afib": []}
+    rule = {"select_rule": cfg.SELECT_RULE} if cfg.FINAL == "auto" else {}
+    return {"config": configs, **rule, "beats": beat_rows, "afib": []}

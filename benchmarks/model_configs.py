@@ -157,9 +157,10 @@ SELECT_RULE = "floor_margin"
 "mean", the mean of their F1 (rounds 1-53, and the seed table of round 54's file);
 "floor_margin", the smallest of their F1 less the F1 of the floor on the same folds and
 inputs (from round 54's final on). The Done-when holds every class against the floor, and in
-every fold table since round 47 the worst class against it is V, while the mean let F (one
-record, 208, on the folds; F on the folds is 5-9 times the floor's for every recipe) outweigh
-it: round 54's mean ranked a recipe 0.041 under the floor's V above one at it. A selection
+the fold tables of rounds 47-54 the class furthest under it is V (S for round 48's scratch
+window-128 recipe), while the mean let F (one record, 208, on the folds; in round 54 5-9 times
+the floor's F1 for every recipe) outweigh it: round 54's mean ranked a recipe 0.041 under the
+floor's V above one at it. A selection
 file records the rule its seed table used (`select_rule`; none: mean). Disclosed: decided
 after round 54's fold table was read (DS2 not read since round 53's scores), and it changes
 round 54's pretrained choice; on rounds 52 and 53's folds it chooses as the mean did, except

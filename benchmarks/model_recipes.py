@@ -193,10 +193,15 @@ def select_score(
 
 
 def beat_floor_of(name: str) -> str:
-    """The floor row beside a beat recipe, or a VOTING_PAIRS row (its first member's): the
-    tree on the same inputs and training token folder."""
-    config = cfg.VOTING_PAIRS[name][0] if name in cfg.VOTING_PAIRS else config_of(name)
-    return floor_name(_inputs(cfg.CONFIGS[config]), data=beat_data(config))
+    """The floor row beside a beat recipe or a VOTING_PAIRS row: the tree on the same inputs
+    and training token folder (a pair's members share theirs, or it has none)."""
+    configs = cfg.VOTING_PAIRS[name] if name in cfg.VOTING_PAIRS else (config_of(name),)
+    floors = {floor_name(_inputs(cfg.CONFIGS[c]), data=beat_data(c)) for c in configs}
+    if len(floors) > 1:
+        raise SystemExit(f"VOTING_PAIRS {name}: its members have different floors "
+                         f"({', '.join(sorted(floors))}); no one margin compares it "
+                         "with both")  # fmt: skip
+    return floors.pop()
 
 
 def rule_floor(rows: dict[str, Any], name: str, rule: str) -> dict[str, Any] | None:
@@ -207,7 +212,7 @@ def rule_floor(rows: dict[str, Any], name: str, rule: str) -> dict[str, Any] | N
     if rule != "floor_margin":
         raise SystemExit(f"SELECT_RULE {rule!r}: not 'mean' or 'floor_margin'")
     if (floor := beat_floor_of(name)) not in rows:
-        raise SystemExit(f"select.json: no row {floor!r} to rank {name} by its margin over")
+        raise SystemExit(f"selection: no row {floor!r} to rank {name} by its margin over")
     return rows[floor]
 
 

@@ -191,6 +191,11 @@ TITLES = {
 """The heading of each final stage's results file."""
 
 
+RULES = {"mean": "the mean F1 of its classes",
+         "floor_margin": "the smallest margin of its classes' F1 over the floor's"}  # fmt: skip
+"""How a final file's heading names the rule (model_configs.SELECT_RULE) its choice was made by."""
+
+
 def _final(results: dict[str, Any]) -> list[str]:
     g = results["goals"]
     return [
@@ -198,7 +203,7 @@ def _final(results: dict[str, Any]) -> list[str]:
         "",
         *_header(results),
         f"Configuration: {results['config']}"
-        + (f" (chosen on the folds by {rule})" if (rule := results.get("select_rule")) else "")
+        + (f" (chosen on the folds by {RULES[r]})" if (r := results.get("select_rule")) else "")
         + f". Goals: accuracy >= {g['accuracy']}, "
         f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
         "",

@@ -103,6 +103,13 @@ class _Tree:
         return np.tile([1.0, 0, 0, 0, 0], (len(x), 1))
 
 
+class _AllV:
+    """Stands in for LightGBM: predicts class V for every beat."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.tile([0, 0, 1.0, 0, 0], (len(x), 1))
+
+
 class _NoAfib:
     """Stands in for LightGBM on AFIB windows: no window is AFIB."""
 
@@ -532,6 +539,16 @@ def test_the_floor_margin_rule_ranks_by_the_class_furthest_under_the_floor(
     monkeypatch.setattr(model_configs, "SELECT_RULE", "median")
     with pytest.raises(SystemExit, match="'median': not 'mean' or 'floor_margin'"):
         model_recipes.best_selected(path, "pretrained")
+    # a pair whose members train on other inputs has no one floor to be measured against
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS", {
+        "mixed": ("pretrained_stats", "scratch_all"),
+        "alike": ("pretrained_stats", "scratch_plain"),
+    })  # fmt: skip
+    monkeypatch.setitem(model_configs.CONFIGS, "scratch_all", ["--from-scratch"])
+    assert model_recipes.beat_floor_of("alike") == "tree floor (relative)"
+    with pytest.raises(SystemExit, match="mixed: its members have different floors"):
+        model_recipes.beat_floor_of("mixed")
 
 
 def test_select_scores_each_seed_by_its_margin_over_the_floor_and_says_so(
@@ -548,6 +565,27 @@ def test_select_scores_each_seed_by_its_margin_over_the_floor_and_says_so(
     # seed 1's V F1 is the floor's (0), its S and F 1 above it; the mean would say 2/3
     assert result["seed_scores"]["scratch_relative"] == {0: pytest.approx(1.0),
                                                          1: pytest.approx(0.0)}  # fmt: skip
+    assert list(result["beats"])[-1].startswith("tree floor"), "the floor last"
+    # each seed against its own seed's floor: seed 1's tree calls every beat V
+    kept: dict[int, list[dict]] = {0: [], 1: []}
+    keep_floor = model_beats.kept_beat_floor
+
+    def recorded(r, folder, data, train, test, seed, *rest) -> dict:
+        kept[seed].append(rep := keep_floor(r, folder, data, train, test, seed, *rest))
+        return rep
+
+    monkeypatch.setattr(model_beats, "kept_beat_floor", recorded)
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads:
+                        _Tree() if seed == 0 else _AllV())  # fmt: skip
+    scores = model_beats.select(_SeedZeroFindsV())["seed_scores"]["scratch_relative"]
+    cm = np.eye(5, dtype=int) * 10
+    cm[2] = [10, 0, 0, 0, 0]
+    seed_1 = model_beats.sum_reports([{"confusion": cm.tolist()}] * 2)
+    own_floor = model_beats.sum_reports(kept[1])
+    assert scores[1] == pytest.approx(
+        model_recipes.select_score(seed_1, ("S", "V", "F"), own_floor))
+    assert scores[1] < 0, "seed 1's floor finds V beats its model calls N"
+    assert scores[0] == pytest.approx(1.0), "seed 0 against its own floor, which finds none"
     heading = model_tables._seed_scores(result)[1]
     assert heading == ("## Smallest margin of S, V and F F1 over the floor's seed by seed "
                        "(both folds summed)")  # fmt: skip

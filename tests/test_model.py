@@ -354,6 +354,26 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]
 
 
+def test_an_objective_setting_a_checkpoint_does_not_record_counts_as_off():
+    """A checkpoint records the objective settings of its time; one added since was off then,
+    so asking for it on resume is another objective, and leaving it off is not."""
+    model = {"preset": "tiny", "vocab_size": 45}
+    older = {"model": model, "objective_settings": {"beat_mlp_loss": 1.0}}
+
+    def asked(**settings) -> dict:
+        return {"model": model, "objective_settings": {"beat_mlp_loss": 1.0, **settings}}
+
+    ckpt.check_compatible(older, asked(beat_mlp_loss_skip=[]), "ckpt")
+    with pytest.raises(HeartlmError, match=r"\(--beat-mlp-loss-skip off -> S,V\)"):
+        ckpt.check_compatible(older, asked(beat_mlp_loss_skip=["S", "V"]), "ckpt")
+    recorded = {**older, "objective_settings": {"beat_mlp_loss": 1.0, "beat_mlp_loss_skip": ["S"]}}
+    with pytest.raises(HeartlmError, match=r"\(--beat-mlp-loss-skip S -> off\)"):
+        ckpt.check_compatible(recorded, asked(beat_mlp_loss_skip=[]), "ckpt")
+    ckpt.check_compatible(recorded, asked(beat_mlp_loss_skip=["S"]), "ckpt")
+    # one that records none of them predates them all: nothing is compared
+    ckpt.check_compatible({"model": model}, asked(beat_mlp_loss_skip=["S"]), "ckpt")
+
+
 def test_mfu_is_per_device_and_a_stated_peak_is_checked(monkeypatch: pytest.MonkeyPatch):
     from heartlm.train.flops import mfu_per_gpu, peak_flops
 

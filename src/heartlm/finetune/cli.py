@@ -93,8 +93,8 @@ class FinetuneConfig:
     beat_mlp_loss_skip: list[str] = setting(factory=list, parse=comma_list(str),
                                             metavar="CLASS,...", group=TASK)
     """beats, with --beat-mlp-loss: AAMI classes (N, S, V, F, Q) that network's own loss
-    leaves out, e.g. S, which the rhythm around a beat tells rather than the beat itself
-    (the sum's loss still counts them)"""
+    leaves out, comma-separated (a list in a config file), e.g. S, which the rhythm around a
+    beat tells rather than the beat itself (the sum's loss still counts them)"""
     inputs: str = setting("all", choices=INPUTS, group=TASK)
     """all: codes and every feature; no-heart-rate: all but the absolute heart rate;
     relative: only patient-relative features and rhythm (codes read as MASK, absolute shape
@@ -142,6 +142,8 @@ class FinetuneConfig:
                              f"({', '.join(AAMI_CLASSES)}), not {', '.join(unknown)}")  # fmt: skip
         if set(self.beat_mlp_loss_skip) >= set(AAMI_CLASSES):
             raise ValueError("--beat-mlp-loss-skip leaves every class out: no loss is left")
+        # one spelling per set of classes: a resume compares them
+        self.beat_mlp_loss_skip = [c for c in AAMI_CLASSES if c in self.beat_mlp_loss_skip]
         if self.train.head_first > 0 and self.from_scratch:
             raise ValueError("--head-first holds the encoder still; with --from-scratch it "
                              "would hold random weights")  # fmt: skip

@@ -128,7 +128,7 @@ class BeatClasses:
         self.shape_columns = shape_columns
         self.label_smoothing = label_smoothing
         self.mlp_loss = mlp_loss
-        self.mlp_skip = tuple(mlp_skip)
+        self.mlp_skip = torch.tensor(list(mlp_skip), dtype=torch.long)  # objective_to moves it
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
         """The class-weighted loss of the beat head, plus in training `mlp_loss` x the
@@ -153,9 +153,8 @@ class BeatClasses:
         encoder_BTC, network_BTC = out
         loss, sums = loss_of(encoder_BTC + network_BTC, target)
         own = target
-        if self.mlp_skip:
-            skipped = torch.isin(target, torch.tensor(self.mlp_skip, device=target.device))
-            own = target.masked_fill(skipped, IGNORE)
+        if self.mlp_skip.numel():
+            own = target.masked_fill(torch.isin(target, self.mlp_skip), IGNORE)
         return loss + self.mlp_loss * loss_of(network_BTC, own)[0], sums
 
     def predicted_per_window(self, window: int) -> int:

@@ -205,6 +205,15 @@ def _as_flags(settings: dict[str, float]) -> str:
     return " ".join(f"--{key.replace('_', '-')} {value:g}" for key, value in settings.items())
 
 
+def _setting(settings: dict[str, Any], key: str) -> str:
+    """An objective setting as a flag takes it: a list comma-joined, "off" where unrecorded
+    or empty."""
+    value = settings.get(key)
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "off"
+    return "off" if value is None else str(value)
+
+
 def _listed(value: Any) -> Any:
     """A tuple as the list JSON gives back, so that a saved setting compares equal."""
     return list(value) if isinstance(value, tuple) else value
@@ -298,12 +307,14 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"{expected.get(key)} (--{key})",
                 path,
             )
-    # Settings the checkpoint records (an older one may lack a newer setting: not compared).
+    # A checkpoint that records none of these settings predates them all: none is compared.
+    # One that records some lacks only settings added since, each of which was off then.
     saved, want = meta.get("objective_settings") or {}, expected.get("objective_settings") or {}
-    keys = [k for k in sorted(saved) if k in want and saved[k] != want[k]]
+    keys = [k for k in sorted(want) if saved and (saved[k] != want[k] if k in saved else want[k])]
     if keys:
         flag = {k: "--" + k.replace("_", "-") for k in keys}
-        changed = ", ".join(f"{flag[k]} {saved[k]} -> {want[k]}" for k in keys)
+        changed = ", ".join(f"{flag[k]} {_setting(saved, k)} -> {_setting(want, k)}"
+                            for k in keys)  # fmt: skip
         raise HeartlmError(f"checkpoint was trained with another objective ({changed})", path)
     # Older checkpoints record fewer of these settings (none at first): only shared ones count.
     before, now = meta.get("optimizer") or {}, expected.get("optimizer") or {}
