@@ -160,11 +160,11 @@ inputs (from round 54's final on). The Done-when holds every class against the f
 the fold tables of rounds 47-54 the class furthest under it is V (S for round 48's scratch
 window-128 recipe), while the mean let F (one record, 208, on the folds; in round 54 5-9 times
 the floor's F1 for every recipe) outweigh it: round 54's mean ranked a recipe 0.041 under the
-floor's V above one at it. A selection
-file records the rule its seed table used (`select_rule`; none: mean). Disclosed: decided
-after round 54's fold table was read (DS2 not read since round 53's scores), and it changes
-round 54's pretrained choice; on rounds 52 and 53's folds it chooses as the mean did, except
-round 52's scratch recipe (the per-beat loss instead of the local statistics)."""
+floor's V above one at it. A selection file records the rule its seed table used
+(`select_rule`; none: mean). Disclosed: decided after round 54's fold table was read (DS2 not
+read since round 53's scores), and it changes round 54's pretrained choice; on rounds 52 and
+53's folds it chooses as the mean did, except round 52's scratch recipe (the per-beat loss
+instead of the local statistics)."""
 
 
 SELECT_SEEDS = (0, 1)

@@ -354,14 +354,15 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]
 
 
-def test_an_objective_setting_a_checkpoint_does_not_record_counts_as_off():
-    """A checkpoint records the objective settings of its time; one added since was off then,
-    so asking for it on resume is another objective, and leaving it off is not."""
+def test_an_objective_setting_a_checkpoint_does_not_record_counts_as_its_default():
+    """A checkpoint records the objective settings of its time; one added since was at its
+    default then, so asking for another value on resume is another objective."""
     model = {"preset": "tiny", "vocab_size": 45}
     older = {"model": model, "objective_settings": {"beat_mlp_loss": 1.0}}
 
     def asked(**settings) -> dict:
-        return {"model": model, "objective_settings": {"beat_mlp_loss": 1.0, **settings}}
+        return {"model": model, "objective_settings": {"beat_mlp_loss": 1.0, **settings},
+                "objective_defaults": {"beat_mlp_loss": 0.0, "beat_mlp_loss_skip": []}}  # fmt: skip
 
     ckpt.check_compatible(older, asked(beat_mlp_loss_skip=[]), "ckpt")
     with pytest.raises(HeartlmError, match=r"\(--beat-mlp-loss-skip off -> S,V\)"):
@@ -370,6 +371,8 @@ def test_an_objective_setting_a_checkpoint_does_not_record_counts_as_off():
     with pytest.raises(HeartlmError, match=r"\(--beat-mlp-loss-skip S -> off\)"):
         ckpt.check_compatible(recorded, asked(beat_mlp_loss_skip=[]), "ckpt")
     ckpt.check_compatible(recorded, asked(beat_mlp_loss_skip=["S"]), "ckpt")
+    # a setting with no known default (not a field) is not compared where unrecorded
+    ckpt.check_compatible(older, asked(choice_temperature=0.1), "ckpt")
     # one that records none of them predates them all: nothing is compared
     ckpt.check_compatible({"model": model}, asked(beat_mlp_loss_skip=["S"]), "ckpt")
 

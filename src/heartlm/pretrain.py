@@ -12,7 +12,7 @@ from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
 from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS, check_dropout
-from heartlm.settings import setting
+from heartlm.settings import field_defaults, setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
 MODEL = "model and objective"
@@ -244,6 +244,7 @@ def _expected_meta(cfg: PretrainConfig, data: Any, mcfg: Any) -> dict[str, Any]:
         "window": cfg.window,
         "objective": cfg.objective,
         "objective_settings": objective_settings(cfg),
+        "objective_defaults": OBJECTIVE_DEFAULTS,
         "optimizer": cfg.train.optimizer_shape(),
         "codebook_hash": data.meta.get("codebook_hash"),
     }
@@ -253,6 +254,10 @@ OBJECTIVE_SETTINGS = ("mask_prob", "mask_mode", "mask_span", "label_smoothing",
                       "feature_weight", "feature_target", "code_weight")  # fmt: skip
 """The settings that define the objective's loss: a resume must keep them, or the best
 validation so far would be compared with losses of another objective."""
+
+
+OBJECTIVE_DEFAULTS = field_defaults(PretrainConfig, OBJECTIVE_SETTINGS)
+"""What a checkpoint that does not record one of OBJECTIVE_SETTINGS was trained with."""
 
 
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:

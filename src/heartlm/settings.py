@@ -24,7 +24,7 @@ import textwrap
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,12 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return None if f.default is dataclasses.MISSING else f.default
+
+
+def field_defaults(cls: type, names: Iterable[str]) -> dict[str, Any]:
+    """The defaults of the settings `names` of the settings dataclass `cls`."""
+    wanted = set(names)
+    return {f.name: _default(f) for f in dataclasses.fields(cls) if f.name in wanted}
 
 
 def leaves(cls: type, defaults: Any = None, prefix: str = "", cli: bool = True) -> Iterator[_Leaf]:

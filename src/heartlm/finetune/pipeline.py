@@ -30,6 +30,7 @@ from heartlm.labelled.lineage import FINETUNE_INFO, check_codebook, copy_lineage
 from heartlm.labelled.splits import RecordRef, Split, split_records
 from heartlm.log import logger
 from heartlm.outdir import atomic_write_text, check_writable, partial_dir, swap_in
+from heartlm.settings import field_defaults
 
 DEFAULT_WINDOW = {"beats": 128, "afib": 32}
 
@@ -271,7 +272,8 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
                 "seed": cfg.train.seed,
                 "train_records": [r.key for r in p.split.train],
                 "val_records": [r.key for r in p.split.val],
-                "objective_settings": objective_settings(cfg)}  # fmt: skip
+                "objective_settings": objective_settings(cfg),
+                "objective_defaults": OBJECTIVE_DEFAULTS}  # fmt: skip
         with stopsignal.handling(), collective_errors(env, cfg.launch.timeout):
             result = train(cfg.train, p.model, objective, train_s, val_s, stage, env, meta,
                            callbacks=[*scorer, *from_environment()], shown_as=out)  # fmt: skip
@@ -294,6 +296,10 @@ OBJECTIVE_SETTINGS = ("class_weight_power", "max_class_weight", "label_smoothing
 """The settings that shape fine-tuning's loss: a resume must keep them (`heartlm.train.
 checkpoint` compares them), or one model would be trained on two objectives and its
 finetune.json would name only the last."""
+
+
+OBJECTIVE_DEFAULTS = field_defaults(FinetuneConfig, OBJECTIVE_SETTINGS)
+"""What a checkpoint that does not record one of OBJECTIVE_SETTINGS was trained with."""
 
 
 def objective_settings(cfg: FinetuneConfig) -> dict[str, Any]:

@@ -206,12 +206,11 @@ def _as_flags(settings: dict[str, float]) -> str:
 
 
 def _setting(settings: dict[str, Any], key: str) -> str:
-    """An objective setting as a flag takes it: a list comma-joined, "off" where unrecorded
-    or empty."""
-    value = settings.get(key)
-    if isinstance(value, list):
+    """An objective setting as a flag takes it: a list comma-joined ("off" when empty)."""
+    value = settings[key]
+    if isinstance(value, list | tuple):
         return ",".join(map(str, value)) or "off"
-    return "off" if value is None else str(value)
+    return str(value)
 
 
 def _listed(value: Any) -> Any:
@@ -308,12 +307,13 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 path,
             )
     # A checkpoint that records none of these settings predates them all: none is compared.
-    # One that records some lacks only settings added since, each of which was off then.
+    # One that records some lacks only settings added since, each at its default then.
     saved, want = meta.get("objective_settings") or {}, expected.get("objective_settings") or {}
-    keys = [k for k in sorted(want) if saved and (saved[k] != want[k] if k in saved else want[k])]
+    was = {**(expected.get("objective_defaults") or {}), **saved} if saved else {}
+    keys = [k for k in sorted(want) if k in was and _listed(was[k]) != _listed(want[k])]
     if keys:
         flag = {k: "--" + k.replace("_", "-") for k in keys}
-        changed = ", ".join(f"{flag[k]} {_setting(saved, k)} -> {_setting(want, k)}"
+        changed = ", ".join(f"{flag[k]} {_setting(was, k)} -> {_setting(want, k)}"
                             for k in keys)  # fmt: skip
         raise HeartlmError(f"checkpoint was trained with another objective ({changed})", path)
     # Older checkpoints record fewer of these settings (none at first): only shared ones count.
