@@ -2371,7 +2371,9 @@ def test_afib_round_54_fine_tunes_the_encoder_with_every_flag_of_scratchs_choice
     assert model_recipes.pretrain_variant(rounds._PRETRAINED_40) == "bestleads"
 
 
-def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choices():
+def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choices(
+    monkeypatch: pytest.MonkeyPatch,
+):
     rounds = model_beat_rounds
     r54, r53 = rounds.ROUND_54, rounds.ROUND_53
     pretrained, scratch = rounds._PRETRAINED_53, rounds._SCRATCH_53
@@ -2382,6 +2384,9 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
     _one_lever_each(r54, r53, twins)
     pairs = rounds.ROUND_54_PAIRS
     assert pairs == {"pretrained_with_scratch": (pretrained, scratch)}
+    monkeypatch.setattr(model_configs, "VOTING_PAIRS", pairs)
+    assert model_recipes.pair_members("pretrained_with_scratch") == [
+        ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
 
 
 def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
