@@ -2384,6 +2384,7 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
     _one_lever_each(r54, r53, twins)
     pairs = rounds.ROUND_54_PAIRS
     assert pairs == {"pretrained_with_scratch": (pretrained, scratch)}
+    monkeypatch.setattr(model_configs, "CONFIGS", r54)
     monkeypatch.setattr(model_configs, "VOTING_PAIRS", pairs)
     assert model_recipes.pair_members("pretrained_with_scratch") == [
         ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
