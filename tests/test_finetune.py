@@ -723,6 +723,32 @@ def test_evaluate_beats_json_has_the_documented_keys(beats_run, corpus, capsys):
         assert "--afib-threshold is for AFIB runs" in capsys.readouterr().err
 
 
+def test_evaluate_class_offsets_shift_the_calls_as_their_counts_say(beats_run, corpus, capsys):
+    """An offset's confusion matrix is the grid's row at that offset; a larger offset on a
+    class calls it more often; bad offsets are one line each."""
+    from heartlm.labelled.offsets import CLASS_OFFSETS
+
+    plain = _evaluate_json(capsys, beats_run, corpus / "tok")
+    grid = plain["offset_counts"]
+    assert grid["offsets"] == list(CLASS_OFFSETS) and "class_offsets" not in plain
+    assert grid["confusion"]["V"][CLASS_OFFSETS.index(0.0)] == plain["confusion"]
+    called_v = [np.asarray(cm)[:, 2].sum() for cm in grid["confusion"]["V"]]
+    assert called_v == sorted(called_v) and called_v[-1] > called_v[0]
+    moved = _evaluate_json(capsys, beats_run, corpus / "tok", "--class-offset", "V=1.5")
+    assert moved["class_offsets"] == {"V": 1.5}
+    assert moved["confusion"] == grid["confusion"]["V"][CLASS_OFFSETS.index(1.5)]
+    assert moved["confusion"] != plain["confusion"]
+    capsys.readouterr()
+    assert _cli("evaluate", beats_run, corpus / "tok", "--class-offset", "V=1.5") == 0
+    assert "class offsets V=+1.5" in capsys.readouterr().out
+    for bad, said in (("X=1", "want CLASS=X with CLASS one of N, S, V, F, Q"),
+                      ("V=nan", "must be within"), ("V=1,V=2", "names V twice"),
+                      ("V=big", "'big' is not a number")):  # fmt: skip
+        assert _cli("evaluate", beats_run, corpus / "tok", "--class-offset", bad) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err, err
+
+
 def test_evaluate_views_average_overlapping_windows_over_the_same_beats(beats_run, corpus, capsys):
     one = _evaluate_json(capsys, beats_run, corpus / "tok")
     four = _evaluate_json(capsys, beats_run, corpus / "tok", "--views", "4")
@@ -917,6 +943,8 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert low["afib"]["auroc"] == rep["afib"]["auroc"]
     assert _cli("evaluate", ft, corpus / "tok", "--afib-threshold", "1") == 2
     assert "--afib-threshold must be strictly between 0 and 1" in capsys.readouterr().err
+    assert _cli("evaluate", ft, corpus / "tok", "--class-offset", "V=1") == 2
+    assert "--class-offset is for beats runs, not an AFIB run" in capsys.readouterr().err
 
 
 def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path, capsys):
@@ -1272,6 +1300,7 @@ def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
     windows of its own size, and the probabilities are averaged beat by beat."""
     from heartlm.errors import HeartlmError
     from heartlm.evaluate import scoring
+    from heartlm.labelled.predict import predicted_classes
     from heartlm.train.data import load_tokens
 
     short = tmp_path / "short"
@@ -1294,7 +1323,7 @@ def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
     assert both["report"]["n_beats"] == alone["n_beats"]
     assert both["report"]["ensemble_windows"] == [16, 8] and "ensemble_windows" not in alone
     labelled = np.asarray(load_tokens(corpus / "tok").aami)[beat] >= 0
-    mean = scoring.predicted_classes((p_wide + p_narrow) / 2)
+    mean = predicted_classes((p_wide + p_narrow) / 2)
     assert np.array_equal(both["scores"], mean[labelled])
     assert not np.array_equal(p_wide, p_narrow)  # two models: the mean is not either one
     # A member that leaves out beats the first scores is refused, not averaged out of line.

@@ -13,7 +13,7 @@ import numpy as np
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
-from heartlm.settings import setting, to_dict
+from heartlm.settings import comma_list, setting, to_dict
 
 
 @dataclass
@@ -44,6 +44,11 @@ class EvaluateConfig:
     """AFIB runs: a window is called AFIB where the model's AFIB probability reaches T
     (default 0.5; the report also counts windows at 0.001 ... 0.02, 0.05, 0.10, ... 0.95,
     0.98 ... 0.999, to choose T on other records)"""
+    class_offset: list[str] = setting(factory=list, parse=comma_list(str), metavar="CLASS=X,...")
+    """beats runs: add X to the log of class CLASS's probability before each beat's class is
+    taken, e.g. V=0.5 (a prior shift: a class called more often where X > 0; default none).
+    The report also counts beats with each class's offset at -1 ... 3, the others held, to
+    choose X on other records (offset_counts)"""
     ensemble: list[Path] | None = setting(None, metavar="FT")
     """more fine-tuned runs of FT's task and codebook (e.g. the fold models of a
     cross-validation; AFIB runs of FT's window, beats runs of any, each reading its own
@@ -71,6 +76,12 @@ def run(cfg: EvaluateConfig) -> int:
         raise HeartlmError(
             f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
         )
+    from heartlm.labelled.offsets import parse_offsets
+
+    try:
+        offsets = parse_offsets(cfg.class_offset)
+    except ValueError as exc:
+        raise HeartlmError(str(exc)) from None
     seen: dict[Path, Path] = {}
     for member in map(Path, [cfg.run, *(cfg.ensemble or [])]):
         if (first := seen.setdefault(member.resolve(), member)) is not member:
@@ -94,6 +105,7 @@ def run(cfg: EvaluateConfig) -> int:
         views=cfg.views,
         afib_threshold=cfg.afib_threshold,
         ensemble=cfg.ensemble,
+        class_offsets=offsets,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -136,6 +148,8 @@ def format_report(report: dict[str, Any]) -> str:
     if report["task"] == "beats":
         views = report.get("views", 1)
         seen = f", each averaged over {views} overlapping windows" if views > 1 else ""
+        if offsets := report.get("class_offsets"):
+            seen += ", class offsets " + " ".join(f"{c}={x:+g}" for c, x in offsets.items())
         lines.append(f"{report['n_beats']} scored beats{seen}, accuracy {report['accuracy']:.4f}")
         lines.append(f"{'class':<6}{'support':>9}{'Se':>8}{'+P':>8}{'F1':>8}")
         for name, s in report["per_class"].items():

@@ -7,15 +7,16 @@ from typing import Any
 
 import numpy as np
 
+from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.labelled import metrics
 from heartlm.labelled.lineage import FINETUNE_INFO, read_finetune_info, read_lineage
+from heartlm.labelled.offsets import named_offsets, offset_classes, offset_counts
 from heartlm.labelled.predict import (
     afib_scores,
     averaged_beat_outputs,
     beat_probabilities,
     block_afib_scores,
-    predicted_classes,
 )
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
@@ -190,6 +191,7 @@ def evaluate(
     views: int = 1,
     afib_threshold: float | None = None,
     ensemble: list[Path] | None = None,
+    class_offsets: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
@@ -206,7 +208,10 @@ def evaluate(
     the scored window, `block_afib_scores`), and called AFIB where
     its score reaches `afib_threshold` (None: 0.5; refused for a beats run); the report also
     counts windows at every threshold of `metrics.AFIB_THRESHOLDS` (`threshold_counts`), to
-    choose one on other data."""
+    choose one on other data. Beats: `class_offsets` (C,) are added to the log of each beat's
+    class probabilities before its class is taken (None: none; refused for an AFIB run); the
+    report also counts beats with each class's offset moved over `offsets.CLASS_OFFSETS`
+    (`offset_counts`), to choose one on other records."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -235,6 +240,9 @@ def evaluate(
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
+    if task != "beats" and class_offsets is not None and np.any(class_offsets):
+        raise HeartlmError("--class-offset is for beats runs, not an AFIB run", run)
+    offsets = np.zeros(len(AAMI_CLASSES)) if class_offsets is None else class_offsets
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
@@ -254,17 +262,21 @@ def evaluate(
                 cut[size] = cut_windows(streams, indices, size, _beat_stride(size, views), task)
         outputs = [predict(m, cut[size], batch, dev) for m, size in members]
         beat = outputs[0][0]
-        pred = predicted_classes(_aligned_mean(outputs, [run, *(ensemble or [])]))
+        prob = _aligned_mean(outputs, [run, *(ensemble or [])])
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
             raise HeartlmError("the scored records have no AAMI beat labels", data_path)
-        ref, pred = reference[labelled], pred[labelled]
+        ref, prob = reference[labelled], prob[labelled]
+        pred = offset_classes(prob, offsets)
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
         windows_of = [size for _, size in members]
         mixed = {"ensemble_windows": windows_of} if len(set(windows_of)) > 1 else {}
         report = {**common, "views": views, **_ensemble_note(ensemble), **mixed,
                   **metrics.beat_report(ref, pred)}  # fmt: skip
+        if np.any(offsets):
+            report["class_offsets"] = named_offsets(offsets)
+        report["offset_counts"] = offset_counts(ref, prob, offsets)
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}
     if views > 1:
