@@ -496,4 +496,27 @@ the transformer reads and the per-beat network sees only as its own and its two 
 columns; the folds cannot show it (no DS1 record is like 232). The parents are the recipes
 the floor-margin rule ranks first on round 54's folds; round 53's pretrained choice (scored,
 0.041 under the floor's V there) is left out so that four recipes fit one call. No voting
-pair, no AFIB half. Written after round 54's DS2 scores were read; the folds choose."""
+pair, no AFIB half. Written after round 54's DS2 scores were read; the folds choose. Measured
+(twenty-ninth session): the folds kept both parents (smallest margin over the floor, four
+views: -0.001 +- 0.003 against -0.022 +- 0.000 pretrained, -0.009 +- 0.006 against -0.041 +-
+0.012 scratch); leaving S out of that loss lowered V (sensitivity 0.854-0.860 against
+0.891-0.892 pretrained, 0.823-0.824 against 0.871 scratch) and S precision. Both parents were
+scored on DS2 (rounds 54 and 53), so `final` did not run."""
+
+
+ROUND_55 = dict(CONFIGS)
+
+
+CONFIGS = {
+    _PRETRAINED_54: ROUND_55[_PRETRAINED_54],
+    _PRETRAINED_53: ROUND_54[_PRETRAINED_53],
+    _SCRATCH_53: ROUND_55[_SCRATCH_53],
+}
+"""Round 56 (prepared in the twenty-ninth session): no new training lever. Each recipe's fold
+models are also read with one class's offset (model_configs.OFFSET_CLASSES; `evaluate
+--class-offset`, new), the one that ranks its fold row highest, as its own row where that
+ranks above the recipe (`_offsetV+1`); `final` scores DS2 at the offset the folds chose. The
+recipes: round 55's two choices, and round 53's pretrained choice (without the per-beat loss,
+scored on DS2 in round 53; its V on round 54's folds: sensitivity 0.824, precision 0.898, 0.041
+under the floor's F1), whose imbalance a prior shift addresses most. Three recipes, twelve fold
+runs: one call. Written after round 55's fold table was read; the folds choose."""

@@ -96,13 +96,35 @@ def viewed(config: str, views: int) -> str:
     return config if views == 1 else f"{config}_views{views}"
 
 
-VIEWED = re.compile(r"(?P<config>.+)_views(?P<views>\d+)")
+def offsetted(recipe: str, name: str, offset: float) -> str:
+    """A beat recipe's name with one class's offset (`evaluate --class-offset NAME=OFFSET`),
+    which `select` chose for it on the folds: `_offsetV+1.5`."""
+    return f"{recipe}_offset{name}{offset:+g}"
+
+
+RECIPE = re.compile(
+    r"(?P<config>.+?)(?:_views(?P<views>\d+))?"
+    r"(?:_offset(?P<cls>[NSVFQ])(?P<offset>[+-]\d+(?:\.\d+)?))?"
+)
 
 
 def _parse_recipe(name: str) -> tuple[str, int]:
     """(configuration, views) a row's name reads as; the configuration may be unknown."""
-    found = VIEWED.fullmatch(name)
-    return (found["config"], int(found["views"])) if found else (name, 1)
+    found = RECIPE.fullmatch(name)
+    assert found is not None  # the configuration matches anything
+    return found["config"], int(found["views"] or 1)
+
+
+def offset_of(recipe: str) -> tuple[str, float] | None:
+    """(class, offset) of a beat recipe named with `offsetted`; None without one."""
+    found = RECIPE.fullmatch(recipe)
+    return (found["cls"], float(found["offset"])) if found and found["cls"] else None
+
+
+def offset_args(recipe: str) -> list[str]:
+    """What `evaluate` is given for a recipe's class offset (nothing without one)."""
+    offset = offset_of(recipe)
+    return [] if offset is None else ["--class-offset", f"{offset[0]}={offset[1]:g}"]
 
 
 def _table(configs: dict[str, list] | None) -> dict[str, list]:
@@ -117,7 +139,8 @@ def split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[s
     config, views = _parse_recipe(recipe)
     if config not in _table(configs):
         which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
-        raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN)")
+        raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN, "
+                         "then _offsetCLASS+X)")
     return config, views
 
 
@@ -139,7 +162,9 @@ def recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[st
     flags the tables and the DS2 ledger record)."""
     config, views = split_recipe(recipe, configs)
     data = data_note(beat_data(config)) if configs is None else []
+    offset = offset_args(recipe)
     return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"]),
+            *([] if not offset else [f"(evaluate {offset[0]}", f"{offset[1]})"]),
             *data]  # fmt: skip
 
 

@@ -35,7 +35,8 @@ UNRECORDED_CODEBOOK = 3
 """The codebook format of a round file without `codebook_version` (written before format 4)."""
 
 BEAT_COLUMNS = ("accuracy", "S", "V", "F")
-VIEWS_SUFFIX = re.compile(r"_views\d+$")
+VIEWS_SUFFIX = re.compile(r"_views\d+(?=(?:_offset[NSVFQ][+-][\d.]+)?$)")
+"""A recipe name's views, which pool as one recipe; its class offset (`_offsetV+1`) stays."""
 
 
 def _recipes(result: dict) -> dict[str, str]:

@@ -2399,8 +2399,8 @@ def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
     twins = {f"{parent}{rounds.MLP_SKIP_S_SUFFIX}": (parent, rounds.MLP_SKIP_S)
              for parent in (pretrained, scratch)}  # fmt: skip
-    _one_lever_each(rounds.CONFIGS, rounds.ROUND_54, twins)
-    assert all("--beat-mlp-loss" in rounds.CONFIGS[parent] for parent in (pretrained, scratch))
+    _one_lever_each(rounds.ROUND_55, rounds.ROUND_54, twins)
+    assert all("--beat-mlp-loss" in rounds.ROUND_55[parent] for parent in (pretrained, scratch))
     assert rounds.VOTING_PAIRS == {}
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round54.json"
     monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_54)
@@ -2409,6 +2409,97 @@ def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it
     views = model_configs.VIEWS
     assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] \
         == [f"{pretrained}_views{views}", f"{scratch}_views{views}"]
+
+
+def test_round_56_reads_round_55s_choices_and_round_53s_pretrained_one_as_they_ran(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """No new training lever: each recipe is a configuration of round 55 or 53, its flags
+    unchanged; and round 55's committed folds chose the two parents it keeps."""
+    rounds = model_beat_rounds
+    assert set(rounds.CONFIGS) == {rounds._PRETRAINED_54, rounds._PRETRAINED_53,
+                                   rounds._SCRATCH_53}  # fmt: skip
+    for name, flags in rounds.CONFIGS.items():
+        assert flags == {**rounds.ROUND_53, **rounds.ROUND_55}[name]
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round55.json"
+    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_55)
+    views = model_configs.VIEWS
+    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] \
+        == [f"{rounds._PRETRAINED_54}_views{views}", f"{rounds._SCRATCH_53}_views{views}"]
+
+
+class _UnderCallsV(_Transformers):
+    """Every model gives V beats probability 0.4 for V and 0.6 for N (called N without an
+    offset, V from a V offset of 0.5 up) and the other beats 0.92 for their own class;
+    `evaluate` answers as heartlm's does, at the --class-offset it is given."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, ...]] = []
+
+    def evaluate(self, *args) -> dict:
+        from heartlm.labelled.offsets import offset_classes, offset_counts, parse_offsets
+
+        args = tuple(map(str, args))
+        self.asked.append(args)
+        given = args[args.index("--class-offset") + 1] if "--class-offset" in args else ""
+        offsets = parse_offsets([item for item in given.split(",") if item])
+        reference = np.repeat(np.arange(5), 10)
+        prob = np.eye(5)[reference] * 0.9 + 0.02
+        prob[reference == 2] = [0.6, 0, 0.4, 0, 0]
+        report = metrics.beat_report(reference, offset_classes(prob, offsets))
+        return {**report, "offset_counts": offset_counts(reference, prob, offsets)}
+
+
+def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scores_at_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    result = model_beats.select(_UnderCallsV())
+    views = model_configs.VIEWS
+    # the smallest V offset that calls V beats V; the recipe without it calls them N
+    chosen = f"scratch_relative_views{views}_offsetV+0.5"
+    assert {"scratch_relative_offsetV+0.5", chosen} <= set(result["beats"])
+    assert result["beats"][chosen]["per_class"]["V"]["f1"] == 1.0
+    assert result["beats"][f"scratch_relative_views{views}"]["per_class"]["V"]["f1"] == 0.0
+    assert result["configs"][chosen][-2:] == ["(evaluate --class-offset", "V=0.5)"]
+    assert result["seed_scores"][chosen][0] > result["seed_scores"]["scratch_relative"][0]
+    assert chosen in result["sick_test"]
+    assert not any("_ensemble" in n and "_offset" in n for n in result["beats"])
+    (tmp_path / "select.json").write_text(json.dumps(result))
+    best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
+    assert model_recipes.offset_of(best) == ("V", 0.5)
+    assert model_recipes.config_of(best) == "scratch_relative"
+    # `final` trains the configuration and scores DS2 and the held-out patients at the offset
+    monkeypatch.setattr(model_configs, "FINAL", chosen)
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    runner = _UnderCallsV()
+    final = model_beats.final(runner)
+    scored = [a for a in runner.asked if a[1] in ("tok_beats", model_configs.HELD_OUT["sick"])]
+    assert scored and all(a[-2:] == ("--class-offset", "V=0.5") or
+                          a[a.index("--class-offset") + 1] == "V=0.5" for a in scored)  # fmt: skip
+    row = next(r for r in final["beats"] if r["init"] == "scratch")
+    assert row["per_class"]["V"]["f1"] == 1.0
+    # a recipe whose calls no offset improves gets no offset row
+    monkeypatch.setattr(model_configs, "FINAL", "auto")
+    plain = model_beats.select(_Transformers())
+    assert not any("_offset" in name for name in plain["beats"])
+
+
+def test_a_recipe_name_reads_its_views_and_class_offset(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    name = model_recipes.offsetted("scratch_relative_views4", "V", -0.5)
+    assert name == "scratch_relative_views4_offsetV-0.5"
+    assert model_recipes.split_recipe(name) == ("scratch_relative", 4)
+    assert model_recipes.offset_of(name) == ("V", -0.5)
+    assert model_recipes.offset_args(name) == ["--class-offset", "V=-0.5"]
+    assert model_recipes.offset_of("scratch_relative_views4") is None
+    assert model_recipes.recipe_flags(model_recipes.offsetted("scratch_relative", "S", 1)) == [
+        "--from-scratch", "(evaluate --class-offset", "S=1)"]  # fmt: skip
 
 
 def _valued(flags: list[str]) -> dict[str, str]:
