@@ -519,4 +519,9 @@ ranks above the recipe (`_offsetV+1`); `final` scores DS2 at the offset the fold
 recipes: round 55's two choices, and round 53's pretrained choice (without the per-beat loss,
 scored on DS2 in round 53; its V on round 54's folds: sensitivity 0.824, precision 0.898, 0.041
 under the floor's F1), whose imbalance a prior shift addresses most. Three recipes, twelve fold
-runs: one call. Written after round 55's fold table was read; the folds choose."""
+runs: one call. Written after round 55's fold table was read; the folds choose. Measured
+(twenty-ninth session): the folds chose N's offset -1 for both per-beat-loss recipes (the
+pretrained one +0.004 over the floor on S, V and F, the first at or above it on the folds);
+on DS2 at 100 % scratch's scored S F1 0.462 +- 0.045, V 0.951 +- 0.003, F 0.493 +- 0.021 and
+the pretrained one S 0.312, V 0.948, F 0.492 (floor 0.285, 0.959, 0.435): S and F above the
+floor, V under it (benchmarks/README.md, round 56)."""

@@ -50,8 +50,19 @@ def _header(results: dict[str, Any]) -> list[str]:
     return [
         f"{results['date']} on {machine}; {soft}",
         "",
-        f"Command: `{results['command']}` ({results['seconds']} s)",
+        f"Command: `{results['command']}`"
+        + ("" if results["seconds"] is None else f" ({results['seconds']} s)"),
         "",
+        *(
+            [
+                f"Stopped by the call's limit after its last evaluation; written from its kept "
+                f"answers by `{results['assembled']}`, the floor rows from "
+                f"`{results['floors_from']}` (the same floor).",
+                "",
+            ]
+            if "assembled" in results
+            else []
+        ),
         f"Pretraining: `heartlm pretrain tok_pre {' '.join(results['pretrain'])}`"
         + "".join(
             f" (variant `{name}`: then `{' '.join(flags)}`"
@@ -375,5 +386,8 @@ def markdown(results: dict[str, Any]) -> str:
     else:
         lines = _final(results) + _sick(results) + per_record_table(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]
-    lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
+    lines += [
+        f"    {c['command']}" + ("" if c["seconds"] is None else f"    # {c['seconds']} s")
+        for c in results["commands"]
+    ]
     return "\n".join(lines) + "\n"

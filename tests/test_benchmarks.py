@@ -27,6 +27,7 @@ from heartlm.train.data import TokenData
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import cudagraph_twins
 import feature_scale_probe
+import final_from_answers
 import fold_misses_by_record
 import model_afib
 import model_afib_rounds
@@ -2488,6 +2489,43 @@ def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scor
     monkeypatch.setattr(model_configs, "FINAL", "auto")
     plain = model_beats.select(_Transformers())
     assert not any("_offset" in name for name in plain["beats"])
+
+
+def test_final_from_answers_reads_the_kept_answers_of_the_chosen_scoring_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """A call stopped before its floors: each run's DS2 and held-out answers at the chosen
+    views and offset become `final`'s rows; an answer scored otherwise is not one of them."""
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    chosen = {"scratch": "scratch_relative_views4_offsetV+0.5"}
+    run = "ft_beats_scratch_1_s0_0123abcd"
+    sick = model_configs.HELD_OUT["sick"]
+    answers = [
+        (run, f"heartlm evaluate {run} tok_beats --json --views 4 --class-offset V=0.5", 0.9),
+        (run, f"heartlm evaluate {run} {sick} --json --views 4 --class-offset V=0.5", 0.8),
+        (run, f"heartlm evaluate {run} tok_beats --json --views 4", 0.1),  # another recipe's
+        (run, f"heartlm evaluate {run} tok_beats --json --views 4 --class-offset V=0.5 "
+              "--ensemble ft_beats_scratch_1_s1_0123abcd", 0.95),
+    ]  # fmt: skip
+    kept = tmp_path / "work" / ".evaluations" / run
+    kept.mkdir(parents=True)
+    for k, (_, command, accuracy) in enumerate(answers):
+        report = {"accuracy": accuracy, "confusion": np.eye(5, dtype=int).tolist()}
+        (kept / f"{k}.json").write_text(json.dumps({"command": command, "report": report}))
+    (kept / "finetune.json").write_text("{}")
+    with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "work" / ".evaluations", ".evaluations")
+    rows = final_from_answers.transformer_rows(
+        final_from_answers._answers(tmp_path / "runs.tar.gz"), chosen)
+    assert [(r["init"], r["accuracy"]) for r in rows] == [
+        ("scratch", 0.9), ("scratch, 1 seeds together", 0.95)]  # fmt: skip
+    assert rows[0]["sick_test"]["n_beats"] == 5
+    with pytest.raises(SystemExit, match="0 DS2 and 0 held-out answers"):
+        final_from_answers.transformer_rows(
+            final_from_answers._answers(tmp_path / "runs.tar.gz"),
+            {"scratch": "scratch_relative_views1"})
 
 
 def test_a_recipe_name_reads_its_views_and_class_offset(monkeypatch: pytest.MonkeyPatch):

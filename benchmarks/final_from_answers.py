@@ -1,0 +1,153 @@
+"""Write `final`'s result files from the kept answers of a device call that its time limit
+stopped after every run was trained and scored on DS2, before the floors were fitted.
+
+    python benchmarks/final_from_answers.py CALL/finetune_runs.tar.gz --log CALL/model_study.log \
+        --pretrain CALL/pretrain.json --select select_roundNN.json \
+        --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT
+
+Every transformer row is the answer the call kept for the command `final` asks (each
+fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
+against the recipe the selection chose: its views and class offset. The floor rows are read
+from an earlier round's final file whose floor has the same inputs, training folder, label
+shares and seeds: the floor is a LightGBM tree on the tokens, which the GPU machine makes the
+same in every call (rounds 53 and 54's floor rows are identical), so a call need not fit it
+again. DS2 is not read here: it was scored in the call, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import model_configs as cfg
+from model_beats import sum_reports
+from model_ledger import unscored
+from model_recipes import (
+    beat_floor_kinds,
+    best_selected,
+    config_of,
+    floor_name,
+    offset_args,
+    recipe_flags,
+    views_of,
+)
+from model_tables import markdown
+
+from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
+
+RUN = re.compile(r"ft_beats_(?P<init>pretrained|scratch)_(?P<fraction>[\d.]+)_s(?P<seed>\d+)_")
+
+
+def _answers(tarball: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """(run, command words, report) of every evaluation the call kept for a `final` run."""
+    found = []
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tar:
+        tar.extractall(tmp, filter="data")
+        for answer in sorted(Path(tmp, ".evaluations").glob("ft_beats_*/*.json")):
+            if answer.name == "finetune.json":
+                continue
+            kept = json.loads(answer.read_text())
+            found.append((answer.parent.name, kept["command"].split(), kept["report"]))
+    return found
+
+
+def _scored_as(words: list[str], recipe: str) -> bool:
+    """Whether an evaluation's command scores the way `recipe` is scored."""
+    views = words[words.index("--views") + 1] if "--views" in words else "1"
+    offset = words[words.index("--class-offset") : words.index("--class-offset") + 2] \
+        if "--class-offset" in words else []  # fmt: skip
+    return views == str(views_of(recipe)) and offset == offset_args(recipe)
+
+
+def transformer_rows(
+    answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str]
+) -> list[dict[str, Any]]:
+    """`final`'s rows of each initialisation's chosen recipe, in its order: each run (DS2, with
+    its held-out patients), then each label share's seeds together."""
+    runs, together = [], []
+    for init, recipe in chosen.items():
+        for fraction in cfg.FRACTIONS:
+            for seed in cfg.SEEDS:
+                mine = [(run, w, rep) for run, w, rep in answers
+                        if (m := RUN.match(run)) and (m["init"], float(m["fraction"]),
+                                                       int(m["seed"])) == (init, fraction, seed)
+                        and _scored_as(w, recipe)]  # fmt: skip
+                ds2 = [rep for _, w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
+                sick = [rep for _, w, rep in mine if cfg.HELD_OUT["sick"] in w]
+                if len(ds2) != 1 or len(sick) != 1:
+                    raise SystemExit(f"{init} {fraction:g} seed {seed}: {len(ds2)} DS2 and "
+                                     f"{len(sick)} held-out answers for {recipe}, not one "
+                                     "each")  # fmt: skip
+                runs.append({"init": init, "label_fraction": fraction, "seed": seed, **ds2[0],
+                             "sick_test": sum_reports(sick)})  # fmt: skip
+                if seed == cfg.SEEDS[0]:
+                    together += [{"init": f"{init}, {len(cfg.SEEDS)} seeds together",
+                                  "label_fraction": fraction, "ensemble": list(cfg.SEEDS), **rep}
+                                 for _, w, rep in mine if "--ensemble" in w]  # fmt: skip
+    return runs + together
+
+
+def floor_rows(floors: dict[str, Any], chosen: dict[str, str]) -> list[dict[str, Any]]:
+    """The floor rows of an earlier final file for the chosen recipes' floors."""
+    kinds = beat_floor_kinds([config_of(recipe) for recipe in chosen.values()])
+    names = {floor_name(inputs, data=folder) for inputs, folder in kinds}
+    rows = [row for row in floors["beats"] if row["init"] in names]
+    have = {(row["init"], row["label_fraction"], row["seed"]) for row in rows}
+    want = {(n, f, s) for n in names for f in cfg.FRACTIONS for s in cfg.SEEDS}
+    if have != want:
+        raise SystemExit(f"the floor file lacks {sorted(want - have)}")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("answers", type=Path, help="the call's finetune_runs.tar.gz")
+    ap.add_argument("--log", type=Path, required=True, help="the call's model_study.log")
+    ap.add_argument("--pretrain", type=Path, required=True, help="the call's pretrain.json")
+    ap.add_argument("--select", type=Path, required=True, help="the selection `final` read")
+    ap.add_argument("--floors", type=Path, required=True, help="an earlier final file")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    chosen = {init: best_selected(args.select, init) for init in ("pretrained", "scratch")}
+    flags = {init: recipe_flags(name) for init, name in chosen.items()}
+    chosen = unscored("final", chosen, flags, replicate=False)
+    call = json.loads(args.pretrain.read_text())
+    if call.get("codebook_version") != CODEBOOK_VERSION:
+        raise SystemExit(f"{args.pretrain}: codebook format {call.get('codebook_version')}")
+    floors = json.loads(args.floors.read_text())
+    rows = transformer_rows(_answers(args.answers), chosen) + floor_rows(floors, chosen)
+    commands = [
+        {"command": line[2:].strip(), "seconds": None}
+        for line in args.log.read_text().splitlines()
+        if line.startswith("$ heartlm ")
+    ]
+    results = {
+        **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
+                                "pretrain", "pretrain_variants", "pretrain_corpus", "finetune")},
+        "stage": "final",
+        "command": call["command"],
+        "assembled": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "seconds": None,
+        "config": {f"{init}: {name}": flags[init] for init, name in chosen.items()},
+        "select_rule": cfg.SELECT_RULE,
+        "beats": rows,
+        "afib": [],
+        "floors_from": args.floors.name,
+        "commands": commands,
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "final.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "final.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
