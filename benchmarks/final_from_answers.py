@@ -7,7 +7,11 @@ stopped after every run was trained and scored on DS2, before the floors were fi
 
 Every transformer row is the answer the call kept for the command `final` asks (each
 fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
-against the recipe the selection chose: its views and class offset. The floor rows are read
+against the recipe the selection chose: the run's fine-tuning command in the call's log (data
+folder, flags, initialisation), the evaluation's views, class offset and ensemble members.
+The ledger is not consulted (the call scored these recipes; this reads its answers), and
+neither is the heartlm source digest an answer was kept under (the code that made it is the
+call's commit). The floor rows are read
 from an earlier round's final file whose floor has the same inputs, training folder, label
 shares and seeds: the floor is a LightGBM tree on the tokens, which the GPU machine makes the
 same in every call (rounds 53 and 54's floor rows are identical), so a call need not fit it
@@ -28,9 +32,10 @@ from typing import Any
 
 import model_configs as cfg
 from model_beats import sum_reports
-from model_ledger import unscored
 from model_recipes import (
+    beat_data,
     beat_floor_kinds,
+    best_pair,
     best_selected,
     config_of,
     floor_name,
@@ -43,6 +48,13 @@ from model_tables import markdown
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 
 RUN = re.compile(r"ft_beats_(?P<init>pretrained|scratch)_(?P<fraction>[\d.]+)_s(?P<seed>\d+)_")
+COMMAND = re.compile(r"\$ (heartlm .*?)\s*(?=\$ heartlm |$)")
+"""One command of the call's log (parallel jobs' output can share a line)"""
+
+
+def logged_commands(log: str) -> list[str]:
+    """Every heartlm command the call's log shows, in order."""
+    return [c for line in log.splitlines() for c in COMMAND.findall(line)]
 
 
 def _answers(tarball: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
@@ -58,6 +70,24 @@ def _answers(tarball: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
     return found
 
 
+def _holds(words: list[str], part: list[str]) -> bool:
+    """Whether `part` appears in `words`, in order and together."""
+    return any(words[i : i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
+def trained_as(commands: list[str], run: str, init: str, recipe: str) -> bool:
+    """Whether the call fine-tuned `run` as `final` fine-tunes `init`'s `recipe`: its data
+    folder, its configuration's flags in order, --from-scratch for scratch alone."""
+    config = config_of(recipe)
+    flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
+    for command in commands:
+        words = shlex.split(command)
+        if words[1] == "finetune" and _holds(words, ["--out", run]):
+            return (_holds(words, ["--data", beat_data(config)]) and _holds(words, flags)
+                    and ("--from-scratch" in words) == (init == "scratch"))  # fmt: skip
+    return False
+
+
 def _scored_as(words: list[str], recipe: str) -> bool:
     """Whether an evaluation's command scores the way `recipe` is scored."""
     views = words[words.index("--views") + 1] if "--views" in words else "1"
@@ -67,30 +97,42 @@ def _scored_as(words: list[str], recipe: str) -> bool:
 
 
 def transformer_rows(
-    answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str]
-) -> list[dict[str, Any]]:
+    answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str],
+    commands: list[str],
+) -> list[dict[str, Any]]:  # fmt: skip
     """`final`'s rows of each initialisation's chosen recipe, in its order: each run (DS2, with
-    its held-out patients), then each label share's seeds together."""
+    its held-out patients), then each label share's seeds together; SystemExit where a run,
+    an answer or the seeds together are missing or not one."""
     runs, together = [], []
     for init, recipe in chosen.items():
         for fraction in cfg.FRACTIONS:
+            seeds = {}
             for seed in cfg.SEEDS:
-                mine = [(run, w, rep) for run, w, rep in answers
-                        if (m := RUN.match(run)) and (m["init"], float(m["fraction"]),
+                names = {run for run, _, _ in answers
+                         if (m := RUN.match(run)) and (m["init"], float(m["fraction"]),
                                                        int(m["seed"])) == (init, fraction, seed)
-                        and _scored_as(w, recipe)]  # fmt: skip
-                ds2 = [rep for _, w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
-                sick = [rep for _, w, rep in mine if cfg.HELD_OUT["sick"] in w]
+                         and trained_as(commands, run, init, recipe)}  # fmt: skip
+                if len(names) != 1:
+                    raise SystemExit(f"{init} {fraction:g} seed {seed}: {len(names)} runs "
+                                     f"fine-tuned as {recipe}, not one")  # fmt: skip
+                seeds[seed] = names.pop()
+                mine = [(w, rep) for run, w, rep in answers
+                        if run == seeds[seed] and _scored_as(w, recipe)]  # fmt: skip
+                ds2 = [rep for w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
+                sick = [rep for w, rep in mine if cfg.HELD_OUT["sick"] in w]
                 if len(ds2) != 1 or len(sick) != 1:
-                    raise SystemExit(f"{init} {fraction:g} seed {seed}: {len(ds2)} DS2 and "
-                                     f"{len(sick)} held-out answers for {recipe}, not one "
-                                     "each")  # fmt: skip
+                    raise SystemExit(f"{seeds[seed]}: {len(ds2)} DS2 and {len(sick)} held-out "
+                                     f"answers scored as {recipe}, not one each")  # fmt: skip
                 runs.append({"init": init, "label_fraction": fraction, "seed": seed, **ds2[0],
                              "sick_test": sum_reports(sick)})  # fmt: skip
-                if seed == cfg.SEEDS[0]:
-                    together += [{"init": f"{init}, {len(cfg.SEEDS)} seeds together",
-                                  "label_fraction": fraction, "ensemble": list(cfg.SEEDS), **rep}
-                                 for _, w, rep in mine if "--ensemble" in w]  # fmt: skip
+            first, *more = (seeds[s] for s in cfg.SEEDS)
+            pooled = [rep for run, w, rep in answers if run == first and _scored_as(w, recipe)
+                      and "--ensemble" in w and w[w.index("--ensemble") + 1 :] == more]  # fmt: skip
+            if len(pooled) != 1:
+                raise SystemExit(f"{first}: {len(pooled)} answers of its seeds together, not one")
+            together.append({"init": f"{init}, {len(cfg.SEEDS)} seeds together",
+                             "label_fraction": fraction, "ensemble": list(cfg.SEEDS),
+                             **pooled[0]})  # fmt: skip
     return runs + together
 
 
@@ -115,19 +157,18 @@ def main() -> int:
     ap.add_argument("--floors", type=Path, required=True, help="an earlier final file")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    if best_pair(args.select):
+        raise SystemExit(f"{args.select}: the folds chose a voting pair, which this does not read")
     chosen = {init: best_selected(args.select, init) for init in ("pretrained", "scratch")}
     flags = {init: recipe_flags(name) for init, name in chosen.items()}
-    chosen = unscored("final", chosen, flags, replicate=False)
+    log = args.log.read_text()
     call = json.loads(args.pretrain.read_text())
     if call.get("codebook_version") != CODEBOOK_VERSION:
         raise SystemExit(f"{args.pretrain}: codebook format {call.get('codebook_version')}")
     floors = json.loads(args.floors.read_text())
-    rows = transformer_rows(_answers(args.answers), chosen) + floor_rows(floors, chosen)
-    commands = [
-        {"command": line[2:].strip(), "seconds": None}
-        for line in args.log.read_text().splitlines()
-        if line.startswith("$ heartlm ")
-    ]
+    commands = logged_commands(log)
+    answers = _answers(args.answers)
+    rows = transformer_rows(answers, chosen, commands) + floor_rows(floors, chosen)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
                                 "pretrain", "pretrain_variants", "pretrain_corpus", "finetune")},
@@ -140,7 +181,7 @@ def main() -> int:
         "beats": rows,
         "afib": [],
         "floors_from": args.floors.name,
-        "commands": commands,
+        "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "final.json").write_text(json.dumps(results, indent=1) + "\n")

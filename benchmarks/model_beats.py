@@ -56,9 +56,8 @@ def sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 def at_offset(report: dict[str, Any], name: str, offset: float) -> dict[str, Any]:
     """An evaluation's report as the same models would score with class `name`'s offset at
     `offset` (its `offset_counts`; the other classes at the evaluation's own offsets)."""
-    from heartlm.labelled.offsets import CLASS_OFFSETS
-
-    return {"confusion": report["offset_counts"]["confusion"][name][CLASS_OFFSETS.index(offset)]}
+    counts = report["offset_counts"]
+    return {"confusion": counts["confusion"][name][counts["offsets"].index(offset)]}
 
 
 def add_offset_rows(

@@ -35,6 +35,7 @@ from model_flags import (
     FOLDS,
     GOALS,
     LEADS,
+    OFFSET_SUFFIX,
     PRETRAIN,
     PRETRAIN_CORPUS,
     PRETRAIN_VARIANTS,
@@ -42,6 +43,7 @@ from model_flags import (
     RHYTHM,
     SCALE,
     SCRATCH_VARIANT,
+    VIEWS_SUFFIX,
     has_suffix,
 )
 
@@ -56,7 +58,7 @@ configuration's row with the suffix `_views4`, and `final` scores what won. From
 context, then pooled over the scored window), and `final_afib` scores what won."""
 
 
-assert not any(re.fullmatch(r".+_(views|offset[NSVFQ][+-])[\d.]+", name) for name in CONFIGS), (
+assert not any(re.fullmatch(f".+({VIEWS_SUFFIX}|{OFFSET_SUFFIX})", name) for name in CONFIGS), (
     "reserved suffix"
 )
 assert all(a in CONFIGS and b in CONFIGS for a, b in VOTING_PAIRS.values())
@@ -161,7 +163,7 @@ trail the floor on V sensitivity and lead it on V precision (round 55: 0.891 / 0
 chosen and ranked on the same folds, a mild optimism shared by every recipe's offset row.
 Disclosed: decided after round 55's fold table and DS2's tables of rounds 53-54 (the same
 imbalance, V Se 0.928 / +P 0.964 for round 53's pretrained choice) were read. Of offsets that
-rank alike the smallest is taken, then the first class here (N last: a negative N offset
+rank alike the one nearest 0 is taken, then the first class here (N last: a negative N offset
 moves every other class at once)."""
 
 
@@ -190,7 +192,7 @@ S F1 moved by up to 0.12 between identical runs in round 5. Round 45 ran three (
 folds' noise; `select` also scores the seeds' fold models together, `model_recipes.ensembled`);
 two again from round 46, so that four configurations fit one call of the GPU machine (round
 44: sixteen runs, 535 s from a cold start)."""
-assert not any(re.fullmatch(r".+_views\d+", name) for name in AFIB_CONFIGS), "reserved suffix"
+assert not any(re.fullmatch(f".+{VIEWS_SUFFIX}", name) for name in AFIB_CONFIGS), "reserved suffix"
 
 
 FINAL = "auto"

@@ -209,3 +209,9 @@ def has_suffix(name: str, suffix: str) -> bool:
     """Whether a configuration's name carries `suffix` ("_word"), wherever later suffixes
     (round 39's SMOOTH_SUFFIX, round 40's for beats) put it."""
     return suffix.removeprefix("_") in name.split("_")
+
+
+VIEWS_SUFFIX = r"_views(?P<views>\d+)"
+"""A beat recipe's name ends so when it is scored over that many windows (`evaluate --views`)"""
+OFFSET_SUFFIX = r"_offset(?P<cls>[NSVFQ])(?P<offset>[+-]\d+(?:\.\d+)?)"
+"""... and then so with one class's offset (`evaluate --class-offset`, round 56): `_offsetV+1`"""

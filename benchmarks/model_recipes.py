@@ -102,10 +102,7 @@ def offsetted(recipe: str, name: str, offset: float) -> str:
     return f"{recipe}_offset{name}{offset:+g}"
 
 
-RECIPE = re.compile(
-    r"(?P<config>.+?)(?:_views(?P<views>\d+))?"
-    r"(?:_offset(?P<cls>[NSVFQ])(?P<offset>[+-]\d+(?:\.\d+)?))?"
-)
+RECIPE = re.compile(f"(?P<config>.+?)(?:{cfg.VIEWS_SUFFIX})?(?:{cfg.OFFSET_SUFFIX})?")
 
 
 def _parse_recipe(name: str) -> tuple[str, int]:
@@ -139,8 +136,10 @@ def split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[s
     config, views = _parse_recipe(recipe)
     if config not in _table(configs):
         which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
-        raise SystemExit(f"{recipe!r}: not a configuration of {which} (with an optional _viewsN, "
-                         "then _offsetCLASS+X)")
+        raise SystemExit(
+            f"{recipe!r}: not a configuration of {which} (with an optional _viewsN, "
+            "then _offsetCLASS+X)"
+        )
     return config, views
 
 

@@ -27,6 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import model_flags
 import numpy as np
 
 from heartlm.outdir import atomic_write_text
@@ -35,7 +36,7 @@ UNRECORDED_CODEBOOK = 3
 """The codebook format of a round file without `codebook_version` (written before format 4)."""
 
 BEAT_COLUMNS = ("accuracy", "S", "V", "F")
-VIEWS_SUFFIX = re.compile(r"_views\d+(?=(?:_offset[NSVFQ][+-][\d.]+)?$)")
+VIEWS_SUFFIX = re.compile(f"{model_flags.VIEWS_SUFFIX}(?=(?:{model_flags.OFFSET_SUFFIX})?$)")
 """A recipe name's views, which pool as one recipe; its class offset (`_offsetV+1`) stays."""
 
 

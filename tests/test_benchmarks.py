@@ -2429,6 +2429,10 @@ def test_round_56_reads_round_55s_choices_and_round_53s_pretrained_one_as_they_r
         == [f"{rounds._PRETRAINED_54}_views{views}", f"{rounds._SCRATCH_53}_views{views}"]
 
 
+def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    return any(words[i : i + len(part)] == part for i in range(len(words)))
+
+
 class _UnderCallsV(_Transformers):
     """Every model gives V beats probability 0.4 for V and 0.6 for N (called N without an
     offset, V from a V offset of 0.5 up) and the other beats 0.92 for their own class;
@@ -2481,8 +2485,7 @@ def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scor
     runner = _UnderCallsV()
     final = model_beats.final(runner)
     scored = [a for a in runner.asked if a[1] in ("tok_beats", model_configs.HELD_OUT["sick"])]
-    assert scored and all(a[-2:] == ("--class-offset", "V=0.5") or
-                          a[a.index("--class-offset") + 1] == "V=0.5" for a in scored)  # fmt: skip
+    assert scored and all(_holds(a, ("--class-offset", "V=0.5")) for a in scored)
     row = next(r for r in final["beats"] if r["init"] == "scratch")
     assert row["per_class"]["V"]["f1"] == 1.0
     # a recipe whose calls no offset improves gets no offset row
@@ -2491,41 +2494,56 @@ def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scor
     assert not any("_offset" in name for name in plain["beats"])
 
 
-def test_final_from_answers_reads_the_kept_answers_of_the_chosen_scoring_only(
+def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    """A call stopped before its floors: each run's DS2 and held-out answers at the chosen
-    views and offset become `final`'s rows; an answer scored otherwise is not one of them."""
-    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
-    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    """A call stopped before its floors: each run fine-tuned as the chosen recipe gives its DS2
+    and held-out answers at the chosen views and offset, and its seeds' models together; a run
+    of another recipe, or an answer scored otherwise, is not one of them; a missing one stops."""
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch",
+                                                                        "--inputs", "relative"]})
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
     chosen = {"scratch": "scratch_relative_views4_offsetV+0.5"}
-    run = "ft_beats_scratch_1_s0_0123abcd"
     sick = model_configs.HELD_OUT["sick"]
-    answers = [
-        (run, f"heartlm evaluate {run} tok_beats --json --views 4 --class-offset V=0.5", 0.9),
-        (run, f"heartlm evaluate {run} {sick} --json --views 4 --class-offset V=0.5", 0.8),
-        (run, f"heartlm evaluate {run} tok_beats --json --views 4", 0.1),  # another recipe's
-        (run, f"heartlm evaluate {run} tok_beats --json --views 4 --class-offset V=0.5 "
-              "--ensemble ft_beats_scratch_1_s1_0123abcd", 0.95),
-    ]  # fmt: skip
-    kept = tmp_path / "work" / ".evaluations" / run
-    kept.mkdir(parents=True)
-    for k, (_, command, accuracy) in enumerate(answers):
-        report = {"accuracy": accuracy, "confusion": np.eye(5, dtype=int).tolist()}
-        (kept / f"{k}.json").write_text(json.dumps({"command": command, "report": report}))
-    (kept / "finetune.json").write_text("{}")
+    scored = "--views 4 --class-offset V=0.5"
+    runs = {s: f"ft_beats_scratch_1_s{s}_0123abcd" for s in (0, 1)}
+    other = "ft_beats_scratch_1_s0_ffffffff"  # another recipe's run of the same share and seed
+    answers = {
+        runs[0]: [(f"tok_beats --json {scored}", 0.9), (f"{sick} --json {scored}", 0.8),
+                  ("tok_beats --json --views 4", 0.1),
+                  (f"tok_beats --json {scored} --ensemble {runs[1]}", 0.95)],
+        runs[1]: [(f"tok_beats --json {scored}", 0.7), (f"{sick} --json {scored}", 0.6)],
+        other: [(f"tok_beats --json {scored}", 0.2), (f"{sick} --json {scored}", 0.2)],
+    }  # fmt: skip
+    for run, kept in answers.items():
+        folder = tmp_path / "work" / ".evaluations" / run
+        folder.mkdir(parents=True)
+        for k, (words, accuracy) in enumerate(kept):
+            report = {"accuracy": accuracy, "confusion": np.eye(5, dtype=int).tolist()}
+            command = f"heartlm evaluate {run} {words}"
+            (folder / f"{k}.json").write_text(json.dumps({"command": command, "report": report}))
     with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
         tar.add(tmp_path / "work" / ".evaluations", ".evaluations")
-    rows = final_from_answers.transformer_rows(
-        final_from_answers._answers(tmp_path / "runs.tar.gz"), chosen)
-    assert [(r["init"], r["accuracy"]) for r in rows] == [
-        ("scratch", 0.9), ("scratch, 1 seeds together", 0.95)]  # fmt: skip
+    log = "".join(f"$ heartlm finetune pre --task beats --data tok_beats --out {run} --records 101 "
+                  f"--seed {s} --inputs {inputs} --from-scratch\n"
+                  for run, s, inputs in ((runs[0], 0, "relative"), (runs[1], 1, "relative"),
+                                         (other, 0, "all")))  # fmt: skip
+    log += "heartlm: a progress line $ heartlm evaluate x tok_beats --json\n"
+    commands = final_from_answers.logged_commands(log)
+    assert len(commands) == 4 and commands[-1] == "heartlm evaluate x tok_beats --json"
+    found = final_from_answers._answers(tmp_path / "runs.tar.gz")
+    rows = final_from_answers.transformer_rows(found, chosen, commands)
+    assert [(r["init"], r.get("seed"), r["accuracy"]) for r in rows] == [
+        ("scratch", 0, 0.9), ("scratch", 1, 0.7), ("scratch, 2 seeds together", None, 0.95)]
     assert rows[0]["sick_test"]["n_beats"] == 5
     with pytest.raises(SystemExit, match="0 DS2 and 0 held-out answers"):
-        final_from_answers.transformer_rows(
-            final_from_answers._answers(tmp_path / "runs.tar.gz"),
-            {"scratch": "scratch_relative_views1"})
+        final_from_answers.transformer_rows(found, {"scratch": "scratch_relative"}, commands)
+    with pytest.raises(SystemExit, match="seeds together, not one"):
+        final_from_answers.transformer_rows([a for a in found if "--ensemble" not in a[1]],
+                                            chosen, commands)  # fmt: skip
+    with pytest.raises(SystemExit, match="0 runs fine-tuned as"):
+        final_from_answers.transformer_rows(found, chosen, commands[1:])
 
 
 def test_a_recipe_name_reads_its_views_and_class_offset(monkeypatch: pytest.MonkeyPatch):

@@ -943,8 +943,9 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert low["afib"]["auroc"] == rep["afib"]["auroc"]
     assert _cli("evaluate", ft, corpus / "tok", "--afib-threshold", "1") == 2
     assert "--afib-threshold must be strictly between 0 and 1" in capsys.readouterr().err
-    assert _cli("evaluate", ft, corpus / "tok", "--class-offset", "V=1") == 2
-    assert "--class-offset is for beats runs, not an AFIB run" in capsys.readouterr().err
+    for offset in ("V=1", "V=0"):  # even an offset that would change nothing
+        assert _cli("evaluate", ft, corpus / "tok", "--class-offset", offset) == 2
+        assert "--class-offset is for beats runs, not an AFIB run" in capsys.readouterr().err
 
 
 def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path, capsys):

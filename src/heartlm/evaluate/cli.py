@@ -79,7 +79,7 @@ def run(cfg: EvaluateConfig) -> int:
     from heartlm.labelled.offsets import parse_offsets
 
     try:
-        offsets = parse_offsets(cfg.class_offset)
+        offsets = parse_offsets(cfg.class_offset) if cfg.class_offset else None
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
     seen: dict[Path, Path] = {}

@@ -240,7 +240,7 @@ def evaluate(
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
-    if task != "beats" and class_offsets is not None and np.any(class_offsets):
+    if task != "beats" and class_offsets is not None:
         raise HeartlmError("--class-offset is for beats runs, not an AFIB run", run)
     offsets = np.zeros(len(AAMI_CLASSES)) if class_offsets is None else class_offsets
     streams = streams_of(data)
