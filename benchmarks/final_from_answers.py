@@ -15,7 +15,8 @@ call's commit). The floor rows are read
 from an earlier round's final file whose floor has the same inputs, training folder, label
 shares and seeds: the floor is a LightGBM tree on the tokens, which the GPU machine makes the
 same in every call (rounds 53 and 54's floor rows are identical), so a call need not fit it
-again. DS2 is not read here: it was scored in the call, once.
+again; each floor the call did fit before it was stopped must equal its row there. DS2 is
+not read here: it was scored in the call, once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import model_configs as cfg
-from model_beats import sum_reports
+from model_beats import mitdb_keys, sum_reports
 from model_recipes import (
     beat_data,
     beat_floor_kinds,
@@ -67,6 +68,20 @@ def _answers(tarball: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
                 continue
             kept = json.loads(answer.read_text())
             found.append((answer.parent.name, kept["command"].split(), kept["report"]))
+    return found
+
+
+def kept_floors(tarball: Path) -> list[tuple[str, float, int, dict[str, Any]]]:
+    """(floor row name, label share, seed, report) of each DS2 floor the call fitted before it
+    was stopped (`model_beats.kept_beat_floor`'s kept answers)."""
+    found = []
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tar:
+        tar.extractall(tmp, filter="data")
+        for answer in sorted(Path(tmp, ".evaluations").glob("floor_*/*.json")):
+            kept = json.loads(answer.read_text())
+            *_, folder, _train, test, seed, fraction, inputs = json.loads(kept["command"])
+            if test == mitdb_keys(cfg.TEST):
+                found.append((floor_name(inputs, data=folder), fraction, seed, kept["report"]))
     return found
 
 
@@ -136,8 +151,11 @@ def transformer_rows(
     return runs + together
 
 
-def floor_rows(floors: dict[str, Any], chosen: dict[str, str]) -> list[dict[str, Any]]:
-    """The floor rows of an earlier final file for the chosen recipes' floors."""
+def floor_rows(
+    floors: dict[str, Any], chosen: dict[str, str], fitted: list[tuple[str, float, int, dict]]
+) -> list[dict[str, Any]]:
+    """The floor rows of an earlier final file for the chosen recipes' floors; SystemExit where
+    a floor the call fitted (`fitted`, kept_floors) differs from its row there."""
     kinds = beat_floor_kinds([config_of(recipe) for recipe in chosen.values()])
     names = {floor_name(inputs, data=folder) for inputs, folder in kinds}
     rows = [row for row in floors["beats"] if row["init"] in names]
@@ -145,6 +163,12 @@ def floor_rows(floors: dict[str, Any], chosen: dict[str, str]) -> list[dict[str,
     want = {(n, f, s) for n in names for f in cfg.FRACTIONS for s in cfg.SEEDS}
     if have != want:
         raise SystemExit(f"the floor file lacks {sorted(want - have)}")
+    for name, fraction, seed, report in fitted:
+        row = next(r for r in rows if (r["init"], r["label_fraction"], r["seed"]) == (
+            name, fraction, seed))  # fmt: skip
+        if row["confusion"] != report["confusion"]:
+            raise SystemExit(f"{name}, {fraction:g} of the labels, seed {seed}: the call's fit "
+                             "differs from the floor file's row")  # fmt: skip
     return rows
 
 
@@ -168,7 +192,8 @@ def main() -> int:
     floors = json.loads(args.floors.read_text())
     commands = logged_commands(log)
     answers = _answers(args.answers)
-    rows = transformer_rows(answers, chosen, commands) + floor_rows(floors, chosen)
+    fitted = kept_floors(args.answers)
+    rows = transformer_rows(answers, chosen, commands) + floor_rows(floors, chosen, fitted)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
                                 "pretrain", "pretrain_variants", "pretrain_corpus", "finetune")},
@@ -181,6 +206,7 @@ def main() -> int:
         "beats": rows,
         "afib": [],
         "floors_from": args.floors.name,
+        "floors_checked": len(fitted),
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,9 @@ def _header(results: dict[str, Any]) -> list[str]:
             [
                 f"Stopped by the call's limit after its last evaluation; written from its kept "
                 f"answers by `{results['assembled']}`, the floor rows from "
-                f"`{results['floors_from']}` (the same floor).",
+                f"`{results['floors_from']}` (the same floor: the "
+                f"{results.get('floors_checked', 0)} fit(s) the call finished equal their "
+                "rows there).",
                 "",
             ]
             if "assembled" in results

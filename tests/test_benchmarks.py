@@ -2546,6 +2546,38 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
         final_from_answers.transformer_rows(found, chosen, commands[1:])
 
 
+def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--inputs", "relative"]})
+    monkeypatch.setattr(model_configs, "SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    name = model_recipes.floor_name("relative")
+    cm = np.eye(5, dtype=int).tolist()
+    floors = {"beats": [{"init": name, "label_fraction": 1.0, "seed": s, "confusion": cm}
+                        for s in (0, 1)]}  # fmt: skip
+    folder = tmp_path / ".evaluations" / "floor_relative_tok_beats"
+    folder.mkdir(parents=True)
+    test = model_beats.mitdb_keys(model_configs.TEST)
+    fold = model_beats.mitdb_keys(model_configs.FOLDS[1])
+    doubled = (np.eye(5, dtype=int) * 2).tolist()
+    for k, (records, seed, matrix) in enumerate(((test, 0, cm), (fold, 1, doubled))):
+        key = ["digest", "digest", "tok_beats", ["101"], records, seed, 1.0, "relative"]
+        kept = {"command": json.dumps(key), "report": {"confusion": matrix}}
+        (folder / f"{k}.json").write_text(json.dumps(kept))
+    with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / ".evaluations", ".evaluations")
+    fitted = final_from_answers.kept_floors(tmp_path / "runs.tar.gz")
+    assert [(n, f, s) for n, f, s, _ in fitted] == [(name, 1.0, 0)]  # DS2's only, not a fold's
+    chosen = {"pretrained": "scratch_relative"}
+    assert len(final_from_answers.floor_rows(floors, chosen, fitted)) == 2
+    floors["beats"][0]["confusion"] = (np.eye(5) * 3).tolist()
+    with pytest.raises(SystemExit, match="seed 0: the call's fit differs"):
+        final_from_answers.floor_rows(floors, chosen, fitted)
+    with pytest.raises(SystemExit, match="the floor file lacks"):
+        final_from_answers.floor_rows({"beats": floors["beats"][:1]}, chosen, [])
+
+
 def test_a_recipe_name_reads_its_views_and_class_offset(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     name = model_recipes.offsetted("scratch_relative_views4", "V", -0.5)
