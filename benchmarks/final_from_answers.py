@@ -27,7 +27,6 @@ import re
 import shlex
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,30 +57,31 @@ def logged_commands(log: str) -> list[str]:
     return [c for line in log.splitlines() for c in COMMAND.findall(line)]
 
 
-def _answers(tarball: Path) -> list[tuple[str, list[str], dict[str, Any]]]:
+def kept_answers(tarball: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(run or floor folder, its kept {"command", "report"}) of every answer in a call's
+    finetune_runs.tar.gz (`.evaluations/NAME/*.json`; each run's finetune.json left out)."""
+    with tarfile.open(tarball) as tar:
+        return [(Path(m.name).parent.name, json.load(tar.extractfile(m)))
+                for m in sorted(tar.getmembers(), key=lambda m: m.name)
+                if m.isfile() and Path(m.name).parent.parent.name == ".evaluations"
+                and m.name.endswith(".json") and Path(m.name).name != "finetune.json"]  # fmt: skip
+
+
+def _answers(kept: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, list[str], dict]]:
     """(run, command words, report) of every evaluation the call kept for a `final` run."""
-    found = []
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tar:
-        tar.extractall(tmp, filter="data")
-        for answer in sorted(Path(tmp, ".evaluations").glob("ft_beats_*/*.json")):
-            if answer.name == "finetune.json":
-                continue
-            kept = json.loads(answer.read_text())
-            found.append((answer.parent.name, kept["command"].split(), kept["report"]))
-    return found
+    return [(name, answer["command"].split(), answer["report"])
+            for name, answer in kept if name.startswith("ft_beats_")]  # fmt: skip
 
 
-def kept_floors(tarball: Path) -> list[tuple[str, float, int, dict[str, Any]]]:
+def kept_floors(kept: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, float, int, dict]]:
     """(floor row name, label share, seed, report) of each DS2 floor the call fitted before it
     was stopped (`model_beats.kept_beat_floor`'s kept answers)."""
     found = []
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tar:
-        tar.extractall(tmp, filter="data")
-        for answer in sorted(Path(tmp, ".evaluations").glob("floor_*/*.json")):
-            kept = json.loads(answer.read_text())
-            *_, folder, _train, test, seed, fraction, inputs = json.loads(kept["command"])
+    for name, answer in kept:
+        if name.startswith("floor_"):
+            *_, folder, _train, test, seed, fraction, inputs = json.loads(answer["command"])
             if test == mitdb_keys(cfg.TEST):
-                found.append((floor_name(inputs, data=folder), fraction, seed, kept["report"]))
+                found.append((floor_name(inputs, data=folder), fraction, seed, answer["report"]))
     return found
 
 
@@ -185,14 +185,13 @@ def main() -> int:
         raise SystemExit(f"{args.select}: the folds chose a voting pair, which this does not read")
     chosen = {init: best_selected(args.select, init) for init in ("pretrained", "scratch")}
     flags = {init: recipe_flags(name) for init, name in chosen.items()}
-    log = args.log.read_text()
     call = json.loads(args.pretrain.read_text())
     if call.get("codebook_version") != CODEBOOK_VERSION:
         raise SystemExit(f"{args.pretrain}: codebook format {call.get('codebook_version')}")
     floors = json.loads(args.floors.read_text())
-    commands = logged_commands(log)
-    answers = _answers(args.answers)
-    fitted = kept_floors(args.answers)
+    commands = logged_commands(args.log.read_text())
+    kept = kept_answers(args.answers)
+    answers, fitted = _answers(kept), kept_floors(kept)
     rows = transformer_rows(answers, chosen, commands) + floor_rows(floors, chosen, fitted)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",

@@ -2532,7 +2532,7 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     log += "heartlm: a progress line $ heartlm evaluate x tok_beats --json\n"
     commands = final_from_answers.logged_commands(log)
     assert len(commands) == 4 and commands[-1] == "heartlm evaluate x tok_beats --json"
-    found = final_from_answers._answers(tmp_path / "runs.tar.gz")
+    found = final_from_answers._answers(final_from_answers.kept_answers(tmp_path / "runs.tar.gz"))
     rows = final_from_answers.transformer_rows(found, chosen, commands)
     assert [(r["init"], r.get("seed"), r["accuracy"]) for r in rows] == [
         ("scratch", 0, 0.9), ("scratch", 1, 0.7), ("scratch, 2 seeds together", None, 0.95)]
@@ -2567,7 +2567,8 @@ def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_
         (folder / f"{k}.json").write_text(json.dumps(kept))
     with tarfile.open(tmp_path / "runs.tar.gz", "w:gz") as tar:
         tar.add(tmp_path / ".evaluations", ".evaluations")
-    fitted = final_from_answers.kept_floors(tmp_path / "runs.tar.gz")
+    kept = final_from_answers.kept_answers(tmp_path / "runs.tar.gz")
+    fitted = final_from_answers.kept_floors(kept)
     assert [(n, f, s) for n, f, s, _ in fitted] == [(name, 1.0, 0)]  # DS2's only, not a fold's
     chosen = {"pretrained": "scratch_relative"}
     assert len(final_from_answers.floor_rows(floors, chosen, fitted)) == 2

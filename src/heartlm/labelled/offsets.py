@@ -57,7 +57,11 @@ def offset_classes(prob: np.ndarray, offsets: np.ndarray | None = None) -> np.nd
         return np.zeros(0, np.int64)
     if offsets is None or not np.any(offsets):
         return prob.argmax(axis=1)
-    return (np.log(np.maximum(prob, _TINY)) + offsets).argmax(axis=1)
+    return (_log(prob) + offsets).argmax(axis=1)
+
+
+def _log(prob: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(prob, _TINY))
 
 
 def offset_counts(
@@ -68,13 +72,14 @@ def offset_counts(
     class's offset at each of CLASS_OFFSETS and the other classes' at `offsets`."""
     from heartlm.labelled.metrics import confusion_matrix
 
+    log_prob = _log(prob)  # once, not once per grid point
     counts = {}
     for c, name in enumerate(names):
         grid = []
         for x in CLASS_OFFSETS:
             moved = offsets.copy()
             moved[c] = x
-            cm = confusion_matrix(reference, offset_classes(prob, moved), len(names))
-            grid.append(cm.tolist())
+            called = (log_prob + moved).argmax(axis=1)
+            grid.append(confusion_matrix(reference, called, len(names)).tolist())
         counts[name] = grid
     return {"offsets": list(CLASS_OFFSETS), "confusion": counts}

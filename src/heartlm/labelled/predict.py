@@ -7,6 +7,7 @@ import contextlib
 import numpy as np
 import torch
 
+from heartlm.labelled.offsets import offset_classes
 from heartlm.labelled.windows import Windows
 from heartlm.log import progress
 from heartlm.model.hlm import valid_mean
@@ -56,7 +57,7 @@ def beat_probabilities(
 
 def predicted_classes(prob: np.ndarray) -> np.ndarray:
     """Each beat's most probable class from its (beats, C) probabilities (none for no beats)."""
-    return prob.argmax(axis=1) if len(prob) else np.zeros(0, np.int64)
+    return offset_classes(prob)
 
 
 def beat_predictions(
