@@ -525,3 +525,26 @@ pretrained one +0.004 over the floor on S, V and F, the first at or above it on 
 on DS2 at 100 % scratch's scored S F1 0.462 +- 0.045, V 0.951 +- 0.003, F 0.493 +- 0.021 and
 the pretrained one S 0.312, V 0.948, F 0.492 (floor 0.285, 0.959, 0.435): S and F above the
 floor, V under it (benchmarks/README.md, round 56)."""
+
+
+ROUND_56 = dict(CONFIGS)
+ENCODER_LOSS_SUFFIX = "_encloss1"
+ENCODER_LOSS = ["--beat-encoder-loss", "1"]
+
+
+CONFIGS = {
+    _PRETRAINED_54: ROUND_56[_PRETRAINED_54],
+    f"{_PRETRAINED_54}{ENCODER_LOSS_SUFFIX}": [*ROUND_56[_PRETRAINED_54], *ENCODER_LOSS],
+    _SCRATCH_53: ROUND_56[_SCRATCH_53],
+    f"{_SCRATCH_53}{ENCODER_LOSS_SUFFIX}": [*ROUND_56[_SCRATCH_53], *ENCODER_LOSS],
+}
+"""Round 57 (prepared in the thirtieth session): each per-beat-loss recipe with the
+transformer's own loss as well (`--beat-encoder-loss 1`, new): the beat head's logits alone
+trained beside the per-beat network's and their sum's, so that each of the sum's parts calls
+a beat by itself (gradient blending, Wang et al. 2020). `--beat-mlp-loss` lifted V on the
+folds and on DS2 (rounds 53-54) and lost record 232's S beats, which the transformer alone
+had found: a supraventricular beat is told by the rhythm the transformer reads, and the
+per-beat network's confident N outweighs it in the sum. The parents run as they ran in round
+56 (the folds chose both, each with N's offset -1; `select` reads each twin's offsets too).
+Four recipes, sixteen fold runs: one call. Written after round 56's DS2 scores were read;
+the folds choose."""

@@ -584,7 +584,8 @@ def test_select_scores_each_seed_by_its_margin_over_the_floor_and_says_so(
     seed_1 = model_beats.sum_reports([{"confusion": cm.tolist()}] * 2)
     own_floor = model_beats.sum_reports(kept[1])
     assert scores[1] == pytest.approx(
-        model_recipes.select_score(seed_1, ("S", "V", "F"), own_floor))
+        model_recipes.select_score(seed_1, ("S", "V", "F"), own_floor)
+    )
     assert scores[1] < 0, "seed 1's floor finds V beats its model calls N"
     assert scores[0] == pytest.approx(1.0), "seed 0 against its own floor, which finds none"
     heading = model_tables._seed_scores(result)[1]
@@ -2408,8 +2409,10 @@ def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it
     monkeypatch.setattr(model_configs, "VOTING_PAIRS", rounds.ROUND_54_PAIRS)
     monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
     views = model_configs.VIEWS
-    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] \
-        == [f"{pretrained}_views{views}", f"{scratch}_views{views}"]
+    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] == [
+        f"{pretrained}_views{views}",
+        f"{scratch}_views{views}",
+    ]
 
 
 def test_round_56_reads_round_55s_choices_and_round_53s_pretrained_one_as_they_ran(
@@ -2418,15 +2421,34 @@ def test_round_56_reads_round_55s_choices_and_round_53s_pretrained_one_as_they_r
     """No new training lever: each recipe is a configuration of round 55 or 53, its flags
     unchanged; and round 55's committed folds chose the two parents it keeps."""
     rounds = model_beat_rounds
-    assert set(rounds.CONFIGS) == {rounds._PRETRAINED_54, rounds._PRETRAINED_53,
-                                   rounds._SCRATCH_53}  # fmt: skip
-    for name, flags in rounds.CONFIGS.items():
+    assert set(rounds.ROUND_56) == {rounds._PRETRAINED_54, rounds._PRETRAINED_53,
+                                    rounds._SCRATCH_53}  # fmt: skip
+    for name, flags in rounds.ROUND_56.items():
         assert flags == {**rounds.ROUND_53, **rounds.ROUND_55}[name]
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round55.json"
     monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_55)
     views = model_configs.VIEWS
-    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] \
-        == [f"{rounds._PRETRAINED_54}_views{views}", f"{rounds._SCRATCH_53}_views{views}"]
+    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] == [
+        f"{rounds._PRETRAINED_54}_views{views}",
+        f"{rounds._SCRATCH_53}_views{views}",
+    ]
+
+
+def test_round_57_adds_the_transformer_s_own_loss_to_round_56s_two_choices(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Each parent is a per-beat-loss recipe that round 56's committed folds chose (with a
+    class offset), run as it ran there; each twin adds only --beat-encoder-loss."""
+    rounds = model_beat_rounds
+    pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
+    twins = {f"{parent}{rounds.ENCODER_LOSS_SUFFIX}": (parent, rounds.ENCODER_LOSS)
+             for parent in (pretrained, scratch)}  # fmt: skip
+    _one_lever_each(rounds.CONFIGS, rounds.ROUND_56, twins)
+    assert all("--beat-mlp-loss" in rounds.CONFIGS[parent] for parent in (pretrained, scratch))
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round56.json"
+    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_56)
+    chosen = [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
+    assert [model_recipes.config_of(name) for name in chosen] == [pretrained, scratch]
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
@@ -2500,8 +2522,9 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     """A call stopped before its floors: each run fine-tuned as the chosen recipe gives its DS2
     and held-out answers at the chosen views and offset, and its seeds' models together; a run
     of another recipe, or an answer scored otherwise, is not one of them; a missing one stops."""
-    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch",
-                                                                        "--inputs", "relative"]})
+    monkeypatch.setattr(
+        model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch", "--inputs", "relative"]}
+    )
     monkeypatch.setattr(model_configs, "SEEDS", (0, 1))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
     chosen = {"scratch": "scratch_relative_views4_offsetV+0.5"}
@@ -2535,7 +2558,10 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     found = final_from_answers._answers(final_from_answers.kept_answers(tmp_path / "runs.tar.gz"))
     rows = final_from_answers.transformer_rows(found, chosen, commands)
     assert [(r["init"], r.get("seed"), r["accuracy"]) for r in rows] == [
-        ("scratch", 0, 0.9), ("scratch", 1, 0.7), ("scratch, 2 seeds together", None, 0.95)]
+        ("scratch", 0, 0.9),
+        ("scratch", 1, 0.7),
+        ("scratch, 2 seeds together", None, 0.95),
+    ]
     assert rows[0]["sick_test"]["n_beats"] == 5
     with pytest.raises(SystemExit, match="0 DS2 and 0 held-out answers"):
         final_from_answers.transformer_rows(found, {"scratch": "scratch_relative"}, commands)

@@ -411,6 +411,14 @@ def test_the_per_beat_network_s_own_loss_is_added_in_training_only():
                                   torch.tensor(weight))  # fmt: skip
     assert not torch.isclose(without_s, alone)
     torch.testing.assert_close(skip_s(model, batch)[0], summed + 0.5 * without_s)
+    # --beat-encoder-loss: the transformer's own logits too, alone or beside the network's
+    mine, _ = _weighted_loss(encoder.reshape(-1, 5), t, torch.tensor(weight))
+    both = BeatClasses(weight, mlp_loss=0.5, encoder_loss=2.0)
+    torch.testing.assert_close(both(model, batch)[0], summed + 0.5 * alone + 2.0 * mine)
+    torch.testing.assert_close(BeatClasses(weight, encoder_loss=2.0)(model, batch)[0],
+                               summed + 2.0 * mine)  # fmt: skip
+    model.eval()
+    torch.testing.assert_close(both(model, batch)[0], summed)
 
 
 def _cli(*argv: str) -> int:
@@ -420,8 +428,10 @@ def _cli(*argv: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "flag", ["--max-class-weight", "--afib-beat-loss", "--label-smoothing", "--beat-mlp-loss"]
-)
+    "flag",
+    ["--max-class-weight", "--afib-beat-loss", "--label-smoothing", "--beat-mlp-loss",
+     "--beat-encoder-loss"],
+)  # fmt: skip
 def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
     """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported."""
     args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]
@@ -666,6 +676,21 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
     assert _cli(*args, "--task", "afib", "--beat-mlp-loss", "1", "--overwrite") == 2
     assert "--beat-mlp-loss trains the per-beat network: only with --task beats" in (
+        capsys.readouterr().err
+    )
+    # the transformer's own loss beside the network's: another model, recorded
+    blended = tmp_path / "ft_encoder_loss"
+    assert _cli(*[blended if a == out else a for a in args], "--beat-mlp-loss", "1",
+                "--beat-encoder-loss", "1") == 0  # fmt: skip
+    assert json.loads((blended / "finetune.json").read_text())["beat_encoder_loss"] == 1.0
+    capsys.readouterr()
+    assert not torch.equal(load_file(blended / "model.safetensors")["beat_head.weight"],
+                           trained["beat_head.weight"])  # fmt: skip
+    assert _cli(*args[:-2], "--beat-encoder-loss", "1", "--overwrite") == 2
+    said = capsys.readouterr().err.strip()
+    assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
+    assert _cli(*args, "--task", "afib", "--beat-encoder-loss", "1", "--overwrite") == 2
+    assert "--beat-encoder-loss is a beat-class loss: only with --task beats" in (
         capsys.readouterr().err
     )
     skipping = tmp_path / "ft_mlp_loss_skip"

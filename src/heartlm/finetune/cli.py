@@ -90,8 +90,14 @@ class FinetuneConfig:
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from
     the beat and its neighbours by itself, not only to correct the transformer's logits; the
     logged training loss includes this term, validation scores the sum's plain loss"""
-    beat_mlp_loss_skip: list[str] = setting(factory=list, parse=comma_list(str),
-                                            metavar="CLASS,...", group=TASK)
+    beat_encoder_loss: float = setting(0.0, metavar="W", group=TASK)
+    """beats, with a per-beat network: training only, add W x the transformer's own
+    class-weighted cross-entropy (the beat head's logits without the network's), the
+    counterpart of --beat-mlp-loss: each of the sum's two parts also learns to call a beat by
+    itself, so that neither leans on the other (gradient blending, Wang et al. 2020)"""
+    beat_mlp_loss_skip: list[str] = setting(
+        factory=list, parse=comma_list(str), metavar="CLASS,...", group=TASK
+    )
     """beats, with --beat-mlp-loss: AAMI classes (N, S, V, F, Q) that network's own loss
     leaves out, comma-separated (a list in a config file), e.g. S, which the rhythm around a
     beat tells rather than the beat itself (the sum's loss still counts them)"""
@@ -134,6 +140,10 @@ class FinetuneConfig:
             raise ValueError(f"--beat-mlp-loss must be >= 0, not {self.beat_mlp_loss}")
         if self.beat_mlp_loss > 0.0 and self.task != "beats":
             raise ValueError("--beat-mlp-loss trains the per-beat network: only with --task beats")
+        if not self.beat_encoder_loss >= 0.0:  # also NaN
+            raise ValueError(f"--beat-encoder-loss must be >= 0, not {self.beat_encoder_loss}")
+        if self.beat_encoder_loss > 0.0 and self.task != "beats":
+            raise ValueError("--beat-encoder-loss is a beat-class loss: only with --task beats")
         if self.beat_mlp_loss_skip and not self.beat_mlp_loss > 0.0:
             raise ValueError("--beat-mlp-loss-skip leaves classes out of --beat-mlp-loss: "
                              "give --beat-mlp-loss W > 0 too")  # fmt: skip

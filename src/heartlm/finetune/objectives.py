@@ -122,6 +122,7 @@ class BeatClasses:
         label_smoothing: float = 0.0,
         mlp_loss: float = 0.0,
         mlp_skip: Sequence[int] = (),
+        encoder_loss: float = 0.0,
     ) -> None:
         self.weight = torch.tensor(list(class_weights), dtype=torch.float32)
         self.morph_dropout = morph_dropout
@@ -129,13 +130,15 @@ class BeatClasses:
         self.label_smoothing = label_smoothing
         self.mlp_loss = mlp_loss
         self.mlp_skip = torch.tensor(list(mlp_skip), dtype=torch.long)  # objective_to moves it
+        self.encoder_loss = encoder_loss
 
     def __call__(self, model, batch) -> tuple[Tensor, dict[str, Tensor]]:
         """The class-weighted loss of the beat head, plus in training `mlp_loss` x the
         per-beat network's own (--beat-mlp-loss), without the beats of the class codes
-        `mlp_skip` (--beat-mlp-loss-skip); the device sums are the beat head's."""
+        `mlp_skip` (--beat-mlp-loss-skip), and `encoder_loss` x the transformer's own
+        (--beat-encoder-loss); the device sums are the beat head's."""
         morph, features = drop_morphology(model, batch, self.morph_dropout, self.shape_columns)
-        parts = self.mlp_loss > 0.0 and model.training
+        parts = (self.mlp_loss > 0.0 or self.encoder_loss > 0.0) and model.training
         out = model(morph, batch.rhythm, valid_BT=batch.valid,
                     head="beat_parts" if parts else "beat", features_BTF=features)  # fmt: skip
         target_BT = batch.aami
@@ -152,10 +155,14 @@ class BeatClasses:
             return loss_of(out, target)
         encoder_BTC, network_BTC = out
         loss, sums = loss_of(encoder_BTC + network_BTC, target)
-        own = target
-        if self.mlp_skip.numel():
-            own = target.masked_fill(torch.isin(target, self.mlp_skip), IGNORE)
-        return loss + self.mlp_loss * loss_of(network_BTC, own)[0], sums
+        if self.mlp_loss > 0.0:
+            own = target
+            if self.mlp_skip.numel():
+                own = target.masked_fill(torch.isin(target, self.mlp_skip), IGNORE)
+            loss = loss + self.mlp_loss * loss_of(network_BTC, own)[0]
+        if self.encoder_loss > 0.0:
+            loss = loss + self.encoder_loss * loss_of(encoder_BTC, target)[0]
+        return loss, sums
 
     def predicted_per_window(self, window: int) -> int:
         return 0  # no vocabulary projection; the 5-way head is negligible in FLOPs

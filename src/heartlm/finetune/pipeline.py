@@ -165,6 +165,12 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     if cfg.beat_mlp_loss > 0.0 and not model.cfg.beat_mlp:
         why = "--beat-mlp-loss trains the per-beat network; this model has none (--beat-mlp WIDTH)"
         raise HeartlmError(why, cfg.run)
+    if cfg.beat_encoder_loss > 0.0 and not model.cfg.beat_mlp:
+        why = (
+            "--beat-encoder-loss trains the transformer beside the per-beat network; "
+            "this model has none (--beat-mlp WIDTH)"
+        )
+        raise HeartlmError(why, cfg.run)
     stride = cfg.stride or max(1, window // 2)
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
@@ -215,7 +221,8 @@ def _objective(cfg: FinetuneConfig, p: Prepared, train_s: Any) -> Any:
     if cfg.task == "beats":
         skip = [AAMI_CLASSES.index(c) for c in cfg.beat_mlp_loss_skip]
         return BeatClasses(p.weights, cfg.morph_dropout, columns, cfg.label_smoothing,
-                           mlp_loss=cfg.beat_mlp_loss, mlp_skip=skip)  # fmt: skip
+                           mlp_loss=cfg.beat_mlp_loss, mlp_skip=skip,
+                           encoder_loss=cfg.beat_encoder_loss)  # fmt: skip
     table = None
     if cfg.label_fraction < 1.0:
         n_positions = cfg.train.total_steps(train_s.steps_per_epoch(cfg.train.batch))
@@ -292,7 +299,7 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
 
 OBJECTIVE_SETTINGS = ("class_weight_power", "max_class_weight", "label_smoothing",
                       "morph_dropout", "afib_beat_loss", "beat_mlp_loss",
-                      "beat_mlp_loss_skip")  # fmt: skip
+                      "beat_mlp_loss_skip", "beat_encoder_loss")  # fmt: skip
 """The settings that shape fine-tuning's loss: a resume must keep them (`heartlm.train.
 checkpoint` compares them), or one model would be trained on two objectives and its
 finetune.json would name only the last."""
@@ -344,6 +351,7 @@ def _finish(
         "afib_beat_loss": cfg.afib_beat_loss if cfg.task == "afib" else None,
         "beat_mlp_loss": cfg.beat_mlp_loss if cfg.task == "beats" else None,
         "beat_mlp_loss_skip": cfg.beat_mlp_loss_skip if cfg.task == "beats" else None,
+        "beat_encoder_loss": cfg.beat_encoder_loss if cfg.task == "beats" else None,
         "best": _best(cfg, result),
     }
     atomic_write_text(stage / FINETUNE_INFO, json.dumps(info, indent=2) + "\n")
