@@ -548,3 +548,25 @@ per-beat network's confident N outweighs it in the sum. The parents run as they 
 56 (the folds chose both, each with N's offset -1; `select` reads each twin's offsets too).
 Four recipes, sixteen fold runs: one call. Written after round 56's DS2 scores were read;
 the folds choose."""
+
+
+ROUND_57 = dict(CONFIGS)
+HALF_ENCODER_LOSS_SUFFIX = "_encloss05"
+HALF_ENCODER_LOSS = ["--beat-encoder-loss", "0.5"]
+_PRETRAINED_57 = f"{_PRETRAINED_54}{ENCODER_LOSS_SUFFIX}"
+
+
+CONFIGS = {
+    _PRETRAINED_57: ROUND_57[_PRETRAINED_57],
+    f"{_PRETRAINED_54}{HALF_ENCODER_LOSS_SUFFIX}": [*ROUND_57[_PRETRAINED_54], *HALF_ENCODER_LOSS],
+    _SCRATCH_53: ROUND_57[_SCRATCH_53],
+    f"{_SCRATCH_53}{HALF_ENCODER_LOSS_SUFFIX}": [*ROUND_57[_SCRATCH_53], *HALF_ENCODER_LOSS],
+}
+"""Round 58 (prepared in the thirtieth session): the transformer's own loss at half the
+weight (`--beat-encoder-loss 0.5`) on each per-beat-loss recipe, beside round 57's pretrained
+choice (weight 1, which drifts between calls) and scratch's recipe without it (the folds'
+best scratch row without an offset in rounds 56 and 57). On round 57's folds weight 1 lowered
+V F1 without an offset (pretrained 0.880 against 0.887, scratch 0.864 against 0.892, four
+views), and on DS2 the pretrained recipe with it found record 232's S beats (S F1 0.711 +-
+0.024) at V F1 0.928 +- 0.003 with the V offset +3 the folds chose. Four recipes, sixteen fold
+runs: one call. Written after round 57's DS2 scores were read; the folds choose."""

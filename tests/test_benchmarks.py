@@ -2443,12 +2443,32 @@ def test_round_57_adds_the_transformer_s_own_loss_to_round_56s_two_choices(
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
     twins = {f"{parent}{rounds.ENCODER_LOSS_SUFFIX}": (parent, rounds.ENCODER_LOSS)
              for parent in (pretrained, scratch)}  # fmt: skip
-    _one_lever_each(rounds.CONFIGS, rounds.ROUND_56, twins)
-    assert all("--beat-mlp-loss" in rounds.CONFIGS[parent] for parent in (pretrained, scratch))
+    _one_lever_each(rounds.ROUND_57, rounds.ROUND_56, twins)
+    assert all("--beat-mlp-loss" in rounds.ROUND_57[parent] for parent in (pretrained, scratch))
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round56.json"
     monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_56)
     chosen = [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
     assert [model_recipes.config_of(name) for name in chosen] == [pretrained, scratch]
+
+
+def test_round_58_halves_the_transformer_s_own_loss_beside_round_57s_choices(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Round 57's pretrained choice as it ran; each per-beat-loss parent of round 57 with
+    --beat-encoder-loss 0.5 instead of 1; scratch's parent, which round 57's folds ranked
+    above its twin without an offset, as it ran."""
+    rounds = model_beat_rounds
+    pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
+    assert rounds.CONFIGS[rounds._PRETRAINED_57] == rounds.ROUND_57[rounds._PRETRAINED_57]
+    assert rounds.CONFIGS[scratch] == rounds.ROUND_57[scratch]
+    for parent in (pretrained, scratch):
+        half = rounds.CONFIGS[f"{parent}{rounds.HALF_ENCODER_LOSS_SUFFIX}"]
+        assert half == [*rounds.ROUND_57[parent], "--beat-encoder-loss", "0.5"]
+    assert len(rounds.CONFIGS) == 4
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round57.json"
+    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_57)
+    chosen = model_recipes.best_selected(selection, "pretrained")
+    assert model_recipes.config_of(chosen) == rounds._PRETRAINED_57
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
