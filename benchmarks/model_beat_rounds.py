@@ -547,7 +547,11 @@ had found: a supraventricular beat is told by the rhythm the transformer reads, 
 per-beat network's confident N outweighs it in the sum. The parents run as they ran in round
 56 (the folds chose both, each with N's offset -1; `select` reads each twin's offsets too).
 Four recipes, sixteen fold runs: one call. Written after round 56's DS2 scores were read;
-the folds choose."""
+the folds choose. Measured (thirtieth session): without an offset the new loss lowered V on
+the folds; with V's offset +3 it ranked first for both (pretrained +0.005, scratch -0.001).
+On DS2 at 100 % the pretrained choice scored S F1 0.711 +- 0.024 (record 232 found again),
+accuracy 0.971, F 0.452, and V 0.928 +- 0.003, under the floor's 0.959 (V precision 0.891);
+scratch's S 0.564 +- 0.152, V 0.945 +- 0.000 (benchmarks/README.md, round 57)."""
 
 
 ROUND_57 = dict(CONFIGS)
@@ -569,4 +573,7 @@ best scratch row without an offset in rounds 56 and 57). On round 57's folds wei
 V F1 without an offset (pretrained 0.880 against 0.887, scratch 0.864 against 0.892, four
 views), and on DS2 the pretrained recipe with it found record 232's S beats (S F1 0.711 +-
 0.024) at V F1 0.928 +- 0.003 with the V offset +3 the folds chose. Four recipes, sixteen fold
-runs: one call. Written after round 57's DS2 scores were read; the folds choose."""
+runs: one call. Written after round 57's DS2 scores were read; the folds choose. Measured
+(thirtieth session): half the weight ranked level with weight 1 for the pretrained recipe
+(-0.002 +- 0.004 each, with V offsets) and under scratch's parent (-0.007 against -0.005); DS2
+not scored (no device time left)."""
