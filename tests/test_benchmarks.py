@@ -2314,6 +2314,15 @@ def _one_lever_each(new: dict, old: dict, twins: dict[str, tuple[str, list[str]]
     assert set(new) == {*twins, *(parent for parent, _ in twins.values())}
 
 
+def _per_beat_loss_twins(new: dict, old: dict, suffix: str, lever: list[str]) -> None:
+    """Round `new` runs round `old`'s two per-beat-loss recipes (pretrained from round 54,
+    scratch from round 53) as they ran, and each with `lever` added (named with `suffix`)."""
+    rounds = model_beat_rounds
+    parents = (rounds._PRETRAINED_54, rounds._SCRATCH_53)
+    _one_lever_each(new, old, {f"{parent}{suffix}": (parent, lever) for parent in parents})
+    assert all("--beat-mlp-loss" in new[parent] for parent in parents)
+
+
 def test_round_52_changes_one_thing_of_each_choice_per_recipe():
     rounds = model_beat_rounds
     r52, r51 = rounds.ROUND_52, rounds.ROUND_51
@@ -2399,10 +2408,8 @@ def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it
     the floor margin, run as it ran there; each twin adds only --beat-mlp-loss-skip S."""
     rounds = model_beat_rounds
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
-    twins = {f"{parent}{rounds.MLP_SKIP_S_SUFFIX}": (parent, rounds.MLP_SKIP_S)
-             for parent in (pretrained, scratch)}  # fmt: skip
-    _one_lever_each(rounds.ROUND_55, rounds.ROUND_54, twins)
-    assert all("--beat-mlp-loss" in rounds.ROUND_55[parent] for parent in (pretrained, scratch))
+    _per_beat_loss_twins(rounds.ROUND_55, rounds.ROUND_54, rounds.MLP_SKIP_S_SUFFIX,
+                         rounds.MLP_SKIP_S)  # fmt: skip
     assert rounds.VOTING_PAIRS == {}
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round54.json"
     monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_54)
@@ -2441,10 +2448,8 @@ def test_round_57_adds_the_transformer_s_own_loss_to_round_56s_two_choices(
     class offset), run as it ran there; each twin adds only --beat-encoder-loss."""
     rounds = model_beat_rounds
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
-    twins = {f"{parent}{rounds.ENCODER_LOSS_SUFFIX}": (parent, rounds.ENCODER_LOSS)
-             for parent in (pretrained, scratch)}  # fmt: skip
-    _one_lever_each(rounds.ROUND_57, rounds.ROUND_56, twins)
-    assert all("--beat-mlp-loss" in rounds.ROUND_57[parent] for parent in (pretrained, scratch))
+    _per_beat_loss_twins(rounds.ROUND_57, rounds.ROUND_56, rounds.ENCODER_LOSS_SUFFIX,
+                         rounds.ENCODER_LOSS)  # fmt: skip
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round56.json"
     monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_56)
     chosen = [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
@@ -2455,8 +2460,7 @@ def test_round_58_halves_the_transformer_s_own_loss_beside_round_57s_choices(
     monkeypatch: pytest.MonkeyPatch,
 ):
     """Round 57's pretrained choice as it ran; each per-beat-loss parent of round 57 with
-    --beat-encoder-loss 0.5 instead of 1; scratch's parent, which round 57's folds ranked
-    above its twin without an offset, as it ran."""
+    --beat-encoder-loss 0.5 instead of 1; scratch's parent as it ran."""
     rounds = model_beat_rounds
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
     assert rounds.CONFIGS[rounds._PRETRAINED_57] == rounds.ROUND_57[rounds._PRETRAINED_57]

@@ -683,6 +683,9 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     assert _cli(*[blended if a == out else a for a in args], "--beat-mlp-loss", "1",
                 "--beat-encoder-loss", "1") == 0  # fmt: skip
     assert json.loads((blended / "finetune.json").read_text())["beat_encoder_loss"] == 1.0
+    from heartlm.finetune.pipeline import OBJECTIVE_SETTINGS
+
+    assert "beat_encoder_loss" in OBJECTIVE_SETTINGS, "a resume must keep this loss's weight"
     capsys.readouterr()
     assert not torch.equal(load_file(blended / "model.safetensors")["beat_head.weight"],
                            trained["beat_head.weight"])  # fmt: skip

@@ -94,7 +94,8 @@ class FinetuneConfig:
     """beats, with a per-beat network: training only, add W x the transformer's own
     class-weighted cross-entropy (the beat head's logits without the network's), the
     counterpart of --beat-mlp-loss: each of the sum's two parts also learns to call a beat by
-    itself, so that neither leans on the other (gradient blending, Wang et al. 2020)"""
+    itself, so that neither leans on the other (gradient blending, Wang et al. 2020); the
+    logged training loss includes this term, validation scores the sum's plain loss"""
     beat_mlp_loss_skip: list[str] = setting(
         factory=list, parse=comma_list(str), metavar="CLASS,...", group=TASK
     )
