@@ -2401,6 +2401,15 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
         ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
 
 
+def _folds_chose(monkeypatch: pytest.MonkeyPatch, round_: int, configs: dict) -> list[str]:
+    """The recipe each initialisation (pretrained, scratch) is chosen by in round `round_`'s
+    committed select file, read with that round's CONFIGS."""
+    selection = (Path(model_ledger.__file__).parent
+                 / f"results/h100/model_study/select_round{round_}.json")  # fmt: skip
+    monkeypatch.setattr(model_configs, "CONFIGS", configs)
+    return [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
+
+
 def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -2411,12 +2420,10 @@ def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it
     _per_beat_loss_twins(rounds.ROUND_55, rounds.ROUND_54, rounds.MLP_SKIP_S_SUFFIX,
                          rounds.MLP_SKIP_S)  # fmt: skip
     assert rounds.VOTING_PAIRS == {}
-    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round54.json"
-    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_54)
     monkeypatch.setattr(model_configs, "VOTING_PAIRS", rounds.ROUND_54_PAIRS)
     monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
     views = model_configs.VIEWS
-    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] == [
+    assert _folds_chose(monkeypatch, 54, rounds.ROUND_54) == [
         f"{pretrained}_views{views}",
         f"{scratch}_views{views}",
     ]
@@ -2432,10 +2439,8 @@ def test_round_56_reads_round_55s_choices_and_round_53s_pretrained_one_as_they_r
                                     rounds._SCRATCH_53}  # fmt: skip
     for name, flags in rounds.ROUND_56.items():
         assert flags == {**rounds.ROUND_53, **rounds.ROUND_55}[name]
-    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round55.json"
-    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_55)
     views = model_configs.VIEWS
-    assert [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")] == [
+    assert _folds_chose(monkeypatch, 55, rounds.ROUND_55) == [
         f"{rounds._PRETRAINED_54}_views{views}",
         f"{rounds._SCRATCH_53}_views{views}",
     ]
@@ -2450,9 +2455,7 @@ def test_round_57_adds_the_transformer_s_own_loss_to_round_56s_two_choices(
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
     _per_beat_loss_twins(rounds.ROUND_57, rounds.ROUND_56, rounds.ENCODER_LOSS_SUFFIX,
                          rounds.ENCODER_LOSS)  # fmt: skip
-    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round56.json"
-    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_56)
-    chosen = [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
+    chosen = _folds_chose(monkeypatch, 56, rounds.ROUND_56)
     assert [model_recipes.config_of(name) for name in chosen] == [pretrained, scratch]
 
 
@@ -2469,10 +2472,8 @@ def test_round_58_halves_the_transformer_s_own_loss_beside_round_57s_choices(
         half = rounds.CONFIGS[f"{parent}{rounds.HALF_ENCODER_LOSS_SUFFIX}"]
         assert half == [*rounds.ROUND_57[parent], "--beat-encoder-loss", "0.5"]
     assert len(rounds.CONFIGS) == 4
-    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round57.json"
-    monkeypatch.setattr(model_configs, "CONFIGS", rounds.ROUND_57)
-    chosen = model_recipes.best_selected(selection, "pretrained")
-    assert model_recipes.config_of(chosen) == rounds._PRETRAINED_57
+    pretrained_choice = _folds_chose(monkeypatch, 57, rounds.ROUND_57)[0]
+    assert model_recipes.config_of(pretrained_choice) == rounds._PRETRAINED_57
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:

@@ -671,13 +671,6 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     trained = load_file(own / "model.safetensors")
     for name in ("beat_mlp.hidden.weight", "beat_head.weight"):
         assert not torch.equal(trained[name], weights[name])
-    assert _cli(*args[:-2], "--beat-mlp-loss", "1", "--overwrite") == 2
-    said = capsys.readouterr().err.strip()
-    assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
-    assert _cli(*args, "--task", "afib", "--beat-mlp-loss", "1", "--overwrite") == 2
-    assert "--beat-mlp-loss trains the per-beat network: only with --task beats" in (
-        capsys.readouterr().err
-    )
     # the transformer's own loss beside the network's: another model, recorded
     blended = tmp_path / "ft_encoder_loss"
     assert _cli(*[blended if a == out else a for a in args], "--beat-mlp-loss", "1",
@@ -689,13 +682,15 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
     capsys.readouterr()
     assert not torch.equal(load_file(blended / "model.safetensors")["beat_head.weight"],
                            trained["beat_head.weight"])  # fmt: skip
-    assert _cli(*args[:-2], "--beat-encoder-loss", "1", "--overwrite") == 2
-    said = capsys.readouterr().err.strip()
-    assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
-    assert _cli(*args, "--task", "afib", "--beat-encoder-loss", "1", "--overwrite") == 2
-    assert "--beat-encoder-loss is a beat-class loss: only with --task beats" in (
-        capsys.readouterr().err
-    )
+    for loss, afib_refusal in (
+        ("--beat-mlp-loss", "--beat-mlp-loss trains the per-beat network: only with --task beats"),
+        ("--beat-encoder-loss", "--beat-encoder-loss is a beat-class loss: only with --task beats"),
+    ):  # fmt: skip
+        assert _cli(*args[:-2], loss, "1", "--overwrite") == 2
+        said = capsys.readouterr().err.strip()
+        assert said.endswith("this model has none (--beat-mlp WIDTH)") and "\n" not in said
+        assert _cli(*args, "--task", "afib", loss, "1", "--overwrite") == 2
+        assert afib_refusal in capsys.readouterr().err
     skipping = tmp_path / "ft_mlp_loss_skip"
     assert _cli(*[skipping if a == out else a for a in args], "--beat-mlp-loss", "1",
                 "--beat-mlp-loss-skip", "S") == 0  # fmt: skip
