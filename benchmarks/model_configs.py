@@ -22,6 +22,7 @@ from model_afib_rounds import (
 )
 from model_beat_rounds import (
     BEAT_ECTOPY_SUFFIX,
+    BEAT_MLP_SHARES,
     BEATS_ECTOPY,
     BEATS_LEADS,
     CONFIGS,
@@ -43,6 +44,7 @@ from model_flags import (
     RHYTHM,
     SCALE,
     SCRATCH_VARIANT,
+    SHARE_SUFFIX,
     VIEWS_SUFFIX,
     has_suffix,
 )
@@ -58,9 +60,11 @@ configuration's row with the suffix `_views4`, and `final` scores what won. From
 context, then pooled over the scored window), and `final_afib` scores what won."""
 
 
-assert not any(re.fullmatch(f".+({VIEWS_SUFFIX}|{OFFSET_SUFFIX})", name) for name in CONFIGS), (
-    "reserved suffix"
-)
+assert not any(re.fullmatch(f".+({VIEWS_SUFFIX}|{SHARE_SUFFIX}|{OFFSET_SUFFIX})", name)
+               for name in CONFIGS), "reserved suffix"  # fmt: skip
+assert set(BEAT_MLP_SHARES) <= set(CONFIGS)
+assert all(0 <= share <= 1 and share != 0.5 for shares in BEAT_MLP_SHARES.values()
+           for share in shares), "0.5 is the sum as trained: the recipe's own row"  # fmt: skip
 assert all(a in CONFIGS and b in CONFIGS for a, b in VOTING_PAIRS.values())
 
 

@@ -102,7 +102,15 @@ def offsetted(recipe: str, name: str, offset: float) -> str:
     return f"{recipe}_offset{name}{offset:+g}"
 
 
-RECIPE = re.compile(f"(?P<config>.+?)(?:{cfg.VIEWS_SUFFIX})?(?:{cfg.OFFSET_SUFFIX})?")
+def shared(recipe: str, share: float) -> str:
+    """A beat recipe's name scored with its per-beat network's logits weighed by `share`
+    (`evaluate --beat-mlp-share`): `_share0.75`."""
+    return f"{recipe}_share{share:g}"
+
+
+RECIPE = re.compile(
+    f"(?P<config>.+?)(?:{cfg.VIEWS_SUFFIX})?(?:{cfg.SHARE_SUFFIX})?(?:{cfg.OFFSET_SUFFIX})?"
+)
 
 
 def _parse_recipe(name: str) -> tuple[str, int]:
@@ -124,6 +132,23 @@ def offset_args(recipe: str) -> list[str]:
     return [] if offset is None else ["--class-offset", f"{offset[0]}={offset[1]:g}"]
 
 
+def share_of(recipe: str) -> float | None:
+    """The per-beat network's share of a beat recipe named with `shared`; None without one."""
+    found = RECIPE.fullmatch(recipe)
+    return float(found["share"]) if found and found["share"] else None
+
+
+def share_args(recipe: str) -> list[str]:
+    """What `evaluate` is given for a recipe's per-beat network share (nothing without one)."""
+    share = share_of(recipe)
+    return [] if share is None else ["--beat-mlp-share", f"{share:g}"]
+
+
+def scoring_args(recipe: str) -> list[str]:
+    """What `evaluate` is given, beyond its views, to score a beat recipe as it is named."""
+    return [*share_args(recipe), *offset_args(recipe)]
+
+
 def _table(configs: dict[str, list] | None) -> dict[str, list]:
     """The configuration table a recipe helper reads: CONFIGS (beats) unless given one (AFIB:
     AFIB_CONFIGS); read when called, so a table swapped in later is the one read."""
@@ -138,7 +163,7 @@ def split_recipe(recipe: str, configs: dict[str, list] | None = None) -> tuple[s
         which = "CONFIGS" if configs is None else "AFIB_CONFIGS"
         raise SystemExit(
             f"{recipe!r}: not a configuration of {which} (with an optional _viewsN, "
-            "then _offsetCLASS+X)"
+            "then _shareS, then _offsetCLASS+X)"
         )
     return config, views
 
@@ -161,8 +186,9 @@ def recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[st
     flags the tables and the DS2 ledger record)."""
     config, views = split_recipe(recipe, configs)
     data = data_note(beat_data(config)) if configs is None else []
-    offset = offset_args(recipe)
+    share, offset = share_args(recipe), offset_args(recipe)
     return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"]),
+            *([] if not share else [f"(evaluate {share[0]}", f"{share[1]})"]),
             *([] if not offset else [f"(evaluate {offset[0]}", f"{offset[1]})"]),
             *data]  # fmt: skip
 

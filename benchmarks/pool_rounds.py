@@ -36,8 +36,12 @@ UNRECORDED_CODEBOOK = 3
 """The codebook format of a round file without `codebook_version` (written before format 4)."""
 
 BEAT_COLUMNS = ("accuracy", "S", "V", "F")
-VIEWS_SUFFIX = re.compile(f"{model_flags.VIEWS_SUFFIX}(?=(?:{model_flags.OFFSET_SUFFIX})?$)")
-"""A recipe name's views, which pool as one recipe; its class offset (`_offsetV+1`) stays."""
+VIEWS_SUFFIX = re.compile(
+    f"{model_flags.VIEWS_SUFFIX}"
+    f"(?=(?:{model_flags.SHARE_SUFFIX})?(?:{model_flags.OFFSET_SUFFIX})?$)"
+)
+"""A recipe name's views, which pool as one recipe; its per-beat network's share
+(`_share0.75`) and class offset (`_offsetV+1`) stay."""
 
 
 def _recipes(result: dict) -> dict[str, str]:

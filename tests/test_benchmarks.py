@@ -2466,14 +2466,28 @@ def test_round_58_halves_the_transformer_s_own_loss_beside_round_57s_choices(
     --beat-encoder-loss 0.5 instead of 1; scratch's parent as it ran."""
     rounds = model_beat_rounds
     pretrained, scratch = rounds._PRETRAINED_54, rounds._SCRATCH_53
-    assert rounds.CONFIGS[rounds._PRETRAINED_57] == rounds.ROUND_57[rounds._PRETRAINED_57]
-    assert rounds.CONFIGS[scratch] == rounds.ROUND_57[scratch]
+    assert rounds.ROUND_58[rounds._PRETRAINED_57] == rounds.ROUND_57[rounds._PRETRAINED_57]
+    assert rounds.ROUND_58[scratch] == rounds.ROUND_57[scratch]
     for parent in (pretrained, scratch):
-        half = rounds.CONFIGS[f"{parent}{rounds.HALF_ENCODER_LOSS_SUFFIX}"]
+        half = rounds.ROUND_58[f"{parent}{rounds.HALF_ENCODER_LOSS_SUFFIX}"]
         assert half == [*rounds.ROUND_57[parent], "--beat-encoder-loss", "0.5"]
-    assert len(rounds.CONFIGS) == 4
+    assert len(rounds.ROUND_58) == 4
     pretrained_choice = _folds_chose(monkeypatch, 57, rounds.ROUND_57)[0]
     assert model_recipes.config_of(pretrained_choice) == rounds._PRETRAINED_57
+
+
+def test_round_59_scores_round_57s_two_choices_at_every_share_of_their_parts(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The two configurations round 57's committed folds chose, as they ran there, each scored
+    at shares other than the sum's own 0.5."""
+    rounds = model_beat_rounds
+    chosen = [model_recipes.config_of(n) for n in _folds_chose(monkeypatch, 57, rounds.ROUND_57)]
+    assert list(rounds.CONFIGS) == chosen == [rounds._PRETRAINED_57, rounds._SCRATCH_57]
+    assert all(rounds.CONFIGS[name] == rounds.ROUND_57[name] for name in chosen)
+    assert set(rounds.BEAT_MLP_SHARES) == set(chosen)
+    assert all(0.0 in shares and 1.0 in shares and 0.5 not in shares
+               for shares in rounds.BEAT_MLP_SHARES.values())  # fmt: skip
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
@@ -2539,6 +2553,56 @@ def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scor
     monkeypatch.setattr(model_configs, "FINAL", "auto")
     plain = model_beats.select(_Transformers())
     assert not any("_offset" in name for name in plain["beats"])
+
+
+class _NetworkAloneFindsV(_UnderCallsV):
+    """As _UnderCallsV, but scored with the per-beat network alone (`--beat-mlp-share 1`)
+    every model calls every beat right."""
+
+    def evaluate(self, *args) -> dict:
+        report = super().evaluate(*args)
+        words = tuple(map(str, args))
+        if _holds(words, ("--beat-mlp-share", "1")):
+            report = metrics.beat_report(np.repeat(np.arange(5), 10), np.repeat(np.arange(5), 10))
+        return report
+
+
+def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
+    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
+    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", {"scratch_relative": (0.0, 1.0)})
+    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+    runner = _NetworkAloneFindsV()
+    result = model_beats.select(runner)
+    alone, transformer = "scratch_relative_share1", "scratch_relative_share0"
+    assert {alone, transformer} <= set(result["beats"]) and alone in result["sick_test"]
+    assert result["beats"][alone]["per_class"]["V"]["f1"] == 1.0
+    assert result["beats"][transformer]["per_class"]["V"]["f1"] == 0.0
+    assert result["configs"][alone][-2:] == ["(evaluate --beat-mlp-share", "1)"]
+    shared = [a for a in runner.asked if "--beat-mlp-share" in a]
+    assert len(shared) == 2 * 2 * 2 * 2  # two shares, two folds, two seeds, DS1 and held out
+    assert all(_holds(a, ("--views", "1")) for a in shared)
+    assert not any("_ensemble" in n and "_share" in n for n in result["beats"])
+    (tmp_path / "select.json").write_text(json.dumps(result))
+    best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
+    assert model_recipes.share_of(best) == 1.0 and model_recipes.offset_of(best) is None
+    monkeypatch.setattr(model_configs, "FINAL", alone)
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    runner = _NetworkAloneFindsV()
+    final = model_beats.final(runner)
+    scored = [a for a in runner.asked if a[1] in ("tok_beats", model_configs.HELD_OUT["sick"])]
+    assert scored and all(_holds(a, ("--views", "1", "--beat-mlp-share", "1")) for a in scored)
+    assert next(r for r in final["beats"] if r["init"] == "scratch")["accuracy"] == 1.0
+    # the share sits between the views and the offset in a recipe's name, and both are read
+    named = model_recipes.offsetted(model_recipes.shared("scratch_relative", 0.75), "V", 3)
+    assert model_recipes.scoring_args(named) == ["--beat-mlp-share", "0.75", "--class-offset",
+                                                 "V=3"]  # fmt: skip
+    assert model_recipes.config_of(named) == "scratch_relative"
 
 
 def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(

@@ -703,6 +703,77 @@ def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluat
         assert said in capsys.readouterr().err
 
 
+def test_beat_logits_weigh_the_transformer_and_the_per_beat_network_by_their_share():
+    from heartlm.labelled.predict import beat_logits
+
+    torch.manual_seed(0)
+    encoder, network = torch.randn(2, 6, 5), torch.randn(2, 6, 5)
+
+    class Parts(torch.nn.Module):
+        def forward(self, morph, rhythm, head, **_):
+            return (encoder, network) if head == "beat_parts" else encoder + network
+
+    model, x = Parts(), torch.zeros(2, 6, dtype=torch.long)
+    assert torch.equal(beat_logits(model, x, x, None, None), encoder + network)
+    for share, expected in ((0.5, encoder + network), (0.0, 2 * encoder), (1.0, 2 * network),
+                            (0.75, 0.5 * encoder + 1.5 * network)):  # fmt: skip
+        torch.testing.assert_close(beat_logits(model, x, x, None, None, share), expected)
+
+
+def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_weigh(
+    beats_run, corpus, tmp_path, capsys
+):
+    out = tmp_path / "ft_share"
+    assert (
+        _cli(
+            "finetune",
+            corpus / "pre",
+            "--data",
+            corpus / "tok",
+            "--out",
+            out,
+            "--window",
+            "16",
+            "--batch",
+            "8",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--device",
+            "cpu",
+            "--beat-mlp",
+            "8",
+            "--beat-mlp-loss",
+            "1",
+            "--beat-encoder-loss",
+            "1",
+        )
+        == 0
+    )
+    for views in ("1", "2"):
+        plain = _evaluate_json(capsys, out, corpus / "tok", "--views", views)
+        trained = _evaluate_json(capsys, out, corpus / "tok", "--views", views,
+                                 "--beat-mlp-share", "0.5")  # fmt: skip
+        assert trained["beat_mlp_share"] == 0.5 and "beat_mlp_share" not in plain
+        assert trained["confusion"] == plain["confusion"]
+        assert trained["offset_counts"] == plain["offset_counts"]
+        alone = _evaluate_json(capsys, out, corpus / "tok", "--views", views,
+                               "--beat-mlp-share", "1")  # fmt: skip
+        assert alone["beat_mlp_share"] == 1.0 and alone["n_beats"] == plain["n_beats"]
+    assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "0.25") == 0
+    assert "per-beat network's share 0.25" in capsys.readouterr().out
+    for bad in ("1.5", "-0.1", "nan"):
+        assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", bad) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--beat-mlp-share must be within 0 and 1" in err and "\n" not in err, err
+    for runs in ((beats_run,), (out, "--ensemble", beats_run)):  # the main run, or a member
+        assert _cli("evaluate", runs[0], corpus / "tok", *runs[1:],
+                    "--beat-mlp-share", "0.5") == 2  # fmt: skip
+        err = capsys.readouterr().err.strip()
+        assert "this run has none (finetune --beat-mlp)" in err and str(beats_run) in err, err
+
+
 def test_local_statistics_are_added_to_a_pretrained_encoder_and_kept_by_evaluate(
     corpus, tmp_path, capsys
 ):
@@ -969,6 +1040,8 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     for offset in ("V=1", "V=0"):  # even an offset that would change nothing
         assert _cli("evaluate", ft, corpus / "tok", "--class-offset", offset) == 2
         assert "--class-offset is for beats runs, not an AFIB run" in capsys.readouterr().err
+    assert _cli("evaluate", ft, corpus / "tok", "--beat-mlp-share", "0.5") == 2
+    assert "--beat-mlp-share is for beats runs, not an AFIB run" in capsys.readouterr().err
 
 
 def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path, capsys):

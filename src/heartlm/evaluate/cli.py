@@ -49,6 +49,10 @@ class EvaluateConfig:
     taken, e.g. V=0.5 (a prior shift: a class called more often where X > 0; default none).
     The report also counts beats with each class's offset at -1 ... 3, the others held, to
     choose X on other records (offset_counts)"""
+    beat_mlp_share: float | None = setting(None, metavar="S")
+    """beats runs with a per-beat network (finetune --beat-mlp): each beat's logits are
+    2 (1 - S) x the transformer's own plus 2 S x the network's, 0 <= S <= 1 (default: their sum
+    as trained, S = 0.5; 0 the transformer alone, 1 the network alone)"""
     ensemble: list[Path] | None = setting(None, metavar="FT")
     """more fine-tuned runs of FT's task and codebook (e.g. the fold models of a
     cross-validation; AFIB runs of FT's window, beats runs of any, each reading its own
@@ -76,6 +80,9 @@ def run(cfg: EvaluateConfig) -> int:
         raise HeartlmError(
             f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
         )
+    share = cfg.beat_mlp_share
+    if share is not None and not 0.0 <= share <= 1.0:  # also NaN
+        raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {share}")
     from heartlm.labelled.offsets import parse_offsets
 
     try:
@@ -106,6 +113,7 @@ def run(cfg: EvaluateConfig) -> int:
         afib_threshold=cfg.afib_threshold,
         ensemble=cfg.ensemble,
         class_offsets=offsets,
+        beat_mlp_share=share,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -150,6 +158,8 @@ def format_report(report: dict[str, Any]) -> str:
         seen = f", each averaged over {views} overlapping windows" if views > 1 else ""
         if offsets := report.get("class_offsets"):
             seen += ", class offsets " + " ".join(f"{c}={x:+g}" for c, x in offsets.items())
+        if (share := report.get("beat_mlp_share")) is not None:
+            seen += f", per-beat network's share {share:g}"
         lines.append(f"{report['n_beats']} scored beats{seen}, accuracy {report['accuracy']:.4f}")
         lines.append(f"{'class':<6}{'support':>9}{'Se':>8}{'+P':>8}{'F1':>8}")
         for name, s in report["per_class"].items():

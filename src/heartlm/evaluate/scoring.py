@@ -152,6 +152,20 @@ def _check_window(window: int, model: Any, run: Path) -> None:
                            run / FINETUNE_INFO)  # fmt: skip
 
 
+def _check_mlp_share(
+    share: float | None, task: str, members: list[tuple[Any, int]], runs: list[Path]
+) -> None:
+    """`--beat-mlp-share` is for beats runs whose every member has a per-beat network."""
+    if share is None:
+        return
+    if task != "beats":
+        raise HeartlmError("--beat-mlp-share is for beats runs, not an AFIB run", runs[0])
+    for (model, _), run in zip(members, runs, strict=True):
+        if getattr(model, "beat_mlp", None) is None:
+            raise HeartlmError("--beat-mlp-share weighs the per-beat network's logits: this "
+                               "run has none (finetune --beat-mlp)", run)  # fmt: skip
+
+
 def _ensemble_note(ensemble: list[Path] | None) -> dict[str, Any]:
     """The report's record of the runs averaged with the first (none: nothing)."""
     return {"ensemble": [str(p) for p in ensemble]} if ensemble else {}
@@ -192,6 +206,7 @@ def evaluate(
     afib_threshold: float | None = None,
     ensemble: list[Path] | None = None,
     class_offsets: np.ndarray | None = None,
+    beat_mlp_share: float | None = None,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
@@ -211,7 +226,10 @@ def evaluate(
     choose one on other data. Beats: `class_offsets` (C,) are added to the log of each beat's
     class probabilities before its class is taken (None: none; refused for an AFIB run); the
     report also counts beats with each class's offset moved over `offsets.CLASS_OFFSETS`
-    (`offset_counts`), to choose one on other records."""
+    (`offset_counts`), to choose one on other records. Beats runs with a per-beat network:
+    `beat_mlp_share` S weighs the two parts of each beat's logits, 2 (1 - S) x the
+    transformer's own and 2 S x the network's (None: their sum as trained, S = 0.5), in every
+    member of `ensemble` alike."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -243,6 +261,7 @@ def evaluate(
     if task != "beats" and class_offsets is not None:
         raise HeartlmError("--class-offset is for beats runs, not an AFIB run", run)
     offsets = np.zeros(len(AAMI_CLASSES)) if class_offsets is None else class_offsets
+    _check_mlp_share(beat_mlp_share, task, members, [run, *(ensemble or [])])
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
@@ -260,7 +279,8 @@ def evaluate(
         for _, size in members:
             if size not in cut:
                 cut[size] = cut_windows(streams, indices, size, _beat_stride(size, views), task)
-        outputs = [predict(m, cut[size], batch, dev) for m, size in members]
+        outputs = [predict(m, cut[size], batch, dev, mlp_share=beat_mlp_share)
+                   for m, size in members]  # fmt: skip
         beat = outputs[0][0]
         prob = _aligned_mean(outputs, [run, *(ensemble or [])])
         reference = np.asarray(data.aami)[beat].astype(np.int64)
@@ -276,6 +296,8 @@ def evaluate(
                   **metrics.beat_report(ref, pred)}  # fmt: skip
         if np.any(offsets):
             report["class_offsets"] = named_offsets(offsets)
+        if beat_mlp_share is not None:
+            report["beat_mlp_share"] = beat_mlp_share
         report["offset_counts"] = offset_counts(ref, prob, offsets)
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}

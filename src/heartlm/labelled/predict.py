@@ -33,17 +33,39 @@ def _autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
+def beat_logits(
+    model: torch.nn.Module,
+    morph: torch.Tensor,
+    rhythm: torch.Tensor,
+    valid: torch.Tensor | None,
+    features: torch.Tensor | None,
+    mlp_share: float | None = None,
+) -> torch.Tensor:
+    """The beat head's logits; with `mlp_share` S (a model with a per-beat network),
+    2 (1 - S) x the transformer's own plus 2 S x the per-beat network's: 0.5 is the sum the
+    model was trained as, 0 the transformer alone, 1 the network alone."""
+    if mlp_share is None:
+        return model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
+    encoder, network = model(morph, rhythm, valid_BT=valid, head="beat_parts",
+                             features_BTF=features)  # fmt: skip
+    return 2 * (1 - mlp_share) * encoder + 2 * mlp_share * network
+
+
 @torch.no_grad()
 def beat_probabilities(
-    model: torch.nn.Module, windows: Windows, batch: int, device: torch.device
+    model: torch.nn.Module,
+    windows: Windows,
+    batch: int,
+    device: torch.device,
+    mlp_share: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, (beats, C) class probabilities) for every beat, each from its scoring
-    window."""
+    window (`mlp_share`: `beat_logits`)."""
     model.eval().to(device)
     beats, probs = [], []
     for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
         with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
+            logits = beat_logits(model, morph, rhythm, valid, features, mlp_share)
         prob = torch.softmax(logits.float(), dim=-1).cpu().numpy()
         scored = windows.scored[lo:hi]
         beats.append(windows.beat[lo:hi][scored])
@@ -83,10 +105,13 @@ def averaged_beat_outputs(
     device: torch.device,
     head: str = "beat",
     probabilities: bool = True,
+    mlp_share: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, (beats, C) outputs) for every beat covered by `windows`: the `head`'s
     class probabilities (`probabilities`) or logits from every window that holds the beat,
-    averaged with `centre_weights`."""
+    averaged with `centre_weights` (head "beat" with `mlp_share`: `beat_logits`)."""
+    if mlp_share is not None and head != "beat":
+        raise ValueError(f"mlp_share is for head 'beat', not {head!r}")
     model.eval().to(device)
     covered = windows.beat[~windows.pad]
     if covered.size == 0:
@@ -96,7 +121,10 @@ def averaged_beat_outputs(
     total, weights = None, np.zeros(len(beat))
     for lo, hi, morph, rhythm, valid, features in _batches(windows, batch, device):
         with _autocast(device):
-            logits = model(morph, rhythm, valid_BT=valid, head=head, features_BTF=features)
+            if head == "beat":
+                logits = beat_logits(model, morph, rhythm, valid, features, mlp_share)
+            else:
+                logits = model(morph, rhythm, valid_BT=valid, head=head, features_BTF=features)
         out = logits.float()
         out = (torch.softmax(out, dim=-1) if probabilities else out).cpu().numpy()
         if total is None:
