@@ -599,4 +599,10 @@ atrial fibrillation (203) or among bundle-branch blocks (207, 118), may be what 
 folds choose the share too (more rows chosen on the same folds: a little more optimism than
 round 57's). Two recipes, eight fold runs. Written after round 57's DS2 scores were read
 (motivated by its folds' per-record V, DS1 only; and the DS2 S result the encoder loss gave);
-the folds choose."""
+the folds choose. Measured (thirty-first session): on the folds V rose and S and F fell with
+the network's share; they chose the network alone with N's offset -1 for the pretrained
+recipe (+0.010, the first row 0.01 over the floor) and share 0.75 with S's offset -1 for
+scratch (-0.001). On DS2 at 100 % scratch's is level with the floor on V (F1 0.959, 0.00001
+under it) and above it on S (0.305), F (0.445) and accuracy (0.959); the pretrained one V
+0.947, S 0.316, F 0.507. Record 232's S beats were lost again (sensitivity 0.12-0.25)
+(benchmarks/README.md, round 59)."""
