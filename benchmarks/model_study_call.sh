@@ -8,7 +8,8 @@
 # Environment: ECG (.carry/ecg, a copy of ../shared/ecg carried with the call), WORK
 # (/tmp/hlm-model), OUT ($OUT, else benchmarks/model-study-out), JOBS (8 commands at once, spread
 # over the GPUs: on a machine of two, JOBS=32 puts sixteen on each; a `final` of two recipes
-# trains 18 runs: JOBS=18 trains them in one wave on one H200, round 57),
+# trains 18 runs: JOBS=18 trains them in one wave on one H200, round 57; on a cold machine
+# `final` first pretrains all six encoders, about 80 s more, and round 59's did not fit 585 s),
 # LIMIT_S (560: seconds before the stages are stopped), SELECT (a select.json an earlier call
 # brought back, e.g. benchmarks/results/h100/model_study/select_round13.json: `final` on a
 # fresh machine then scores that selection without running `select` again), SELECT_AFIB (the
