@@ -2516,14 +2516,20 @@ class _UnderCallsV(_Transformers):
         return {**report, "offset_counts": offset_counts(reference, prob, offsets)}
 
 
-def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scores_at_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-):
+def _one_scratch_recipe_on_folds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`select` of one scratch configuration on two seeds, floors and tokens faked, ranked by
+    the floor-margin rule."""
     monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
     monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
     monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
     monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
     monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
+
+
+def test_select_adds_the_class_offset_that_ranks_a_recipe_highest_and_final_scores_at_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    _one_scratch_recipe_on_folds(monkeypatch)
     result = model_beats.select(_UnderCallsV())
     views = model_configs.VIEWS
     # the smallest V offset that calls V beats V; the recipe without it calls them N
@@ -2570,12 +2576,8 @@ class _NetworkAloneFindsV(_UnderCallsV):
 def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: _Tree())
-    monkeypatch.setattr("heartlm.train.data.load_tokens", lambda folder: _mitdb())
-    monkeypatch.setattr(model_configs, "SELECT_SEEDS", (0, 1))
-    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    _one_scratch_recipe_on_folds(monkeypatch)
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", {"scratch_relative": (0.0, 1.0)})
-    monkeypatch.setattr(model_configs, "SELECT_RULE", "floor_margin")
     runner = _NetworkAloneFindsV()
     result = model_beats.select(runner)
     alone, transformer = "scratch_relative_share1", "scratch_relative_share0"
