@@ -2605,6 +2605,10 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert model_recipes.scoring_args(named) == ["--beat-mlp-share", "0.75", "--class-offset",
                                                  "V=3"]  # fmt: skip
     assert model_recipes.config_of(named) == "scratch_relative"
+    import pool_rounds
+
+    pooled = pool_rounds.VIEWS_SUFFIX.sub("", "scratch_relative_views4_share0.75_offsetV+1")
+    assert pooled == "scratch_relative_share0.75_offsetV+1"
 
 
 def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(

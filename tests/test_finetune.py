@@ -715,13 +715,14 @@ def test_beat_logits_weigh_the_transformer_and_the_per_beat_network_by_their_sha
 
     model, x = Parts(), torch.zeros(2, 6, dtype=torch.long)
     assert torch.equal(beat_logits(model, x, x, None, None), encoder + network)
-    for share, expected in ((0.5, encoder + network), (0.0, 2 * encoder), (1.0, 2 * network),
+    assert torch.equal(beat_logits(model, x, x, None, None, 0.5), encoder + network)  # exact
+    for share, expected in ((0.0, 2 * encoder), (1.0, 2 * network),
                             (0.75, 0.5 * encoder + 1.5 * network)):  # fmt: skip
         torch.testing.assert_close(beat_logits(model, x, x, None, None, share), expected)
 
 
 def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_weigh(
-    beats_run, corpus, tmp_path, capsys
+    beats_run, corpus, tmp_path, capsys, monkeypatch
 ):
     out = tmp_path / "ft_share"
     assert (
@@ -763,6 +764,27 @@ def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_wei
         assert alone["beat_mlp_share"] == 1.0 and alone["n_beats"] == plain["n_beats"]
     assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "0.25") == 0
     assert "per-beat network's share 0.25" in capsys.readouterr().out
+    # every window of every ensemble member, at one view or several, is weighed by the share
+    from heartlm.labelled import predict
+
+    other = tmp_path / "ft_share_seed1"
+    assert _cli("finetune", corpus / "pre", "--data", corpus / "tok", "--out", other, "--window",
+                "16", "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                "--beat-mlp", "8", "--seed", "1") == 0  # fmt: skip
+    asked: list[tuple[int, float | None]] = []
+    weigh = predict.beat_logits
+
+    def recorded(model, *args):
+        asked.append((id(model), args[-1]))
+        return weigh(model, *args)
+
+    monkeypatch.setattr(predict, "beat_logits", recorded)
+    for views in ("1", "2"):
+        asked.clear()
+        _evaluate_json(capsys, out, corpus / "tok", "--views", views, "--ensemble", other,
+                       "--beat-mlp-share", "0.25")  # fmt: skip
+        assert len({model for model, _ in asked}) == 2, views
+        assert {share for _, share in asked} == {0.25}, views
     for bad in ("1.5", "-0.1", "nan"):
         assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", bad) == 2
         err = capsys.readouterr().err.strip()

@@ -80,9 +80,6 @@ def run(cfg: EvaluateConfig) -> int:
         raise HeartlmError(
             f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
         )
-    share = cfg.beat_mlp_share
-    if share is not None and not 0.0 <= share <= 1.0:  # also NaN
-        raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {share}")
     from heartlm.labelled.offsets import parse_offsets
 
     try:
@@ -113,7 +110,7 @@ def run(cfg: EvaluateConfig) -> int:
         afib_threshold=cfg.afib_threshold,
         ensemble=cfg.ensemble,
         class_offsets=offsets,
-        beat_mlp_share=share,
+        beat_mlp_share=cfg.beat_mlp_share,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:

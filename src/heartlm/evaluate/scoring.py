@@ -155,9 +155,12 @@ def _check_window(window: int, model: Any, run: Path) -> None:
 def _check_mlp_share(
     share: float | None, task: str, members: list[tuple[Any, int]], runs: list[Path]
 ) -> None:
-    """`--beat-mlp-share` is for beats runs whose every member has a per-beat network."""
+    """`--beat-mlp-share` is within [0, 1], for beats runs whose every member has a per-beat
+    network."""
     if share is None:
         return
+    if not 0.0 <= share <= 1.0:  # also NaN
+        raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {share}")
     if task != "beats":
         raise HeartlmError("--beat-mlp-share is for beats runs, not an AFIB run", runs[0])
     for (model, _), run in zip(members, runs, strict=True):
