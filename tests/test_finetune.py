@@ -433,12 +433,15 @@ def _cli(*argv: str) -> int:
      "--beat-encoder-loss"],
 )  # fmt: skip
 def test_a_nan_weight_is_refused_before_training(tmp_path, capsys, flag):
-    """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported."""
+    """NaN passes `< bound` checks: --max-class-weight nan made every loss NaN, exported; an
+    infinite loss term's weight does the same."""
     args = ["finetune", tmp_path / "pre", "--data", tmp_path / "tok", "--out", tmp_path / "ft"]
-    assert _cli(*args, "--task", "afib", flag, "nan") == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"heartlm: error: {flag} must be") and "\n" not in err
-    assert not (tmp_path / "ft").exists()
+    loss_terms = ("--afib-beat-loss", "--beat-mlp-loss", "--beat-encoder-loss")
+    for value in ("nan", "inf") if flag in loss_terms else ("nan",):
+        assert _cli(*args, "--task", "afib", flag, value) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"heartlm: error: {flag} must be") and "\n" not in err, err
+        assert not (tmp_path / "ft").exists()
 
 
 def test_head_first_from_scratch_is_refused(tmp_path, capsys):

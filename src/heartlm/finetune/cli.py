@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,12 @@ def _engine_defaults() -> TrainConfig:
         epochs=10.0, batch=64, warmup_steps=50, weight_decay=0.01, val_every=0,
         val_batches=None, ckpt_every=0, keep_best=True, best_metric="val_f1",
     )  # fmt: skip
+
+
+def _check_loss_weight(flag: str, weight: float) -> None:
+    """A loss term's weight: a finite number >= 0 (NaN and inf would make every loss NaN)."""
+    if not (math.isfinite(weight) and weight >= 0.0):
+        raise ValueError(f"{flag} must be a finite number >= 0, not {weight}")
 
 
 @dataclass
@@ -133,16 +140,13 @@ class FinetuneConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
-        if not self.afib_beat_loss >= 0.0:  # also NaN
-            raise ValueError(f"--afib-beat-loss must be >= 0, not {self.afib_beat_loss}")
+        _check_loss_weight("--afib-beat-loss", self.afib_beat_loss)
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")
-        if not self.beat_mlp_loss >= 0.0:  # also NaN
-            raise ValueError(f"--beat-mlp-loss must be >= 0, not {self.beat_mlp_loss}")
+        _check_loss_weight("--beat-mlp-loss", self.beat_mlp_loss)
         if self.beat_mlp_loss > 0.0 and self.task != "beats":
             raise ValueError("--beat-mlp-loss trains the per-beat network: only with --task beats")
-        if not self.beat_encoder_loss >= 0.0:  # also NaN
-            raise ValueError(f"--beat-encoder-loss must be >= 0, not {self.beat_encoder_loss}")
+        _check_loss_weight("--beat-encoder-loss", self.beat_encoder_loss)
         if self.beat_encoder_loss > 0.0 and self.task != "beats":
             raise ValueError("--beat-encoder-loss is a beat-class loss: only with --task beats")
         if self.beat_mlp_loss_skip and not self.beat_mlp_loss > 0.0:
