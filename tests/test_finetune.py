@@ -1392,7 +1392,7 @@ def test_evaluate_without_scored_beats_says_so_in_one_line(beats_run, corpus, mo
     from heartlm.evaluate import scoring
 
     empty = (np.zeros(0, np.int64), np.zeros((0, 0)))
-    monkeypatch.setattr(scoring, "beat_probabilities", lambda *_: empty)
+    monkeypatch.setattr(scoring, "beat_probabilities", lambda *_, **__: empty)
     with pytest.raises(HeartlmError, match="no AAMI beat labels"):
         scoring.evaluate(beats_run, corpus / "tok", device="cpu", ensemble=[beats_run])
 
@@ -1405,7 +1405,7 @@ def test_a_beats_ensemble_averages_probabilities_not_votes(beats_run, corpus, mo
     lean, sure = [0.4, 0.6, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]
     shares = iter([lean, sure, lean])
 
-    def member(model, windows, batch, device):
+    def member(model, windows, batch, device, mlp_share=None):
         beat = np.sort(windows.beat[windows.scored])
         return beat, np.tile(next(shares), (len(beat), 1))
 
@@ -1433,8 +1433,8 @@ def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
     name = "beat_probabilities" if views == 1 else "averaged_beat_outputs"
     real, seen = getattr(scoring, name), []
 
-    def spy(model, windows, batch, device):
-        beat, prob = real(model, windows, batch, device)
+    def spy(model, windows, batch, device, mlp_share=None):
+        beat, prob = real(model, windows, batch, device, mlp_share=mlp_share)
         seen.append((windows.beat.shape[1], beat, prob))
         return beat, prob
 
@@ -1450,8 +1450,8 @@ def test_a_beats_ensemble_may_mix_windows_each_reading_its_own(
     assert not np.array_equal(p_wide, p_narrow)  # two models: the mean is not either one
     # A member that leaves out beats the first scores is refused, not averaged out of line.
     monkeypatch.setattr(scoring, name,
-                        lambda m, w, *_: (lambda b, p: (b[1:], p[1:]) if w.beat.shape[1] == 8
-                                          else (b, p))(*real(m, w, *_)))  # fmt: skip
+                        lambda m, w, *_, **kw: (lambda b, p: (b[1:], p[1:]) if w.beat.shape[1] == 8
+                                                else (b, p))(*real(m, w, *_, **kw)))  # fmt: skip
     with pytest.raises(HeartlmError, match="does not score every beat the first does"):
         scoring.evaluate(beats_run, corpus / "tok", ensemble=[short], **kw)
 
