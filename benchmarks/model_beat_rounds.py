@@ -604,6 +604,5 @@ the network's share; they chose the network alone with N's offset -1 for the pre
 recipe (+0.010, the first row 0.01 over the floor) and share 0.75 with S's offset -1 for
 scratch (-0.001). On DS2 at 100 % scratch's is level with the floor on V (F1 0.959, 0.00001
 under it), above it on accuracy (0.959) and on the means of S (0.305) and F (0.445), inside
-the seed spread; the pretrained one V
-0.947, S 0.316, F 0.507. Record 232's S beats were lost again (sensitivity 0.12-0.25)
-(benchmarks/README.md, round 59)."""
+the seed spread; the pretrained one V 0.947, S 0.316, F 0.507. Record 232's S beats were lost
+again (sensitivity 0.12-0.25) (benchmarks/README.md, round 59)."""

@@ -186,11 +186,10 @@ def recipe_flags(recipe: str, configs: dict[str, list] | None = None) -> list[st
     flags the tables and the DS2 ledger record)."""
     config, views = split_recipe(recipe, configs)
     data = data_note(beat_data(config)) if configs is None else []
-    share, offset = share_args(recipe), offset_args(recipe)
-    return [*_table(configs)[config], *([] if views == 1 else ["(evaluate --views", f"{views})"]),
-            *([] if not share else [f"(evaluate {share[0]}", f"{share[1]})"]),
-            *([] if not offset else [f"(evaluate {offset[0]}", f"{offset[1]})"]),
-            *data]  # fmt: skip
+    scored = [["--views", f"{views}"]] if views > 1 else []
+    scored += [args for args in (share_args(recipe), offset_args(recipe)) if args]
+    notes = [word for flag, value in scored for word in (f"(evaluate {flag}", f"{value})")]
+    return [*_table(configs)[config], *notes, *data]
 
 
 def data_note(folder: str) -> list[str]:

@@ -258,13 +258,14 @@ def evaluate(
     views = _views(info, views, model, run)
     members = [(model, window), *(_ensemble_member(other, info, data, afib_window, views)
                                   for other in ensemble or [])]  # fmt: skip
+    runs = [run, *(ensemble or [])]  # members' folders, in order
     if task == "beats" and afib_threshold is not None:
         raise HeartlmError("--afib-threshold is for AFIB runs, not a beats run", run)
     afib_threshold = 0.5 if afib_threshold is None else afib_threshold
     if task != "beats" and class_offsets is not None:
         raise HeartlmError("--class-offset is for beats runs, not an AFIB run", run)
     offsets = np.zeros(len(AAMI_CLASSES)) if class_offsets is None else class_offsets
-    _check_mlp_share(beat_mlp_share, task, members, [run, *(ensemble or [])])
+    _check_mlp_share(beat_mlp_share, task, members, runs)
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
@@ -285,7 +286,7 @@ def evaluate(
         outputs = [predict(m, cut[size], batch, dev, mlp_share=beat_mlp_share)
                    for m, size in members]  # fmt: skip
         beat = outputs[0][0]
-        prob = _aligned_mean(outputs, [run, *(ensemble or [])])
+        prob = _aligned_mean(outputs, runs)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
