@@ -584,7 +584,7 @@ _SCRATCH_57 = f"{_SCRATCH_53}{ENCODER_LOSS_SUFFIX}"
 
 
 CONFIGS = {_PRETRAINED_57: ROUND_57[_PRETRAINED_57], _SCRATCH_57: ROUND_57[_SCRATCH_57]}
-BEAT_MLP_SHARES: dict[str, tuple[float, ...]] = {name: (0.0, 0.25, 0.75, 1.0) for name in CONFIGS}
+BEAT_MLP_SHARES: dict[str, tuple[str, ...]] = {name: ("0", "0.25", "0.75", "1") for name in CONFIGS}
 """Round 59 (prepared in the thirty-first session): round 57's two choices, trained as they
 were, and each fold model also scored with its two parts weighed otherwise (`evaluate
 --beat-mlp-share`, new): the transformer alone (0), the per-beat network alone (1) and
@@ -606,3 +606,23 @@ scratch (-0.001). On DS2 at 100 % scratch's is level with the floor on V (F1 0.9
 under it), above it on accuracy (0.959) and on the means of S (0.305) and F (0.445), inside
 the seed spread; the pretrained one V 0.947, S 0.316, F 0.507. Record 232's S beats were lost
 again (sensitivity 0.12-0.25) (benchmarks/README.md, round 59)."""
+
+
+ROUND_59 = dict(CONFIGS)
+ROUND_59_SHARES = dict(BEAT_MLP_SHARES)
+
+
+CONFIGS = dict(ROUND_59)
+BEAT_MLP_SHARES = {name: ("1", "0.75", "0,V=1", "0.25,V=1", "0.5,V=1") for name in CONFIGS}
+"""Round 60 (prepared in the thirty-second session): round 59's two recipes, trained as they
+were, and each fold model also scored with one share for V and another for every other class
+(`evaluate --beat-mlp-share 0.25,V=1`, new), beside round 59's two fold choices (1, 0.75).
+On round 59's folds the two parts read different classes best: the transformer alone (share
+0) S F1 0.510 and 0.443 (pretrained, scratch), the network alone (1) 0.449 and 0.392; V F1 the
+other way, 0.867 / 0.841 alone against 0.913 / 0.902 (floor S 0.451, V 0.901). An S beat is
+told by the rhythm the transformer reads, a V beat by the shape the network reads: V's logit
+from the network alone and the others' from the transformer (0), mostly (0.25), or from the
+sum as trained (0.5). On DS2 round 57's sum found record 232's S beats (S F1 0.711) at V F1
+0.928, and round 59's network-heavy shares lost them (S 0.305-0.316) at V 0.947-0.959.
+Two recipes, eight fold runs, five shares each (round 59: four): one call. Written after
+round 59's DS2 scores were read; the folds choose the share and the offset."""

@@ -151,7 +151,7 @@ def select(r: Runner) -> dict[str, Any]:
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         scorings = [(viewed(config, views), ["--views", views]) for views in (1, cfg.VIEWS)]
-        scorings += [(shared(config, share), ["--views", 1, "--beat-mlp-share", f"{share:g}"])
+        scorings += [(shared(config, share), ["--views", 1, "--beat-mlp-share", share])
                      for share in cfg.BEAT_MLP_SHARES.get(config, ())]  # fmt: skip
         return [
             (

@@ -51,6 +51,7 @@ from model_flags import (
 
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2
 from heartlm.labelled.metrics import plateau_threshold
+from heartlm.labelled.shares import TRAINED_SHARE, parse_shares
 
 VIEWS = 4
 """`select` scores every beat model twice: each beat from the one window that centres it, and
@@ -63,8 +64,10 @@ context, then pooled over the scored window), and `final_afib` scores what won."
 assert not any(re.fullmatch(f".+({VIEWS_SUFFIX}|{SHARE_SUFFIX}|{OFFSET_SUFFIX})", name)
                for name in CONFIGS), "reserved suffix"  # fmt: skip
 assert set(BEAT_MLP_SHARES) <= set(CONFIGS)
-assert all(0 <= share <= 1 and share != 0.5 for shares in BEAT_MLP_SHARES.values()
-           for share in shares), "0.5 is the sum as trained: the recipe's own row"  # fmt: skip
+assert all(
+    (parse_shares(share.split(",")) != TRAINED_SHARE).any()
+    for shares in BEAT_MLP_SHARES.values() for share in shares
+), "0.5 for every class is the sum as trained: the recipe's own row"  # fmt: skip
 assert all(a in CONFIGS and b in CONFIGS for a, b in VOTING_PAIRS.values())
 
 

@@ -213,8 +213,9 @@ def has_suffix(name: str, suffix: str) -> bool:
 
 VIEWS_SUFFIX = r"_views(?P<views>\d+)"
 """A beat recipe's name ends so when it is scored over that many windows (`evaluate --views`)"""
-SHARE_SUFFIX = r"_share(?P<share>[01](?:\.\d+)?)"
+SHARE_SUFFIX = r"_share(?P<share>(?=[01NSVFQ])(?:[01](?:\.\d+)?)?(?:[NSVFQ][01](?:\.\d+)?)*)"
 """... then so when its per-beat network's logits are weighed by that share (`evaluate
---beat-mlp-share`, round 59): `_share0.75`"""
+--beat-mlp-share`, round 59: `_share0.75`), or by one share for every class and another for
+some (round 60: `_share0.25V1`, for `--beat-mlp-share 0.25,V=1`)"""
 OFFSET_SUFFIX = r"_offset(?P<cls>[NSVFQ])(?P<offset>[+-]\d+(?:\.\d+)?)"
 """... and then so with one class's offset (`evaluate --class-offset`, round 56): `_offsetV+1`"""

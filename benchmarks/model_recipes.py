@@ -102,10 +102,10 @@ def offsetted(recipe: str, name: str, offset: float) -> str:
     return f"{recipe}_offset{name}{offset:+g}"
 
 
-def shared(recipe: str, share: float) -> str:
-    """A beat recipe's name scored with its per-beat network's logits weighed by `share`
-    (`evaluate --beat-mlp-share`): `_share0.75`."""
-    return f"{recipe}_share{share:g}"
+def shared(recipe: str, share: str) -> str:
+    """A beat recipe's name scored with its per-beat network's logits weighed by `share`, as
+    `evaluate --beat-mlp-share` reads it (`0.75`, `0.25,V=1`): `_share0.75`, `_share0.25V1`."""
+    return f"{recipe}_share{share.replace(',', '').replace('=', '')}"
 
 
 RECIPE = re.compile(
@@ -132,16 +132,20 @@ def offset_args(recipe: str) -> list[str]:
     return [] if offset is None else ["--class-offset", f"{offset[0]}={offset[1]:g}"]
 
 
-def share_of(recipe: str) -> float | None:
-    """The per-beat network's share of a beat recipe named with `shared`; None without one."""
+def share_of(recipe: str) -> str | None:
+    """The per-beat network's share of a beat recipe named with `shared`, as `evaluate
+    --beat-mlp-share` reads it (`0.25,V=1`); None without one."""
     found = RECIPE.fullmatch(recipe)
-    return float(found["share"]) if found and found["share"] else None
+    if not (found and found["share"]):
+        return None
+    items = re.findall(r"([NSVFQ]?)([01](?:\.\d+)?)", found["share"])
+    return ",".join(f"{name}={share}" if name else share for name, share in items)
 
 
 def share_args(recipe: str) -> list[str]:
     """What `evaluate` is given for a recipe's per-beat network share (nothing without one)."""
     share = share_of(recipe)
-    return [] if share is None else ["--beat-mlp-share", f"{share:g}"]
+    return [] if share is None else ["--beat-mlp-share", share]
 
 
 def scoring_args(recipe: str) -> list[str]:

@@ -2483,11 +2483,28 @@ def test_round_59_scores_round_57s_two_choices_at_every_share_of_their_parts(
     at shares other than the sum's own 0.5."""
     rounds = model_beat_rounds
     chosen = [model_recipes.config_of(n) for n in _folds_chose(monkeypatch, 57, rounds.ROUND_57)]
-    assert list(rounds.CONFIGS) == chosen == [rounds._PRETRAINED_57, rounds._SCRATCH_57]
-    assert all(rounds.CONFIGS[name] == rounds.ROUND_57[name] for name in chosen)
-    assert set(rounds.BEAT_MLP_SHARES) == set(chosen)
-    assert all(0.0 in shares and 1.0 in shares and 0.5 not in shares
-               for shares in rounds.BEAT_MLP_SHARES.values())  # fmt: skip
+    assert list(rounds.ROUND_59) == chosen == [rounds._PRETRAINED_57, rounds._SCRATCH_57]
+    assert all(rounds.ROUND_59[name] == rounds.ROUND_57[name] for name in chosen)
+    assert set(rounds.ROUND_59_SHARES) == set(chosen)
+    assert all("0" in shares and "1" in shares and "0.5" not in shares
+               for shares in rounds.ROUND_59_SHARES.values())  # fmt: skip
+
+
+def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fold_choices():
+    """Round 59's recipes, trained as they were, scored at round 59's fold choices (the
+    network alone, 0.75) and with V's logit from the network alone and the other classes'
+    mostly or wholly from the transformer."""
+    from heartlm.labelled.shares import parse_shares
+
+    rounds = model_beat_rounds
+    assert rounds.CONFIGS == rounds.ROUND_59
+    for name, shares in rounds.BEAT_MLP_SHARES.items():
+        assert {"1", "0.75"} <= set(shares)
+        per_class = [parse_shares(s.split(",")) for s in shares if "=" in s]
+        assert per_class and all(s[2] == 1.0 and (s[[0, 1, 3, 4]] < 1.0).all() for s in per_class)
+        # each is named as evaluate reads it, and read back from its name
+        for share in shares:
+            assert model_recipes.share_of(model_recipes.shared(name, share)) == share
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
@@ -2577,7 +2594,7 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     _one_scratch_recipe_on_folds(monkeypatch)
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", {"scratch_relative": (0.0, 1.0)})
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", {"scratch_relative": ("0", "1")})
     runner = _NetworkAloneFindsV()
     result = model_beats.select(runner)
     alone, transformer = "scratch_relative_share1", "scratch_relative_share0"
@@ -2591,7 +2608,7 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert not any("_ensemble" in n and "_share" in n for n in result["beats"])
     (tmp_path / "select.json").write_text(json.dumps(result))
     best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
-    assert model_recipes.share_of(best) == 1.0 and model_recipes.offset_of(best) is None
+    assert model_recipes.share_of(best) == "1" and model_recipes.offset_of(best) is None
     monkeypatch.setattr(model_configs, "FINAL", alone)
     monkeypatch.setattr(model_configs, "SEEDS", (0,))
     monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
@@ -2601,14 +2618,24 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert scored and all(_holds(a, ("--views", "1", "--beat-mlp-share", "1")) for a in scored)
     assert next(r for r in final["beats"] if r["init"] == "scratch")["accuracy"] == 1.0
     # the share sits between the views and the offset in a recipe's name, and both are read
-    named = model_recipes.offsetted(model_recipes.shared("scratch_relative", 0.75), "V", 3)
+    named = model_recipes.offsetted(model_recipes.shared("scratch_relative", "0.75"), "V", 3)
     assert model_recipes.scoring_args(named) == ["--beat-mlp-share", "0.75", "--class-offset",
                                                  "V=3"]  # fmt: skip
     assert model_recipes.config_of(named) == "scratch_relative"
+    # one share for every class and another for V (round 60), or shares for named classes only
+    for share, suffix in (("0.25,V=1", "_share0.25V1"), ("S=0,V=1", "_shareS0V1")):
+        named = model_recipes.offsetted(model_recipes.shared("scratch_relative", share), "N", -1)
+        assert named == f"scratch_relative{suffix}_offsetN-1"
+        assert model_recipes.scoring_args(named) == ["--beat-mlp-share", share, "--class-offset",
+                                                     "N=-1"]  # fmt: skip
+        assert model_recipes.views_of(named) == 1
+        assert model_recipes.config_of(named) == "scratch_relative"
     import pool_rounds
 
     pooled = pool_rounds.VIEWS_SUFFIX.sub("", "scratch_relative_views4_share0.75_offsetV+1")
     assert pooled == "scratch_relative_share0.75_offsetV+1"
+    pooled = pool_rounds.VIEWS_SUFFIX.sub("", "scratch_relative_views4_share0.25V1_offsetV+1")
+    assert pooled == "scratch_relative_share0.25V1_offsetV+1"
 
 
 def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -722,6 +723,30 @@ def test_beat_logits_weigh_the_transformer_and_the_per_beat_network_by_their_sha
     for share, expected in ((0.0, 2 * encoder), (1.0, 2 * network),
                             (0.75, 0.5 * encoder + 1.5 * network)):  # fmt: skip
         torch.testing.assert_close(beat_logits(model, x, x, None, None, share), expected)
+    # one share per class: each class's logit weighs the two parts by its own share
+    per_class = np.array([0.25, 0.0, 1.0, 0.5, 0.75])
+    mixed = beat_logits(model, x, x, None, None, per_class)
+    for c, share in enumerate(per_class):
+        alone = beat_logits(model, x, x, None, None, share)
+        torch.testing.assert_close(mixed[..., c], alone[..., c])
+
+
+def test_beat_mlp_shares_parse_one_share_or_one_per_class_and_name_the_bad_item():
+    from heartlm.labelled.shares import format_shares, named_shares, parse_shares
+
+    assert parse_shares(["0.25"]).tolist() == [0.25] * 5
+    assert parse_shares(["0.25", "V=1"]).tolist() == [0.25, 0.25, 1.0, 0.25, 0.25]
+    assert parse_shares(["S=0", "V=1"]).tolist() == [0.5, 0.0, 1.0, 0.5, 0.5]  # the rest trained
+    assert named_shares(parse_shares(["1"])) == 1.0
+    named = named_shares(parse_shares(["0.25", "V=1"]))
+    assert named == {"N": 0.25, "S": 0.25, "V": 1.0, "F": 0.25, "Q": 0.25}
+    assert format_shares(named) == "N=0.25 S=0.25 V=1 F=0.25 Q=0.25"
+    for items, said in ((["X=1"], "CLASS one of N, S, V, F, Q"), (["=1"], "CLASS one of"),
+                        (["V=high"], "'high' is not a number"), (["V=2"], "within 0 and 1, not 2"),
+                        (["nan"], "within 0 and 1"), (["0.2", "0.3"], "every class's share twice"),
+                        (["V=1", "V=0"], "names V twice")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(said)):
+            parse_shares(items)
 
 
 def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_weigh(
@@ -787,11 +812,18 @@ def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_wei
         _evaluate_json(capsys, out, corpus / "tok", "--views", views, "--ensemble", other,
                        "--beat-mlp-share", "0.25")  # fmt: skip
         assert len({model for model, _ in asked}) == 2, views
-        assert {share for _, share in asked} == {0.25}, views
-    for bad in ("1.5", "-0.1", "nan"):
+        assert all(np.all(share == 0.25) for _, share in asked), views
+    per_class = _evaluate_json(capsys, out, corpus / "tok", "--beat-mlp-share", "0.25,V=1")
+    assert per_class["beat_mlp_share"] == {"N": 0.25, "S": 0.25, "V": 1.0, "F": 0.25, "Q": 0.25}
+    assert per_class["n_beats"] == plain["n_beats"]
+    assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "0,V=1") == 0
+    assert "per-beat network's share N=0 S=0 V=1 F=0 Q=0" in capsys.readouterr().out
+    for bad in ("1.5", "-0.1", "nan", "0.5,V=2"):
         assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", bad) == 2
         err = capsys.readouterr().err.strip()
         assert "--beat-mlp-share must be within 0 and 1" in err and "\n" not in err, err
+    assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "X=1") == 2
+    assert "want S or CLASS=S" in capsys.readouterr().err
     for runs in ((beats_run,), (out, "--ensemble", beats_run)):  # the main run, or a member
         assert _cli("evaluate", runs[0], corpus / "tok", *runs[1:],
                     "--beat-mlp-share", "0.5") == 2  # fmt: skip

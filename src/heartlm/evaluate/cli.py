@@ -12,6 +12,7 @@ import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
+from heartlm.labelled.shares import format_shares, parse_shares
 from heartlm.log import logger
 from heartlm.settings import comma_list, setting, to_dict
 
@@ -49,10 +50,13 @@ class EvaluateConfig:
     taken, e.g. V=0.5 (a prior shift: a class called more often where X > 0; default none).
     The report also counts beats with each class's offset at -1 ... 3, the others held, to
     choose X on other records (offset_counts)"""
-    beat_mlp_share: float | None = setting(None, metavar="S")
+    beat_mlp_share: list[str] = setting(
+        factory=list, parse=comma_list(str), metavar="S|CLASS=S,..."
+    )
     """beats runs with a per-beat network (finetune --beat-mlp): each beat's logits are
-    2 (1 - S) x the transformer's own plus 2 S x the network's, 0 <= S <= 1 (default: their sum
-    as trained, S = 0.5; 0 the transformer alone, 1 the network alone)"""
+    2 (1 - S) x the transformer's own plus 2 S x the network's, 0 <= S <= 1, for every class
+    (S) or for one (CLASS=S), e.g. 0.25,V=1 (default: their sum as trained, S = 0.5; 0 the
+    transformer alone, 1 the network alone)"""
     ensemble: list[Path] | None = setting(None, metavar="FT")
     """more fine-tuned runs of FT's task and codebook (e.g. the fold models of a
     cross-validation; AFIB runs of FT's window, beats runs of any, each reading its own
@@ -84,6 +88,7 @@ def run(cfg: EvaluateConfig) -> int:
 
     try:
         offsets = parse_offsets(cfg.class_offset) if cfg.class_offset else None
+        shares = parse_shares(cfg.beat_mlp_share) if cfg.beat_mlp_share else None
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
     seen: dict[Path, Path] = {}
@@ -110,7 +115,7 @@ def run(cfg: EvaluateConfig) -> int:
         afib_threshold=cfg.afib_threshold,
         ensemble=cfg.ensemble,
         class_offsets=offsets,
-        beat_mlp_share=cfg.beat_mlp_share,
+        beat_mlp_share=shares,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -156,7 +161,7 @@ def format_report(report: dict[str, Any]) -> str:
         if offsets := report.get("class_offsets"):
             seen += ", class offsets " + " ".join(f"{c}={x:+g}" for c, x in offsets.items())
         if (share := report.get("beat_mlp_share")) is not None:
-            seen += f", per-beat network's share {share:g}"
+            seen += f", per-beat network's share {format_shares(share)}"
         lines.append(f"{report['n_beats']} scored beats{seen}, accuracy {report['accuracy']:.4f}")
         lines.append(f"{'class':<6}{'support':>9}{'Se':>8}{'+P':>8}{'F1':>8}")
         for name, s in report["per_class"].items():

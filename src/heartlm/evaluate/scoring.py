@@ -18,6 +18,7 @@ from heartlm.labelled.predict import (
     beat_probabilities,
     block_afib_scores,
 )
+from heartlm.labelled.shares import named_shares
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
 from heartlm.labelled.windows import (
@@ -152,21 +153,24 @@ def _check_window(window: int, model: Any, run: Path) -> None:
                            run / FINETUNE_INFO)  # fmt: skip
 
 
-def _check_mlp_share(
-    share: float | None, task: str, members: list[tuple[Any, int]], runs: list[Path]
-) -> None:
-    """`--beat-mlp-share` is within [0, 1], for beats runs whose every member has a per-beat
-    network."""
+def _mlp_shares(
+    share: float | np.ndarray | None, task: str, members: list[tuple[Any, int]], runs: list[Path]
+) -> np.ndarray | None:
+    """`--beat-mlp-share` as (C,) shares, each within [0, 1], for beats runs whose every member
+    has a per-beat network (None: none given)."""
     if share is None:
-        return
-    if not 0.0 <= share <= 1.0:  # also NaN
-        raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {share}")
+        return None
+    shares = np.broadcast_to(np.asarray(share, dtype=np.float64), (len(AAMI_CLASSES),)).copy()
+    within = (shares >= 0.0) & (shares <= 1.0)  # NaN is not
+    if not within.all():
+        raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {shares[~within][0]}")
     if task != "beats":
         raise HeartlmError("--beat-mlp-share is for beats runs, not an AFIB run", runs[0])
     for (model, _), run in zip(members, runs, strict=True):
         if getattr(model, "beat_mlp", None) is None:
             raise HeartlmError("--beat-mlp-share weighs the per-beat network's logits: this "
                                "run has none (finetune --beat-mlp)", run)  # fmt: skip
+    return shares
 
 
 def _ensemble_note(ensemble: list[Path] | None) -> dict[str, Any]:
@@ -209,7 +213,7 @@ def evaluate(
     afib_threshold: float | None = None,
     ensemble: list[Path] | None = None,
     class_offsets: np.ndarray | None = None,
-    beat_mlp_share: float | None = None,
+    beat_mlp_share: float | np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
 
@@ -230,9 +234,9 @@ def evaluate(
     class probabilities before its class is taken (None: none; refused for an AFIB run); the
     report also counts beats with each class's offset moved over `offsets.CLASS_OFFSETS`
     (`offset_counts`), to choose one on other records. Beats runs with a per-beat network:
-    `beat_mlp_share` S weighs the two parts of each beat's logits, 2 (1 - S) x the
-    transformer's own and 2 S x the network's (None: their sum as trained, S = 0.5), in every
-    member of `ensemble` alike."""
+    `beat_mlp_share` S (one share, or (C,) one per class) weighs the two parts of each
+    beat's logits, 2 (1 - S) x the transformer's own and 2 S x the network's (None: their sum
+    as trained, S = 0.5), in every member of `ensemble` alike."""
     from heartlm.model import load_pretrained
     from heartlm.train.data import load_tokens
 
@@ -265,7 +269,7 @@ def evaluate(
     if task != "beats" and class_offsets is not None:
         raise HeartlmError("--class-offset is for beats runs, not an AFIB run", run)
     offsets = np.zeros(len(AAMI_CLASSES)) if class_offsets is None else class_offsets
-    _check_mlp_share(beat_mlp_share, task, members, runs)
+    shares = _mlp_shares(beat_mlp_share, task, members, runs)
     streams = streams_of(data)
     indices = [r.index for r in chosen]
     if scored < window:
@@ -283,7 +287,7 @@ def evaluate(
         for _, size in members:
             if size not in cut:
                 cut[size] = cut_windows(streams, indices, size, _beat_stride(size, views), task)
-        outputs = [predict(m, cut[size], batch, dev, mlp_share=beat_mlp_share)
+        outputs = [predict(m, cut[size], batch, dev, mlp_share=shares)
                    for m, size in members]  # fmt: skip
         beat = outputs[0][0]
         prob = _aligned_mean(outputs, runs)
@@ -300,8 +304,8 @@ def evaluate(
                   **metrics.beat_report(ref, pred)}  # fmt: skip
         if np.any(offsets):
             report["class_offsets"] = named_offsets(offsets)
-        if beat_mlp_share is not None:
-            report["beat_mlp_share"] = beat_mlp_share
+        if shares is not None:
+            report["beat_mlp_share"] = named_shares(shares)
         report["offset_counts"] = offset_counts(ref, prob, offsets)
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
         return {"report": report, "labels": ref, "scores": pred}

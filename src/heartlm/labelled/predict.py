@@ -39,16 +39,17 @@ def beat_logits(
     rhythm: torch.Tensor,
     valid: torch.Tensor | None,
     features: torch.Tensor | None,
-    mlp_share: float | None = None,
+    mlp_share: float | np.ndarray | None = None,
 ) -> torch.Tensor:
-    """The beat head's logits; with `mlp_share` S (a model with a per-beat network),
-    2 (1 - S) x the transformer's own plus 2 S x the per-beat network's: 0.5 is the sum the
-    model was trained as, 0 the transformer alone, 1 the network alone."""
+    """The beat head's logits; with `mlp_share` S (a model with a per-beat network; one share,
+    or (C,) one per class), 2 (1 - S) x the transformer's own plus 2 S x the per-beat network's:
+    0.5 is the sum the model was trained as, 0 the transformer alone, 1 the network alone."""
     if mlp_share is None:
         return model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
     encoder, network = model(morph, rhythm, valid_BT=valid, head="beat_parts",
                              features_BTF=features)  # fmt: skip
-    return 2 * (1 - mlp_share) * encoder + 2 * mlp_share * network
+    share = torch.as_tensor(mlp_share, dtype=encoder.dtype, device=encoder.device)
+    return 2 * (1 - share) * encoder + 2 * share * network
 
 
 @torch.no_grad()
@@ -57,7 +58,7 @@ def beat_probabilities(
     windows: Windows,
     batch: int,
     device: torch.device,
-    mlp_share: float | None = None,
+    mlp_share: float | np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, (beats, C) class probabilities) for every beat, each from its scoring
     window (`mlp_share`: `beat_logits`)."""
@@ -105,7 +106,7 @@ def averaged_beat_outputs(
     device: torch.device,
     head: str = "beat",
     probabilities: bool = True,
-    mlp_share: float | None = None,
+    mlp_share: float | np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(beat index, (beats, C) outputs) for every beat covered by `windows`: the `head`'s
     class probabilities (`probabilities`) or logits from every window that holds the beat,
