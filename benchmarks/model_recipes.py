@@ -105,7 +105,11 @@ def offsetted(recipe: str, name: str, offset: float) -> str:
 def shared(recipe: str, share: str) -> str:
     """A beat recipe's name scored with its per-beat network's logits weighed by `share`, as
     `evaluate --beat-mlp-share` reads it (`0.75`, `0.25,V=1`): `_share0.75`, `_share0.25V1`."""
-    return f"{recipe}_share{share.replace(',', '').replace('=', '')}"
+    name = f"{recipe}_share{share.replace(',', '').replace('=', '')}"
+    if share_of(name) != share:
+        raise SystemExit(f"--beat-mlp-share {share!r}: not a share `shared` can name (a bare "
+                         "share first, then CLASS=S items, each 0, 1 or 0.DIGITS)")  # fmt: skip
+    return name
 
 
 RECIPE = re.compile(

@@ -2505,6 +2505,9 @@ def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fo
         # each is named as evaluate reads it, and read back from its name
         for share in shares:
             assert model_recipes.share_of(model_recipes.shared(name, share)) == share
+    for unnamed in ("1e-05", "V=1,0.25", "0.5,X=1"):  # a name would read back as another
+        with pytest.raises(SystemExit, match="not a share `shared` can name"):
+            model_recipes.shared("scratch_relative", unnamed)
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
@@ -2657,6 +2660,8 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     answers = {
         runs[0]: [(f"tok_beats --json {scored}", 0.9), (f"{sick} --json {scored}", 0.8),
                   ("tok_beats --json --views 4", 0.1),
+                  ("tok_beats --json --views 4 --beat-mlp-share 0.5,V=1 --class-offset V=0.5",
+                   0.3),
                   (f"tok_beats --json {scored} --ensemble {runs[1]}", 0.95)],
         runs[1]: [(f"tok_beats --json {scored}", 0.7), (f"{sick} --json {scored}", 0.6)],
         other: [(f"tok_beats --json {scored}", 0.2), (f"{sick} --json {scored}", 0.2)],
@@ -2687,6 +2692,10 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     assert rows[0]["sick_test"]["n_beats"] == 5
     with pytest.raises(SystemExit, match="0 DS2 and 0 held-out answers"):
         final_from_answers.transformer_rows(found, {"scratch": "scratch_relative"}, commands)
+    # the answer at another share of the parts is its own recipe's, not the chosen one's
+    shared = {"scratch": "scratch_relative_views4_share0.5V1_offsetV+0.5"}
+    with pytest.raises(SystemExit, match="1 DS2 and 0 held-out answers"):
+        final_from_answers.transformer_rows(found, shared, commands)
     with pytest.raises(SystemExit, match="seeds together, not one"):
         final_from_answers.transformer_rows([a for a in found if "--ensemble" not in a[1]],
                                             chosen, commands)  # fmt: skip
