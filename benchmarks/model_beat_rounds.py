@@ -633,3 +633,10 @@ network alone with N -0.5 for the pretrained recipe (+0.010). On DS2 at 100 % sc
 scored accuracy 0.967 +- 0.007, S F1 0.570 +- 0.155 (record 232's S sensitivity 0.48, 0.26,
 0.85 by seed), V 0.954 +- 0.003 (floor 0.959; V precision 0.939, the offset over-calls V),
 F 0.403 +- 0.100 (floor 0.435) (benchmarks/README.md, round 60)."""
+
+
+OFFSET_PROBE_RECIPE = f"{_SCRATCH_57}_share0.5V1"
+"""What `model_study.py offset_probe` (model_offset_probe) trains on a fold's records and on
+half of them: round 60's scratch choice without its V offset (+2), which over-called V on DS2
+as the fold-chosen V offsets of rounds 57 and 59 did. Scratch, so that no pretraining run
+drifts between the sizes. Written after round 60's DS2 scores were read; DS1 only."""

@@ -27,6 +27,7 @@ from model_beat_rounds import (
     BEATS_LEADS,
     CONFIGS,
     LEAD_COPIES_SUFFIX,
+    OFFSET_PROBE_RECIPE,
     VOTING_PAIRS,
 )
 from model_flags import (

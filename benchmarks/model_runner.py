@@ -409,6 +409,8 @@ def pretraining_runs(
         if (pair := best_pair(work / "select.json")) and to_score(
                 "final", {"pair": pair}, pair_recipe_flags):  # fmt: skip
             beats += [config for _, config in pair_members(pair)]
+    if "offset_probe" in stages:
+        beats.append(config_of(cfg.OFFSET_PROBE_RECIPE))
     afib: list[str] = list(cfg.AFIB_CONFIGS) if AFIB_STAGES & set(stages) else []
     if afib and "select_afib" not in stages and (work / "select_afib.json").is_file():
         rows = json.loads((work / "select_afib.json").read_text())["afib"]
@@ -417,7 +419,7 @@ def pretraining_runs(
         kept = chosen.values() if "crossfit_afib" in stages else to_score(
             "final_afib", chosen, afib_recipe_flags)  # fmt: skip
         afib = [config_of(name, cfg.AFIB_CONFIGS) for name in kept]
-    if not set(stages) & {"select", "final", *AFIB_STAGES}:
+    if not set(stages) & {"select", "final", "offset_probe", *AFIB_STAGES}:
         beats, afib = list(cfg.CONFIGS), list(cfg.AFIB_CONFIGS)
     variants = {pretrain_variant(c) for c in [*beats, *afib]}
     return sorted((v, s) for v in variants for s in _stage_seeds(stages))
@@ -427,7 +429,8 @@ def _stage_seeds(stages: list[str]) -> set[int]:
     """The fine-tuning seeds of the stages among `stages` (each seed starts from its own
     pretraining run): `select` SELECT_SEEDS, `select_afib` seed 0, the final stages SEEDS;
     with none of them, every seed some stage uses."""
-    per_stage = {"select": cfg.SELECT_SEEDS, "final": cfg.SEEDS, "select_afib": (0,),
+    per_stage = {"select": cfg.SELECT_SEEDS, "offset_probe": cfg.SELECT_SEEDS,
+                 "final": cfg.SEEDS, "select_afib": (0,),
                  "final_afib": cfg.SEEDS, "crossfit_afib": cfg.SEEDS}  # fmt: skip
     seeds = {seed for stage in stages for seed in per_stage.get(stage, ())}
     return seeds or {*cfg.SEEDS, *cfg.SELECT_SEEDS}
@@ -436,7 +439,7 @@ def _stage_seeds(stages: list[str]) -> set[int]:
 def missing_pretraining(stages: list[str], work: Path, replicate: bool = False) -> list[str]:
     """The pretraining runs that the fine-tuning stages among `stages` start from and that
     `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
-    if "pretrain" in stages or not set(stages) & {"select", "final", *AFIB_STAGES}:
+    if "pretrain" in stages or not set(stages) & {"select", "final", "offset_probe", *AFIB_STAGES}:
         return []
     runs = pretraining_runs(stages, work, replicate)
     names = [pretraining_run(seed, variant) for variant, seed in runs]

@@ -6,6 +6,7 @@
     python benchmarks/model_study.py final    --work W      # beats: DS2, 3 seeds, FRACTIONS
     python benchmarks/model_study.py select_afib final_afib --work W   # the same for AFIB
     python benchmarks/model_study.py crossfit_afib --work W   # AFIB: how to call DS2 (round 34)
+    python benchmarks/model_study.py offset_probe --work W    # DS1: offsets against training size
 
 Every step is a `heartlm` command (logged with its wall time into the results). `prepare`
 builds the token folders: the codebook and feature space are learnt on the unlabelled
@@ -23,7 +24,8 @@ Results: W/<stage>.json and .md, copied to benchmarks/results/model_<stage>.{jso
 This file is the command line; the settings and each round's record of what it tried are in
 model_configs.py, the DS2 ledger in model_ledger.py, the recipe names in model_recipes.py,
 `prepare` and `pretrain` in model_runner.py, the beat stages in model_beats.py, the AFIB
-stages in model_afib.py and `crossfit_afib` in afib_crossfit.py.
+stages in model_afib.py, `crossfit_afib` in afib_crossfit.py and `offset_probe` in
+model_offset_probe.py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import model_ledger
 from afib_crossfit import crossfit_afib
 from model_afib import final_afib, select_afib
 from model_beats import final, select
+from model_offset_probe import offset_probe
 from model_runner import (
     Runner,
     missing_pretraining,
@@ -109,7 +112,7 @@ def missing_selections(stages: list[str], work: Path) -> list[str]:
 
 STAGES = {"prepare": None, "pretrain": None, "select": select, "final": final,
           "select_afib": select_afib, "final_afib": final_afib,
-          "crossfit_afib": crossfit_afib}  # fmt: skip
+          "crossfit_afib": crossfit_afib, "offset_probe": offset_probe}  # fmt: skip
 
 
 def main() -> int:

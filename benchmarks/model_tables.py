@@ -136,6 +136,33 @@ def _sick(results: dict[str, Any]) -> list[str]:
     return ["", SICK_TITLE, "", *table]
 
 
+def _offset_probe(results: dict[str, Any]) -> list[str]:
+    """V at each V offset for models trained on a fold's records and on half of them."""
+    lines = ["# Class offsets against training size (MIT-BIH DS1 folds; DS2 not read)", "",
+             f"`{results['recipe']}` trained on each fold's records or every other one of them "
+             "(synthetic patients whole), scored on the other fold; both folds summed, seeds "
+             f"{', '.join(map(str, results['seeds']))}. Margin: the smallest of "
+             f"{', '.join(results['select_classes'])} F1 less the floor's on the same records.",
+             "", "| training | seeds | V offset | V Se | V +P | V F1 | margin |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for size, found in results["sizes"].items():
+        for seeds, table in [("all", found["all_seeds"]), *found["by_seed"].items()]:
+            for g in table["v_offsets"]:
+                mark = " (best V)" if g["offset"] == table["best_v_offset"] else ""
+                margin = table["rule_scores"][f"V{g['offset']:+g}"]
+                lines.append(f"| {size} | {seeds} | {g['offset']:+g}{mark} | {g['se']:.3f} | "
+                             f"{g['ppv']:.3f} | {g['f1']:.3f} | {margin:+.3f} |")  # fmt: skip
+        floor = found["all_seeds"]["floor_v"]
+        lines.append(f"| {size} | floor | | {floor['se']:.3f} | {floor['ppv']:.3f} | "
+                     f"{floor['f1']:.3f} | |")  # fmt: skip
+    lines += ["", "| training | seeds | best offset of any class (margin) |", "| --- | --- | --- |"]
+    for size, found in results["sizes"].items():
+        for seeds, table in [("all", found["all_seeds"]), *found["by_seed"].items()]:
+            best = table["best_offset"]
+            lines.append(f"| {size} | {seeds} | {best} ({table['rule_scores'][best]:+.3f}) |")
+    return lines
+
+
 def _select(results: dict[str, Any]) -> list[str]:
     return _selection(
         results,
@@ -385,6 +412,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines = _select_afib(results)
     elif stage == "crossfit_afib":
         lines = _final(results) + _crossfit(results) + per_record_table(results)
+    elif stage == "offset_probe":
+        lines = _offset_probe(results)
     else:
         lines = _final(results) + _sick(results) + per_record_table(results)
     lines += ["", "## Commands (in the work folder, in order)", ""]

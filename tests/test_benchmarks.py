@@ -36,6 +36,7 @@ import model_beats
 import model_configs
 import model_flags
 import model_ledger
+import model_offset_probe
 import model_recipes
 import model_runner
 import model_study
@@ -2639,6 +2640,57 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert pooled == "scratch_relative_share0.75_offsetV+1"
     pooled = pool_rounds.VIEWS_SUFFIX.sub("", "scratch_relative_views4_share0.25V1_offsetV+1")
     assert pooled == "scratch_relative_share0.25V1_offsetV+1"
+
+
+class _HalfFoldUnderCallsVMore(_UnderCallsV):
+    """As _UnderCallsV, but a model trained on half a fold gives V beats only 0.25 for V: it
+    needs a V offset of 1.5 (log 3) where the fold's models need 0.5; `tuned` holds each run's
+    training records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tuned: dict[str, list[str]] = {}
+
+    def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+        extra = [str(x) for x in extra]
+        self.tuned[name] = extra[extra.index("--records") + 1 : extra.index("--seed")]
+
+    def evaluate(self, *args) -> dict:
+        from heartlm.labelled.offsets import offset_classes, offset_counts
+
+        if not str(args[0]).startswith("probe_halffold_"):
+            return super().evaluate(*args)
+        self.asked.append(tuple(map(str, args)))
+        reference = np.repeat(np.arange(5), 10)
+        prob = np.eye(5)[reference] * 0.9 + 0.02
+        prob[reference == 2] = [0.75, 0, 0.25, 0, 0]
+        report = metrics.beat_report(reference, offset_classes(prob))
+        return {**report, "offset_counts": offset_counts(reference, prob, np.zeros(5))}
+
+
+def test_offset_probe_trains_on_half_of_each_fold_and_finds_each_size_s_v_offset(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    _one_scratch_recipe_on_folds(monkeypatch)
+    monkeypatch.setattr(model_configs, "OFFSET_PROBE_RECIPE", "scratch_relative_share0.5V1")
+    runner = _HalfFoldUnderCallsVMore()
+    result = model_offset_probe.offset_probe(runner)
+    assert len(runner.tuned) == 2 * 2 * 2  # two sizes, two folds, two seeds
+    sick = [f"synth_sick/{name}" for name in SICK]  # the synthetic patients: whole in both
+    for k in (0, 1):
+        fold = list(model_configs.FOLDS[k])
+        assert result["sizes"]["fold"]["training_records"][k] == [*fold, *sick]
+        assert result["sizes"]["half fold"]["training_records"][k] == [*fold[::2], *sick]
+        assert sorted(map(tuple, runner.tuned.values())).count((*fold[::2], *sick)) == 2
+    # scored on the other fold at the recipe's share, without an offset
+    assert all(_holds(a, ("--beat-mlp-share", "0.5,V=1")) and "--class-offset" not in a
+               for a in runner.asked)  # fmt: skip
+    assert result["sizes"]["fold"]["all_seeds"]["best_v_offset"] == 0.5
+    assert result["sizes"]["half fold"]["all_seeds"]["best_v_offset"] == 1.5
+    grid = {g["offset"]: g for g in result["sizes"]["half fold"]["by_seed"][0]["v_offsets"]}
+    assert grid[1.0]["se"] == 0.0 and grid[1.5]["se"] == 1.0
+    text = model_tables.markdown({"stage": "offset_probe", **result, "commands": []})
+    assert "| half fold | all | +1.5 (best V) | 1.000 |" in text
 
 
 def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
