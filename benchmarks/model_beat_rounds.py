@@ -639,4 +639,8 @@ OFFSET_PROBE_RECIPE = f"{_SCRATCH_57}_share0.5V1"
 """What `model_study.py offset_probe` (model_offset_probe) trains on a fold's records and on
 half of them: round 60's scratch choice without its V offset (+2), which over-called V on DS2
 as the fold-chosen V offsets of rounds 57 and 59 did. Scratch, so that no pretraining run
-drifts between the sizes. Written after round 60's DS2 scores were read; DS1 only."""
+drifts between the sizes. Written after round 60's DS2 scores were read; DS1 only. Measured
+(thirty-second session): twice the records raised V sensitivity by 0.015-0.030 at every
+offset, at the same precision at 0; the margin rule chose V +2 at both sizes; the margin over
+a floor trained on the same records shrank from +0.007 to +0.002 (benchmarks/README.md,
+round 60)."""
