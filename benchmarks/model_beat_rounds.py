@@ -640,7 +640,7 @@ OFFSET_PROBE_RECIPE = f"{_SCRATCH_57}_share0.5V1"
 half of them: round 60's scratch choice without its V offset (+2), which over-called V on DS2
 as the fold-chosen V offsets of rounds 57 and 59 did. Scratch, so that no pretraining run
 drifts between the sizes. Written after round 60's DS2 scores were read; DS1 only. Measured
-(thirty-second session): twice the records raised V sensitivity by 0.015-0.030 at every
-offset, at the same precision at 0; the margin rule chose V +2 at both sizes; the margin over
-a floor trained on the same records shrank from +0.007 to +0.002 (benchmarks/README.md,
-round 60)."""
+(thirty-second session): 11 real records instead of 6 raised V sensitivity by 0.016-0.030 at
+every offset from -1 to +2, at the same precision at 0; the margin rule chose V +2 at both
+sizes; the margin over a floor trained on the same records shrank from +0.007 to +0.002
+(benchmarks/README.md, round 60)."""

@@ -9,7 +9,10 @@ the offset chosen on half of DS1 is too large for one trained on all of it. This
 trains model_configs.OFFSET_PROBE_RECIPE on each fold's records and on every other one of
 them (the synthetic patients whole in both), scores the other fold as `select` does, and
 gives, for each size, V's sensitivity and precision at each V offset and the offset that
-ranks first by the smallest margin over a floor trained on the same records."""
+ranks first by the smallest margin over a floor trained on the same records (the
+floor-margin rule, whatever SELECT_RULE says; each seed against its own floor, as `select`
+ranks). Round 60's file was written before that last part: its per-seed margins are against
+both seeds' floors summed."""
 
 from __future__ import annotations
 
@@ -94,17 +97,16 @@ def offset_probe(r: Runner) -> dict[str, Any]:
     both = r.parallel([*(lambda g=g: one(*g) for g in grid),
                        *(lambda g=g: floor_of(*g) for g in grid)])  # fmt: skip
     found, trees = both[: len(grid)], both[len(grid) :]
-    sizes: dict[str, Any] = {}
-    for size in SIZES:
-        floors = [rep for sz, _, _, rep in trees if sz == size]
-        floor = sum_reports(floors)
-        mine = [rep for sz, _, _, rep in found if sz == size]
-        sizes[size] = {
-            "training_records": {k: train_of(size, k) for k in (0, 1)},
-            "all_seeds": _offset_table(mine, floor),
-            "by_seed": {s: _offset_table([rep for sz, _, ss, rep in found
-                                          if (sz, ss) == (size, s)], floor)
-                        for s in cfg.SELECT_SEEDS},
-        }  # fmt: skip
+
+    def of(rows: list[tuple[str, int, int, dict[str, Any]]], size: str, seed: int | None = None):
+        return [rep for sz, _, ss, rep in rows if sz == size and seed in (None, ss)]
+
+    # each seed's models against the same seed's floor, as `select` ranks them
+    sizes = {size: {"training_records": {k: train_of(size, k) for k in (0, 1)},
+                    "all_seeds": _offset_table(of(found, size), sum_reports(of(trees, size))),
+                    "by_seed": {s: _offset_table(of(found, size, s),
+                                                 sum_reports(of(trees, size, s)))
+                                for s in cfg.SELECT_SEEDS}}
+             for size in SIZES}  # fmt: skip
     return {"recipe": cfg.OFFSET_PROBE_RECIPE, "folds": cfg.FOLDS, "seeds": cfg.SELECT_SEEDS,
             "select_classes": list(cfg.SELECT_CLASSES), "sizes": sizes}  # fmt: skip

@@ -105,10 +105,18 @@ def offsetted(recipe: str, name: str, offset: float) -> str:
 def shared(recipe: str, share: str) -> str:
     """A beat recipe's name scored with its per-beat network's logits weighed by `share`, as
     `evaluate --beat-mlp-share` reads it (`0.75`, `0.25,V=1`): `_share0.75`, `_share0.25V1`."""
+    from heartlm.labelled.shares import parse_shares
+
     name = f"{recipe}_share{share.replace(',', '').replace('=', '')}"
-    if share_of(name) != share:
-        raise SystemExit(f"--beat-mlp-share {share!r}: not a share `shared` can name (a bare "
-                         "share first, then CLASS=S items, each 0, 1 or 0.DIGITS)")  # fmt: skip
+    numbers = [item.rpartition("=")[2] for item in share.split(",")]
+    try:
+        parse_shares(share.split(","))
+    except ValueError as exc:
+        raise SystemExit(f"{recipe}: {exc}") from None
+    if share_of(name) != share or any(f"{float(x):g}" != x for x in numbers):
+        raise SystemExit(f"--beat-mlp-share {share!r}: not a share `shared` names once (a "
+                         "bare share first, then CLASS=S items, each number as :g writes "
+                         "it)")  # fmt: skip
     return name
 
 

@@ -2498,7 +2498,7 @@ def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fo
     from heartlm.labelled.shares import parse_shares
 
     rounds = model_beat_rounds
-    assert rounds.CONFIGS == rounds.ROUND_59
+    assert set(rounds.BEAT_MLP_SHARES) == set(rounds.CONFIGS) == set(rounds.ROUND_59_SHARES)
     for name, shares in rounds.BEAT_MLP_SHARES.items():
         assert {"1", "0.75"} <= set(shares)
         per_class = [parse_shares(s.split(",")) for s in shares if "=" in s]
@@ -2506,9 +2506,15 @@ def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fo
         # each is named as evaluate reads it, and read back from its name
         for share in shares:
             assert model_recipes.share_of(model_recipes.shared(name, share)) == share
-    for unnamed in ("1e-05", "V=1,0.25", "0.5,X=1"):  # a name would read back as another
-        with pytest.raises(SystemExit, match="not a share `shared` can name"):
+    # a name that would read back as another share, or a second name for one share
+    for unnamed in ("1e-05", "V=1,0.25", "1.0", "0.50", "0.5,V=1.0"):
+        with pytest.raises(SystemExit, match="not a share `shared` names once"):
             model_recipes.shared("scratch_relative", unnamed)
+    # a share evaluate would refuse
+    for refused, said in (("1.5", "within 0 and 1, not 1.5"), ("0.5,X=1", "CLASS one of"),
+                          ("V=1,V=0", "names V twice")):  # fmt: skip
+        with pytest.raises(SystemExit, match=re.escape(said)):
+            model_recipes.shared("scratch_relative", refused)
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
@@ -2672,6 +2678,9 @@ def test_offset_probe_trains_on_half_of_each_fold_and_finds_each_size_s_v_offset
     monkeypatch: pytest.MonkeyPatch,
 ):
     _one_scratch_recipe_on_folds(monkeypatch)
+    fits: list[int] = []
+    monkeypatch.setattr(tree_floor, "fit_tree", lambda x, y, n_classes, seed, threads: (
+        fits.append(len(y)) or _Tree()))  # fmt: skip
     monkeypatch.setattr(model_configs, "OFFSET_PROBE_RECIPE", "scratch_relative_share0.5V1")
     runner = _HalfFoldUnderCallsVMore()
     result = model_offset_probe.offset_probe(runner)
@@ -2683,12 +2692,19 @@ def test_offset_probe_trains_on_half_of_each_fold_and_finds_each_size_s_v_offset
         assert result["sizes"]["half fold"]["training_records"][k] == [*fold[::2], *sick]
         assert sorted(map(tuple, runner.tuned.values())).count((*fold[::2], *sick)) == 2
     # scored on the other fold at the recipe's share, without an offset
-    assert all(_holds(a, ("--beat-mlp-share", "0.5,V=1")) and "--class-offset" not in a
-               for a in runner.asked)  # fmt: skip
+    assert len(runner.asked) == 2 * 2 * 2
+    for asked in runner.asked:
+        k = int(re.search(r"_fold(\d)_", asked[0]).group(1))
+        assert _holds(asked, ("--records", *model_configs.FOLDS[1 - k]))
+        assert _holds(asked, ("--beat-mlp-share", "0.5,V=1")) and "--class-offset" not in asked
     assert result["sizes"]["fold"]["all_seeds"]["best_v_offset"] == 0.5
     assert result["sizes"]["half fold"]["all_seeds"]["best_v_offset"] == 1.5
     grid = {g["offset"]: g for g in result["sizes"]["half fold"]["by_seed"][0]["v_offsets"]}
     assert grid[1.0]["se"] == 0.0 and grid[1.5]["se"] == 1.0
+    # each floor trained on its size's records: a fold and its synthetic patients, or half
+    trained = [len(records) * BEATS for size in result["sizes"].values()
+               for records in size["training_records"].values()]  # fmt: skip
+    assert sorted(fits) == sorted(trained * 2) and min(fits) < max(fits)  # two seeds
     text = model_tables.markdown({"stage": "offset_probe", **result, "commands": []})
     assert "| half fold | all | +1.5 (best V) | 1.000 |" in text
 

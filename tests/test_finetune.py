@@ -822,8 +822,21 @@ def test_evaluate_beat_mlp_share_scores_the_parts_and_refuses_what_it_cannot_wei
         assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", bad) == 2
         err = capsys.readouterr().err.strip()
         assert "--beat-mlp-share must be within 0 and 1" in err and "\n" not in err, err
-    assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "X=1") == 2
-    assert "want S or CLASS=S" in capsys.readouterr().err
+    assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", "0.5,V=2") == 2
+    assert "not 2 for V" in capsys.readouterr().err
+    for bad, said in (("X=1", "want S or CLASS=S"), ("", "'' is not a number")):
+        assert _cli("evaluate", out, corpus / "tok", "--beat-mlp-share", bad) == 2
+        assert said in capsys.readouterr().err
+    # a settings file written before shares per class holds one number, and still reads
+    old = tmp_path / "old.yaml"
+    old.write_text("beat_mlp_share: 0.25\n")
+    assert _cli("evaluate", out, corpus / "tok", "--config", old, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["beat_mlp_share"] == 0.25
+    # the Python API takes one share or one per class, and refuses any other length
+    from heartlm.evaluate.scoring import evaluate
+
+    with pytest.raises(HeartlmError, match="one for each of the 5 classes"):
+        evaluate(out, corpus / "tok", device="cpu", beat_mlp_share=np.array([0.5, 1.0]))
     for runs in ((beats_run,), (out, "--ensemble", beats_run)):  # the main run, or a member
         assert _cli("evaluate", runs[0], corpus / "tok", *runs[1:],
                     "--beat-mlp-share", "0.5") == 2  # fmt: skip

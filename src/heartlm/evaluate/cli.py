@@ -50,9 +50,7 @@ class EvaluateConfig:
     taken, e.g. V=0.5 (a prior shift: a class called more often where X > 0; default none).
     The report also counts beats with each class's offset at -1 ... 3, the others held, to
     choose X on other records (offset_counts)"""
-    beat_mlp_share: list[str] = setting(
-        factory=list, parse=comma_list(str), metavar="S|CLASS=S,..."
-    )
+    beat_mlp_share: str | float | None = setting(None, parse=str, metavar="S|CLASS=S,...")
     """beats runs with a per-beat network (finetune --beat-mlp): each beat's logits are
     2 (1 - S) x the transformer's own plus 2 S x the network's, 0 <= S <= 1, for every class
     (S) or for one (CLASS=S), e.g. 0.25,V=1 (default: their sum as trained, S = 0.5; 0 the
@@ -88,7 +86,8 @@ def run(cfg: EvaluateConfig) -> int:
 
     try:
         offsets = parse_offsets(cfg.class_offset) if cfg.class_offset else None
-        shares = parse_shares(cfg.beat_mlp_share) if cfg.beat_mlp_share else None
+        given = cfg.beat_mlp_share  # a number in a run.json written before shares per class
+        shares = None if given is None else parse_shares(str(given).split(","))
     except ValueError as exc:
         raise HeartlmError(str(exc)) from None
     seen: dict[Path, Path] = {}

@@ -160,7 +160,11 @@ def _mlp_shares(
     has a per-beat network (None: none given)."""
     if share is None:
         return None
-    shares = np.broadcast_to(np.asarray(share, dtype=np.float64), (len(AAMI_CLASSES),)).copy()
+    try:
+        shares = np.broadcast_to(np.asarray(share, dtype=np.float64), (len(AAMI_CLASSES),)).copy()
+    except ValueError:
+        raise HeartlmError(f"--beat-mlp-share: one share, or one for each of the "
+                           f"{len(AAMI_CLASSES)} classes, not {share!r}") from None  # fmt: skip
     within = (shares >= 0.0) & (shares <= 1.0)  # NaN is not
     if not within.all():
         raise HeartlmError(f"--beat-mlp-share must be within 0 and 1, not {shares[~within][0]}")

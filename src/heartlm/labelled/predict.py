@@ -48,8 +48,9 @@ def beat_logits(
         return model(morph, rhythm, valid_BT=valid, head="beat", features_BTF=features)
     encoder, network = model(morph, rhythm, valid_BT=valid, head="beat_parts",
                              features_BTF=features)  # fmt: skip
-    share = torch.as_tensor(mlp_share, dtype=encoder.dtype, device=encoder.device)
-    return 2 * (1 - share) * encoder + 2 * share * network
+    # in float32: under bf16 autocast a share such as 0.3 would be rounded to 0.30078
+    share = torch.as_tensor(mlp_share, dtype=torch.float32, device=encoder.device)
+    return 2 * (1 - share) * encoder.float() + 2 * share * network.float()
 
 
 @torch.no_grad()

@@ -33,7 +33,8 @@ def parse_shares(items: Sequence[str], names: tuple[str, ...] = AAMI_CLASSES) ->
             said = f"--beat-mlp-share {item!r}: {value.strip()!r} is not a number"
             raise ValueError(said) from None
         if not 0.0 <= share <= 1.0:  # also NaN
-            raise ValueError(f"--beat-mlp-share must be within 0 and 1, not {value.strip()}")
+            where = f" for {name}" if sep else ""
+            raise ValueError(f"--beat-mlp-share must be within 0 and 1, not {value.strip()}{where}")
         if not sep:
             if base is not None:
                 raise ValueError(f"--beat-mlp-share gives every class's share twice ({base:g} "
@@ -43,7 +44,8 @@ def parse_shares(items: Sequence[str], names: tuple[str, ...] = AAMI_CLASSES) ->
             raise ValueError(f"--beat-mlp-share names {name} twice")
         else:
             shares[names.index(name)] = share
-    return np.where(np.isnan(shares), TRAINED_SHARE if base is None else base, shares)
+    given = np.where(np.isnan(shares), TRAINED_SHARE if base is None else base, shares)
+    return given + 0.0  # -0 as 0
 
 
 def named_shares(
