@@ -61,6 +61,25 @@ def at_offset(report: dict[str, Any], name: str, offset: float) -> dict[str, Any
     return {"confusion": counts["confusion"][name][counts["offsets"].index(offset)]}
 
 
+def offset_scores(
+    reports: list[dict[str, Any]], floor: dict[str, Any] | None
+) -> dict[tuple[str, float], float]:
+    """The evaluations' summed confusion matrices ranked by `select_score` (against `floor`,
+    or by the mean where it is None) at each class offset of OFFSET_CLASSES x CLASS_OFFSETS,
+    the other classes at the evaluations' own."""
+    from heartlm.labelled.offsets import CLASS_OFFSETS
+
+    return {(name, x): select_score(sum_reports([at_offset(rep, name, x) for rep in reports]),
+                                    cfg.SELECT_CLASSES, floor)
+            for name in cfg.OFFSET_CLASSES for x in CLASS_OFFSETS}  # fmt: skip
+
+
+def best_offset(scores: dict[tuple[str, float], float]) -> tuple[str, float]:
+    """The (class, offset) that ranks first; of offsets that rank alike the one nearest 0, then
+    the first class of OFFSET_CLASSES."""
+    return max(scores, key=lambda k: (scores[k], -abs(k[1])))
+
+
 def add_offset_rows(
     found: list[tuple[str, int, dict, dict]],
     recipes: list[str],
@@ -74,22 +93,15 @@ def add_offset_rows(
     summed fold row highest by SELECT_RULE, added as a row of its own (`offsetted`) where it
     ranks above the recipe without one; the names added. Evaluations of a heartlm that did not
     count offsets (no `offset_counts`) add none."""
-    from heartlm.labelled.offsets import CLASS_OFFSETS
-
     added = []
     for recipe in recipes:
         mine = [(seed, rep, sick) for c, seed, rep, sick in found if c == recipe]
         if not mine or any("offset_counts" not in rep for _, rep, _ in mine):
             continue
         floor = rule_floor(floors, recipe, cfg.SELECT_RULE)
-
-        def ranked(name: str, x: float, mine=mine, floor=floor) -> float:
-            summed = sum_reports([at_offset(rep, name, x) for _, rep, _ in mine])
-            return select_score(summed, cfg.SELECT_CLASSES, floor)
-
-        candidates = [(ranked(n, x), n, x) for n in cfg.OFFSET_CLASSES for x in CLASS_OFFSETS]
-        best, name, x = max(candidates, key=lambda c: (c[0], -abs(c[2])))
-        if x == 0 or best <= select_score(rows[recipe], cfg.SELECT_CLASSES, floor):
+        scores = offset_scores([rep for _, rep, _ in mine], floor)
+        name, x = best_offset(scores)
+        if x == 0 or scores[name, x] <= select_score(rows[recipe], cfg.SELECT_CLASSES, floor):
             continue
         row = offsetted(recipe, name, x)
         rows[row] = sum_reports([at_offset(rep, name, x) for _, rep, _ in mine])

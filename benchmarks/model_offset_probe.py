@@ -22,8 +22,10 @@ import model_configs as cfg
 from model_beats import (
     at_offset,
     beat_folders,
+    best_offset,
     kept_beat_floor,
     mitdb_keys,
+    offset_scores,
     sum_reports,
 )
 from model_recipes import (
@@ -33,7 +35,6 @@ from model_recipes import (
     pretrain_variant,
     pretraining_run,
     scoring_args,
-    select_score,
 )
 from model_runner import Runner, run_tag
 
@@ -52,19 +53,16 @@ def _offset_table(reports: list[dict[str, Any]], floor: dict[str, Any]) -> dict[
     (ties: nearest 0)."""
     from heartlm.labelled.offsets import CLASS_OFFSETS
 
-    def summed(name: str, x: float) -> dict[str, Any]:
-        return sum_reports([at_offset(rep, name, x) for rep in reports])
-
+    scores = offset_scores(reports, floor)
     v_grid = []
     for x in CLASS_OFFSETS:
-        v = summed("V", x)["per_class"]["V"]
+        v = sum_reports([at_offset(rep, "V", x) for rep in reports])["per_class"]["V"]
         v_grid.append({"offset": x, "se": v["se"], "ppv": v["ppv"], "f1": v["f1"]})
-    scores = {f"{n}{x:+g}": select_score(summed(n, x), cfg.SELECT_CLASSES, floor)
-              for n in cfg.OFFSET_CLASSES for x in CLASS_OFFSETS}  # fmt: skip
-    best_v = max(v_grid, key=lambda g: (scores[f"V{g['offset']:+g}"], -abs(g["offset"])))
-    best = max(scores, key=lambda k: (scores[k], -abs(float(k[1:]))))
-    return {"v_offsets": v_grid, "rule_scores": scores, "best_v_offset": best_v["offset"],
-            "best_offset": best, "floor_v": floor["per_class"]["V"]}  # fmt: skip
+    best_v = best_offset({key: score for key, score in scores.items() if key[0] == "V"})
+    name, x = best_offset(scores)
+    return {"v_offsets": v_grid, "rule_scores": {f"{n}{o:+g}": v for (n, o), v in scores.items()},
+            "best_v_offset": best_v[1], "best_offset": f"{name}{x:+g}",
+            "floor_v": floor["per_class"]["V"]}  # fmt: skip
 
 
 def offset_probe(r: Runner) -> dict[str, Any]:

@@ -419,7 +419,7 @@ def pretraining_runs(
         kept = chosen.values() if "crossfit_afib" in stages else to_score(
             "final_afib", chosen, afib_recipe_flags)  # fmt: skip
         afib = [config_of(name, cfg.AFIB_CONFIGS) for name in kept]
-    if not set(stages) & {"select", "final", "offset_probe", *AFIB_STAGES}:
+    if not set(stages) & FINETUNING_STAGES:
         beats, afib = list(cfg.CONFIGS), list(cfg.AFIB_CONFIGS)
     variants = {pretrain_variant(c) for c in [*beats, *afib]}
     return sorted((v, s) for v in variants for s in _stage_seeds(stages))
@@ -439,7 +439,7 @@ def _stage_seeds(stages: list[str]) -> set[int]:
 def missing_pretraining(stages: list[str], work: Path, replicate: bool = False) -> list[str]:
     """The pretraining runs that the fine-tuning stages among `stages` start from and that
     `work` lacks, when `stages` leaves `pretrain` out (none when it is in: it makes them)."""
-    if "pretrain" in stages or not set(stages) & {"select", "final", "offset_probe", *AFIB_STAGES}:
+    if "pretrain" in stages or not set(stages) & FINETUNING_STAGES:
         return []
     runs = pretraining_runs(stages, work, replicate)
     names = [pretraining_run(seed, variant) for variant, seed in runs]
@@ -486,3 +486,5 @@ def loss_curve(run: Path) -> dict[str, Any]:
 
 
 AFIB_STAGES = {"select_afib", "final_afib", "crossfit_afib"}
+FINETUNING_STAGES = {"select", "final", "offset_probe", *AFIB_STAGES}
+"""The stages that fine-tune from pretraining runs."""
