@@ -644,3 +644,36 @@ drifts between the sizes. Written after round 60's DS2 scores were read; DS1 onl
 every offset from -1 to +2, at the same precision at 0; the margin rule chose V +2 at both
 sizes; the margin over a floor trained on the same records shrank from +0.007 to +0.002
 (benchmarks/README.md, round 60)."""
+
+
+ROUND_60 = dict(CONFIGS)
+ROUND_60_SHARES = dict(BEAT_MLP_SHARES)
+WIDE_MLP_SUFFIX = "_mlp1024"
+DROPOUT_20_SUFFIX = "_dropout20"
+_SCRATCH_SHARES = ("1", "0.25,V=1", "0.5,V=1")
+
+
+def with_value(flags: list[str], flag: str, value: str) -> list[str]:
+    """`flags` with the value after `flag` replaced."""
+    at = flags.index(flag) + 1
+    return [*flags[:at], value, *flags[at + 1 :]]
+
+
+CONFIGS = {
+    _SCRATCH_57: ROUND_60[_SCRATCH_57],
+    f"{_SCRATCH_57}{WIDE_MLP_SUFFIX}": with_value(ROUND_60[_SCRATCH_57], "--beat-mlp", "1024"),
+    f"{_SCRATCH_57}{DROPOUT_20_SUFFIX}": with_value(ROUND_60[_SCRATCH_57], "--dropout", "0.2"),
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 61 (prepared in the thirty-third session): why does the transformer gain less than
+the tree from more patients? Round 60's offset probe (DS1 only) found the margin of scratch's
+choice over a floor trained on the same records shrink from +0.007 to +0.002 as the real
+training records went from 6 to 11 (the tree's V F1 0.882 -> 0.901, the model's 0.889 ->
+0.903); on DS2, trained on all of DS1, it is under the floor on V (0.954 against 0.959). Two
+readings, one lever each, on round 60's scratch choice (scratch only: deterministic, so the
+three rows differ by their lever alone): the per-beat network, which carries V, is too small
+to use more patients (`--beat-mlp 1024`, four times as wide), or it fits its training patients
+(`--dropout 0.2`, twice the model's dropout). Each scored at the network alone (1) and with
+V's logit from the network and the others' mostly (0.25) or half (0.5, round 60's choice) from
+the transformer, each beside its best class offset. Three recipes, twelve fold runs: one call.
+Written after round 60's DS2 scores and its offset probe were read; the folds choose."""

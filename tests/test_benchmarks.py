@@ -2498,8 +2498,8 @@ def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fo
     from heartlm.labelled.shares import parse_shares
 
     rounds = model_beat_rounds
-    assert set(rounds.BEAT_MLP_SHARES) == set(rounds.CONFIGS) == set(rounds.ROUND_59_SHARES)
-    for name, shares in rounds.BEAT_MLP_SHARES.items():
+    assert set(rounds.ROUND_60_SHARES) == set(rounds.ROUND_60) == set(rounds.ROUND_59_SHARES)
+    for name, shares in rounds.ROUND_60_SHARES.items():
         assert {"1", "0.75"} <= set(shares)
         per_class = [parse_shares(s.split(",")) for s in shares if "=" in s]
         assert per_class and all(s[2] == 1.0 and (s[[0, 1, 3, 4]] < 1.0).all() for s in per_class)
@@ -2515,6 +2515,29 @@ def test_round_60_scores_round_59s_recipes_with_v_from_the_network_beside_its_fo
                           ("V=1,V=0", "names V twice")):  # fmt: skip
         with pytest.raises(SystemExit, match=re.escape(said)):
             model_recipes.shared("scratch_relative", refused)
+
+
+def test_round_61_puts_one_lever_each_on_round_60s_scratch_choice(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the scratch recipe round 60's committed folds chose, as it ran there;
+    each twin differs from it in one flag's value only, and every row is scored at shares
+    evaluate reads back from their names."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_60_SHARES)
+    chosen = model_recipes.config_of(_folds_chose(monkeypatch, 60, rounds.ROUND_60)[1])
+    assert chosen == rounds._SCRATCH_57 and rounds.CONFIGS[chosen] == rounds.ROUND_60[chosen]
+    parent = rounds.CONFIGS[chosen]
+    for suffix, flag, value in ((rounds.WIDE_MLP_SUFFIX, "--beat-mlp", "1024"),
+                                (rounds.DROPOUT_20_SUFFIX, "--dropout", "0.2")):  # fmt: skip
+        twin = rounds.CONFIGS[f"{chosen}{suffix}"]
+        assert len(twin) == len(parent) and twin.count(flag) == 1
+        assert [i for i, (a, b) in enumerate(zip(parent, twin, strict=True)) if a != b] == [
+            twin.index(flag) + 1] and twin[twin.index(flag) + 1] == value  # fmt: skip
+    assert set(rounds.BEAT_MLP_SHARES) == set(rounds.CONFIGS)
+    for name, shares in rounds.BEAT_MLP_SHARES.items():
+        for share in shares:
+            assert model_recipes.share_of(model_recipes.shared(name, share)) == share
 
 
 def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
