@@ -12,8 +12,8 @@ from model_ledger import unscored
 from model_recipes import (
     beat_data,
     beat_floor_kinds,
+    best_of_each_init,
     best_pair,
-    best_selected,
     config_of,
     data_note,
     ensembled,
@@ -269,10 +269,8 @@ def final(r: Runner) -> dict[str, Any]:
     """DS1 -> DS2 for beat classes with the configuration `select` chose for each
     initialisation, and the VOTING_PAIRS row that beat both its members on the folds
     (best_pair); 3 seeds."""
-    chosen = {
-        init: cfg.FINAL if cfg.FINAL != "auto" else best_selected(r.work / "select.json", init)
-        for init in ("pretrained", "scratch")
-    }
+    chosen = (best_of_each_init(r.work / "select.json") if cfg.FINAL == "auto"
+              else {init: cfg.FINAL for init in ("pretrained", "scratch")})  # fmt: skip
     flags = {init: recipe_flags(name) for init, name in chosen.items()}
     if cfg.FINAL == "auto" and (pair := best_pair(r.work / "select.json")):
         chosen["pair"], flags["pair"] = pair, pair_recipe_flags(pair)

@@ -299,15 +299,32 @@ def ensembled(recipe: str) -> str:
     return f"{recipe}_ensemble{len(cfg.SELECT_SEEDS)}"
 
 
+def _candidates(selection: dict[str, Any], init: str) -> list[str]:
+    return [n for n in selection["beats"] if _is_recipe(n) and (
+        "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
+
+
+def _read_selection(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
+    return json.loads(path.read_text())
+
+
 def best_selected(path: Path, init: str) -> str:
     """The `init` ("pretrained" or "scratch") configuration ranked first by SELECT_RULE over
     the classes the selection names."""
-    if not path.is_file():
-        raise SystemExit(f"{path}: run the select stage first (FINAL = auto reads it)")
-    selection = json.loads(path.read_text())
-    candidates = [n for n in selection["beats"] if _is_recipe(n) and (
-        "--from-scratch" in cfg.CONFIGS[config_of(n)]) == (init == "scratch")]  # fmt: skip
+    selection = _read_selection(path)
+    if not (candidates := _candidates(selection, init)):
+        raise SystemExit(f"{path}: the selection holds no {init} configuration")
     return max(candidates, key=lambda name: ranked_score(selection, name))
+
+
+def best_of_each_init(path: Path) -> dict[str, str]:
+    """best_selected for each initialisation the selection holds a configuration of (round
+    61's held scratch recipes only)."""
+    selection = _read_selection(path)
+    return {init: best_selected(path, init) for init in ("pretrained", "scratch")
+            if _candidates(selection, init)}  # fmt: skip
 
 
 def ranked_score(selection: dict[str, Any], name: str) -> float:

@@ -25,8 +25,8 @@ from model_recipes import (
     afib_recipe_flags,
     beat_data,
     best_afib,
+    best_of_each_init,
     best_pair,
-    best_selected,
     config_of,
     pair_members,
     pair_recipe_flags,
@@ -404,7 +404,7 @@ def pretraining_runs(
     elif "final" in stages and cfg.FINAL != "auto":
         beats = [config_of(cfg.FINAL)]
     elif "final" in stages:
-        chosen = {init: best_selected(work / "select.json", init) for init in inits}
+        chosen = best_of_each_init(work / "select.json")
         beats = [config_of(name) for name in to_score("final", chosen, recipe_flags)]
         if (pair := best_pair(work / "select.json")) and to_score(
                 "final", {"pair": pair}, pair_recipe_flags):  # fmt: skip

@@ -2675,6 +2675,28 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert pooled == "scratch_relative_share0.25V1_offsetV+1"
 
 
+def test_final_scores_only_the_initialisations_a_selection_holds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Round 61 selected among scratch recipes only: `final` then scores scratch's choice
+    and asks for no pretrained one (it had stopped on an empty ranking)."""
+    _one_scratch_recipe_on_folds(monkeypatch)
+    result = model_beats.select(_NetworkAloneFindsV())
+    (tmp_path / "select.json").write_text(json.dumps(result))
+    assert model_recipes.best_of_each_init(tmp_path / "select.json") == {
+        "scratch": model_recipes.best_selected(tmp_path / "select.json", "scratch")
+    }
+    with pytest.raises(SystemExit, match="holds no pretrained configuration"):
+        model_recipes.best_selected(tmp_path / "select.json", "pretrained")
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    runner = _NetworkAloneFindsV()
+    runner.work = tmp_path
+    final = model_beats.final(runner)
+    assert {row["init"] for row in final["beats"]} >= {"scratch"}
+    assert "pretrained" not in {row["init"] for row in final["beats"]}
+
+
 class _HalfFoldUnderCallsVMore(_UnderCallsV):
     """As _UnderCallsV, but a model trained on half a fold gives V beats only 0.25 for V: it
     needs a V offset of 1.5 (log 3) where the fold's models need 0.5; `tuned` holds each run's
