@@ -681,3 +681,11 @@ Written after round 60's DS2 scores and its offset probe were read; the folds ch
 floor, the parent +0.002; twice the dropout under it); on DS2 at 100 % it scored accuracy
 0.969 +- 0.003, V F1 0.960 +- 0.004 (floor 0.959), S 0.606 +- 0.069, F 0.419 +- 0.039 (floor
 0.435) (benchmarks/README.md, round 61)."""
+
+
+ROUND_60_OFFSET_PROBE_RECIPE = OFFSET_PROBE_RECIPE
+OFFSET_PROBE_RECIPE = f"{_SCRATCH_57}{WIDE_MLP_SUFFIX}_share0.5V1"
+"""Round 61's probe (thirty-third session): the wide network's choice without its V offset
+(+1), at a fold's 11 records and half of them, to see whether its margin over a floor on the
+same records still shrinks with the patients as round 60's choice's did (+0.007 -> +0.002).
+DS1 only."""
