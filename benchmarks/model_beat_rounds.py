@@ -689,3 +689,29 @@ OFFSET_PROBE_RECIPE = f"{_SCRATCH_57}{WIDE_MLP_SUFFIX}_share0.5V1"
 (+1), at a fold's 11 records and half of them, to see whether its margin over a floor on the
 same records still shrinks with the patients as round 60's choice's did (+0.007 -> +0.002).
 DS1 only."""
+
+
+ROUND_61 = dict(CONFIGS)
+ROUND_61_SHARES = dict(BEAT_MLP_SHARES)
+_PRETRAINED_SHARES = ("1", "0.75", "0.25,V=1", "0.5,V=1")
+
+
+CONFIGS = {
+    _PRETRAINED_57: ROUND_60[_PRETRAINED_57],
+    f"{_PRETRAINED_57}{WIDE_MLP_SUFFIX}": with_value(
+        ROUND_60[_PRETRAINED_57], "--beat-mlp", "1024"
+    ),
+}
+BEAT_MLP_SHARES = {name: _PRETRAINED_SHARES for name in CONFIGS}
+"""Round 62 (prepared in the thirty-fourth session): does pretraining pay on the wide
+per-beat network? Round 61 widened scratch's per-beat network four times (`--beat-mlp 1024`)
+and the folds chose it; on DS2 it met V's floor (0.960 against 0.959) but no pretrained recipe
+ran, so the issue's test of pretraining (pretrained above scratch at 10 % and 1 % of the
+labels by more than the seed spread) was not made for it. Here round 60's pretrained recipe
+(round 57's choice: `nextleads` pretraining, the encoder's and the network's own losses) as it
+ran there, beside the same recipe with the network four times as wide, each scored at round
+60's shares without its lowest (`0,V=1`) and beside its best class offset. Pretrained only:
+scratch's choice (round 61) is deterministic and already scored on DS2, so `final` scores the
+pretrained choice alone and the 10 % and 1 % rows are set against round 61's. Two recipes,
+eight fold runs: one call. Written after round 61's DS2 scores and its offset probe were read;
+the folds choose."""

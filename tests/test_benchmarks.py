@@ -1439,7 +1439,7 @@ def test_quick_keeps_each_initialisation_of_the_recipes_and_never_reads_ds2(
         assert "--steps" not in flags or int(flags[flags.index("--steps") + 1]) <= 20
     inits = {"--from-scratch" in flags for flags in configs.values()}
     # quick drops no initialisation: `final` scores each one the selection holds (round 61:
-    # scratch only)
+    # scratch only; round 62: pretrained only)
     assert inits == {"--from-scratch" in f for f in model_beat_rounds.CONFIGS.values()}
     assert not any("--epochs" in flags for flags in configs.values())
     assert not set(model_configs.TRAIN + model_configs.TEST) & set(MITDB_DS2)
@@ -2528,16 +2528,40 @@ def test_round_61_puts_one_lever_each_on_round_60s_scratch_choice(
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_60_SHARES)
     chosen = model_recipes.config_of(_folds_chose(monkeypatch, 60, rounds.ROUND_60)[1])
-    assert chosen == rounds._SCRATCH_57 and rounds.CONFIGS[chosen] == rounds.ROUND_60[chosen]
-    parent = rounds.CONFIGS[chosen]
+    assert chosen == rounds._SCRATCH_57 and rounds.ROUND_61[chosen] == rounds.ROUND_60[chosen]
     for suffix, flag, value in ((rounds.WIDE_MLP_SUFFIX, "--beat-mlp", "1024"),
                                 (rounds.DROPOUT_20_SUFFIX, "--dropout", "0.2")):  # fmt: skip
-        twin = rounds.CONFIGS[f"{chosen}{suffix}"]
-        assert len(twin) == len(parent) and twin.count(flag) == 1
-        assert [i for i, (a, b) in enumerate(zip(parent, twin, strict=True)) if a != b] == [
-            twin.index(flag) + 1] and twin[twin.index(flag) + 1] == value  # fmt: skip
-    assert set(rounds.BEAT_MLP_SHARES) == set(rounds.CONFIGS)
-    for name, shares in rounds.BEAT_MLP_SHARES.items():
+        _one_value_apart(rounds.ROUND_61[chosen], rounds.ROUND_61[f"{chosen}{suffix}"], flag, value)
+    _scored_at_shares_their_names_read_back(rounds.ROUND_61, rounds.ROUND_61_SHARES)
+
+
+def test_round_62_widens_the_per_beat_network_of_round_60s_pretrained_choice(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Pretrained only: the parent is the pretrained recipe round 60's committed folds chose,
+    as it ran there, and its twin differs from it in the per-beat network's width alone, the
+    value round 61's scratch twin took."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_60_SHARES)
+    chosen = model_recipes.config_of(_folds_chose(monkeypatch, 60, rounds.ROUND_60)[0])
+    assert chosen == rounds._PRETRAINED_57 and rounds.CONFIGS[chosen] == rounds.ROUND_60[chosen]
+    twin = rounds.CONFIGS[f"{chosen}{rounds.WIDE_MLP_SUFFIX}"]
+    _one_value_apart(rounds.CONFIGS[chosen], twin, "--beat-mlp", "1024")
+    assert set(rounds.CONFIGS) == {chosen, f"{chosen}{rounds.WIDE_MLP_SUFFIX}"}
+    assert all("--from-scratch" not in flags for flags in rounds.CONFIGS.values())
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+
+
+def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
+    """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
+    assert len(twin) == len(parent) and twin.count(flag) == 1
+    assert [i for i, (a, b) in enumerate(zip(parent, twin, strict=True)) if a != b] == [
+        twin.index(flag) + 1] and twin[twin.index(flag) + 1] == value  # fmt: skip
+
+
+def _scored_at_shares_their_names_read_back(configs: dict, shares_of: dict) -> None:
+    assert set(shares_of) == set(configs)
+    for name, shares in shares_of.items():
         for share in shares:
             assert model_recipes.share_of(model_recipes.shared(name, share)) == share
 
