@@ -1378,6 +1378,37 @@ def test_the_per_beat_networks_bins_are_fitted_on_the_training_beats(corpus, tmp
     assert "--beat-mlp-bins feeds the beat head: only with --task beats" in capsys.readouterr().err
 
 
+def test_the_per_beat_network_is_as_deep_as_asked_and_refuses_depths_it_cannot_have(
+    corpus, tmp_path, capsys
+):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft_deep"
+    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+            "--beat-mlp", "8", "--beat-mlp-depth", "2"]  # fmt: skip
+    assert _cli(*args) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["beat_mlp_depth"] == 2
+    assert load_file(out / "model.safetensors")["beat_mlp.hidden2.weight"].shape == (8, 8)
+    assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+    for depth in ("0", "5"):
+        assert _cli(*args[:-1], depth, "--overwrite") == 2
+        assert f"--beat-mlp-depth must be between 1 and 4, not {depth}" in capsys.readouterr().err
+    assert _cli(*args[:-4], "--beat-mlp", "0", *args[-2:], "--overwrite") == 2
+    assert "not with --beat-mlp 0" in capsys.readouterr().err
+    assert _cli(*args[:-4], *args[-2:], "--overwrite") == 2  # the encoder has no network
+    assert "has no per-beat network for --beat-mlp-depth" in capsys.readouterr().err
+    assert _cli(*args[:-4], *args[-2:], "--task", "afib", "--overwrite") == 2
+    assert "--beat-mlp-depth shapes the beat head's network: only with" in capsys.readouterr().err
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    resumable = tmp_path / "ft_deep_resume"
+    assert _finetune(corpus, resumable, "--beat-mlp", "8", "--beat-mlp-depth", "2", *stop) == 0
+    capsys.readouterr()
+    assert _finetune(corpus, resumable, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "checkpoint model has beat_mlp_depth=2, this run 1 (--beat-mlp-depth)" in err, err
+
+
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "ft"
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")

@@ -223,6 +223,33 @@ def test_a_pretrained_encoder_loads_with_a_per_beat_network_added(tmp_path: Path
     assert torch.equal(fewer.beat_mlp.hidden.weight, tuned.beat_mlp.hidden.weight)
 
 
+def test_a_deeper_per_beat_network_keeps_its_first_layer_and_its_depth(tmp_path: Path):
+    model = _tiny(n_features=3)
+    export_model(tmp_path, model.state_dict(), model.cfg, {})
+    deep, _ = load_pretrained(tmp_path, beat_mlp=16, beat_mlp_depth=2)
+    linear = [m for m in deep.beat_mlp if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linear] == [(11, 16), (16, 16), (16, 5)]
+    assert deep.beat_mlp.hidden is linear[0] and deep.beat_mlp.hidden2 is linear[1]
+    morph, rhythm = _inputs()
+    x = torch.randn(2, 16, 3)
+    before = deep.eval()(morph, rhythm, head="beat", features_BTF=x)
+    deep.save_pretrained(tmp_path / "ft")
+    again, _ = load_pretrained(tmp_path / "ft")
+    assert again.cfg.beat_mlp_depth == 2
+    torch.testing.assert_close(again.eval()(morph, rhythm, head="beat", features_BTF=x), before)
+    with pytest.raises(HeartlmError, match="2 layers deep, not 1 \\(--beat-mlp-depth\\)"):
+        load_pretrained(tmp_path / "ft", beat_mlp_depth=1)
+    one_layer = _tiny(n_features=3, beat_mlp=16)
+    assert {k for k in one_layer.state_dict() if k.startswith("beat_mlp.")} == {
+        f"beat_mlp.{layer}.{w}" for layer in ("hidden", "out") for w in ("weight", "bias")
+    }
+    with pytest.raises(ValueError, match="needs beat_mlp"):
+        _tiny(n_features=3, beat_mlp_depth=2)
+    for depth in (0, 5):
+        with pytest.raises(ValueError, match=f"between 1 and 4, not {depth}"):
+            _tiny(n_features=3, beat_mlp=8, beat_mlp_depth=depth)
+
+
 def test_the_per_beat_network_reads_its_columns_through_bins_fitted_once(tmp_path: Path):
     model = _tiny(n_features=3)
     export_model(tmp_path, model.state_dict(), model.cfg, {})

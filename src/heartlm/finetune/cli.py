@@ -11,7 +11,7 @@ from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
-from heartlm.model.config import MAX_BEAT_MLP_BINS, check_dropout
+from heartlm.model.config import MAX_BEAT_MLP_BINS, MAX_BEAT_MLP_DEPTH, check_dropout
 from heartlm.settings import comma_list, setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -92,6 +92,9 @@ class FinetuneConfig:
     """beats: the per-beat network also reads each input column through a piecewise-linear
     encoding over N (2-256) quantile bins of the training beats (default: the pretrained
     run's; 0 off)"""
+    beat_mlp_depth: int | None = setting(None, metavar="N", group=TASK)
+    """beats: the per-beat network's hidden layers, each WIDTH wide (1 to
+    MAX_BEAT_MLP_DEPTH; default: the pretrained run's, else 1)"""
     beat_mlp_loss: float = setting(0.0, metavar="W", group=TASK)
     """beats, with a per-beat network: training only, add W x that network's own
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from
@@ -179,6 +182,15 @@ class FinetuneConfig:
                              f"not {self.beat_mlp_bins}")  # fmt: skip
         if self.beat_mlp_bins and self.task != "beats":
             raise ValueError("--beat-mlp-bins feeds the beat head: only with --task beats")
+        if self.beat_mlp_depth is not None and not 1 <= self.beat_mlp_depth <= MAX_BEAT_MLP_DEPTH:
+            raise ValueError(f"--beat-mlp-depth must be between 1 and {MAX_BEAT_MLP_DEPTH}, "
+                             f"not {self.beat_mlp_depth}")  # fmt: skip
+        if self.beat_mlp_depth is not None and self.task != "beats":
+            raise ValueError("--beat-mlp-depth shapes the beat head's network: only with --task "
+                             "beats")  # fmt: skip
+        if self.beat_mlp_depth not in (None, 1) and self.beat_mlp == 0:
+            raise ValueError("--beat-mlp-depth counts the per-beat network's layers: not with "
+                             "--beat-mlp 0")  # fmt: skip
         if self.beat_mlp_bins and self.beat_mlp == 0:
             raise ValueError("--beat-mlp-bins encodes the per-beat network's inputs: not with "
                              "--beat-mlp 0")  # fmt: skip

@@ -79,7 +79,8 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         overrides["dropout"] = cfg.dropout
     added = (("--local-stats", cfg.local_stats, "local_stats"),
              ("--beat-mlp", cfg.beat_mlp, "beat_mlp"),
-             ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"))  # fmt: skip
+             ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"),
+             ("--beat-mlp-depth", cfg.beat_mlp_depth, "beat_mlp_depth"))  # fmt: skip
     asked = [flag for flag, value, _ in added if value]
     if asked:  # weights added to the encoder: it must read beat features
         from heartlm.model.load import read_config
@@ -91,9 +92,11 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         if cfg.local_stats and cfg.local_stats > positions:
             raise HeartlmError(f"--local-stats {cfg.local_stats} is wider than the model's "
                                f"{positions} positions", run)  # fmt: skip
-        if cfg.beat_mlp_bins and not (cfg.beat_mlp or saved.get("beat_mlp")):
-            raise HeartlmError("has no per-beat network for --beat-mlp-bins: add --beat-mlp WIDTH",
-                               run)  # fmt: skip
+        for flag, value in (("--beat-mlp-bins", cfg.beat_mlp_bins),
+                            ("--beat-mlp-depth", cfg.beat_mlp_depth)):  # fmt: skip
+            if value and not (cfg.beat_mlp or saved.get("beat_mlp")):
+                raise HeartlmError(f"has no per-beat network for {flag}: add --beat-mlp WIDTH",
+                                   run)  # fmt: skip
     overrides.update({field: value for _, value, field in added if value is not None})
     from heartlm.inputs import model_inputs
 

@@ -23,6 +23,9 @@ MAX_BEAT_MLP_BINS = 256
 """... and at most this many bins a column: the encoding's weights grow with bins x columns x
 BEAT_MLP_EMBEDDING (100,000 bins asked for 97 GB), and piecewise-linear encodings are used
 with 8-128 bins (Gorishniy et al., 2022)"""
+MAX_BEAT_MLP_DEPTH = 4
+"""`beat_mlp_depth`: at most this many hidden layers; the network is a per-beat view beside
+the transformer, not a second deep model"""
 
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256},
@@ -65,6 +68,10 @@ class ModelConfig:
     hidden layers and reads the rhythm code too; one layer without it found as many) finds as
     many V beats as the LightGBM floor, and the transformer fewer
     (benchmarks/feature_scale_probe.py)."""
+    beat_mlp_depth: int = 1
+    """hidden layers of the per-beat network (`beat_mlp` wide each, at most
+    MAX_BEAT_MLP_DEPTH). A tree's split on one column inside another's is an interaction that
+    one hidden layer draws only with more width."""
     beat_mlp_bins: int = 0
     """the per-beat network reads each of its input columns also through a piecewise-linear
     encoding over this many quantile bins of the fine-tuning rows (`heartlm.model.piecewise`;
@@ -124,6 +131,11 @@ class ModelConfig:
             raise ValueError("beat_mlp needs beat features (token format v2 or later)")
         if self.beat_mlp and self.causal:
             raise ValueError("beat_mlp reads the beat after each one: not for a causal model")
+        if not 1 <= self.beat_mlp_depth <= MAX_BEAT_MLP_DEPTH:
+            raise ValueError(f"beat_mlp_depth must be between 1 and {MAX_BEAT_MLP_DEPTH}, "
+                             f"not {self.beat_mlp_depth}")  # fmt: skip
+        if self.beat_mlp_depth != 1 and not self.beat_mlp:
+            raise ValueError("beat_mlp_depth counts the per-beat network's layers: needs beat_mlp")
         if self.beat_mlp_bins and not self.beat_mlp:
             raise ValueError("beat_mlp_bins encodes the per-beat network's inputs: needs beat_mlp")
         if self.beat_mlp_bins < 0 or self.beat_mlp_bins == 1:

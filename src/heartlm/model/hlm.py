@@ -143,8 +143,9 @@ def beat_neighbourhood(features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
 
 
 def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
-    """`beat_mlp`: one hidden layer from `beat_neighbourhood`'s columns (first through a
-    piecewise-linear encoding with `beat_mlp_bins`) to the beat classes' logits."""
+    """`beat_mlp`: `beat_mlp_depth` hidden layers from `beat_neighbourhood`'s columns (first
+    through a piecewise-linear encoding with `beat_mlp_bins`) to the beat classes' logits.
+    The first layer's names are those of a one-layer network, so its weights load either way."""
     if not cfg.beat_mlp:
         return None
     columns = 3 * cfg.n_features + 2
@@ -152,9 +153,11 @@ def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
     if cfg.beat_mlp_bins:
         layers["bins"] = PiecewiseLinear(columns, cfg.beat_mlp_bins, BEAT_MLP_EMBEDDING)
         columns = layers["bins"].out_features
-    layers["hidden"] = nn.Linear(columns, cfg.beat_mlp)
-    layers["activation"] = nn.GELU()
-    layers["dropout"] = nn.Dropout(cfg.dropout)
+    for depth in range(1, cfg.beat_mlp_depth + 1):
+        tag = "" if depth == 1 else f"{depth}"
+        layers[f"hidden{tag}"] = nn.Linear(columns if depth == 1 else cfg.beat_mlp, cfg.beat_mlp)
+        layers[f"activation{tag}"] = nn.GELU()
+        layers[f"dropout{tag}"] = nn.Dropout(cfg.dropout)
     layers["out"] = nn.Linear(cfg.beat_mlp, cfg.n_beat_classes)  # a head: load.HEAD_SUFFIXES
     return nn.Sequential(layers)
 

@@ -75,6 +75,7 @@ _FIXED_ONCE_ADDED = {
     "local_stats": ("local_stats", "reading statistics over {} beats a side", "--local-stats"),
     "beat_mlp": ("beat_mlp", "with a per-beat network {} wide", "--beat-mlp"),
     "beat_mlp_bins": ("beat_mlp", "with a per-beat network over {} bins", "--beat-mlp-bins"),
+    "beat_mlp_depth": ("beat_mlp", "with a per-beat network {} layers deep", "--beat-mlp-depth"),
 }
 """Fields a reload may not change once the weights they shape exist: field -> (the field
 whose weights they are, what the model was trained with, the flag)."""

@@ -285,6 +285,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "local_stats",
         "beat_mlp",
         "beat_mlp_bins",
+        "beat_mlp_depth",
         "choice_critic",
         "relative_only",
         "absolute_columns",
@@ -293,6 +294,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
                     "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
                     "beat_mlp_bins": " (--beat-mlp-bins)",
+                    "beat_mlp_depth": " (--beat-mlp-depth)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
