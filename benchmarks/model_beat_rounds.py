@@ -715,3 +715,28 @@ scratch's choice (round 61) is deterministic and already scored on DS2, so `fina
 pretrained choice alone and the 10 % and 1 % rows are set against round 61's. Two recipes,
 eight fold runs: one call. Written after round 61's DS2 scores and its offset probe were read;
 the folds choose."""
+
+
+ROUND_62 = dict(CONFIGS)
+ROUND_62_SHARES = dict(BEAT_MLP_SHARES)
+WIDER_MLP_SUFFIX = "_mlp2048"
+DEEP_MLP_SUFFIX = "_depth2"
+_SCRATCH_61 = f"{_SCRATCH_57}{WIDE_MLP_SUFFIX}"
+
+
+CONFIGS = {
+    _SCRATCH_61: ROUND_61[_SCRATCH_61],
+    f"{_SCRATCH_57}{WIDER_MLP_SUFFIX}": with_value(ROUND_61[_SCRATCH_61], "--beat-mlp", "2048"),
+    f"{_SCRATCH_61}{DEEP_MLP_SUFFIX}": [*ROUND_61[_SCRATCH_61], "--beat-mlp-depth", "2"],
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 63 (prepared in the thirty-fourth session): round 61's scratch choice (the per-beat
+network 1,024 wide) as it ran there, beside the network twice as wide again (`--beat-mlp
+2048`) and the same width with two hidden layers (`--beat-mlp-depth 2`, new). Round 61's
+offset probe found the wide network's margin over a floor on the same records still
+shrinking from 6 to 11 training records (+0.008 -> +0.004), less than the 256-wide network's
+(+0.007 -> +0.002): capacity was part of why the tree gains more from more patients. A tree
+also splits one column inside another's range, an interaction one hidden layer draws only
+with width. Scratch only (deterministic: the reference reproduces round 61's rows). Three
+recipes, twelve fold runs: one call. Written after round 61's and 62's DS2 scores were read;
+the folds choose."""

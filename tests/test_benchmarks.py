@@ -1439,7 +1439,7 @@ def test_quick_keeps_each_initialisation_of_the_recipes_and_never_reads_ds2(
         assert "--steps" not in flags or int(flags[flags.index("--steps") + 1]) <= 20
     inits = {"--from-scratch" in flags for flags in configs.values()}
     # quick drops no initialisation: `final` scores each one the selection holds (round 61:
-    # scratch only; round 62: pretrained only)
+    # scratch only; round 62: pretrained only; round 63: scratch only)
     assert inits == {"--from-scratch" in f for f in model_beat_rounds.CONFIGS.values()}
     assert not any("--epochs" in flags for flags in configs.values())
     assert not set(model_configs.TRAIN + model_configs.TEST) & set(MITDB_DS2)
@@ -2404,13 +2404,18 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
         ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
 
 
-def _folds_chose(monkeypatch: pytest.MonkeyPatch, round_: int, configs: dict) -> list[str]:
-    """The recipe each initialisation (pretrained, scratch) is chosen by in round `round_`'s
-    committed select file, read with that round's CONFIGS."""
+def _folds_chose(
+    monkeypatch: pytest.MonkeyPatch,
+    round_: int,
+    configs: dict,
+    inits: tuple[str, ...] = ("pretrained", "scratch"),
+) -> list[str]:
+    """The recipe each initialisation of `inits` is chosen by in round `round_`'s committed
+    select file, read with that round's CONFIGS."""
     selection = (Path(model_ledger.__file__).parent
                  / f"results/h100/model_study/select_round{round_}.json")  # fmt: skip
     monkeypatch.setattr(model_configs, "CONFIGS", configs)
-    return [model_recipes.best_selected(selection, init) for init in ("pretrained", "scratch")]
+    return [model_recipes.best_selected(selection, init) for init in inits]
 
 
 def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
@@ -2544,11 +2549,30 @@ def test_round_62_widens_the_per_beat_network_of_round_60s_pretrained_choice(
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_60_SHARES)
     chosen = model_recipes.config_of(_folds_chose(monkeypatch, 60, rounds.ROUND_60)[0])
-    assert chosen == rounds._PRETRAINED_57 and rounds.CONFIGS[chosen] == rounds.ROUND_60[chosen]
-    twin = rounds.CONFIGS[f"{chosen}{rounds.WIDE_MLP_SUFFIX}"]
-    _one_value_apart(rounds.CONFIGS[chosen], twin, "--beat-mlp", "1024")
-    assert set(rounds.CONFIGS) == {chosen, f"{chosen}{rounds.WIDE_MLP_SUFFIX}"}
-    assert all("--from-scratch" not in flags for flags in rounds.CONFIGS.values())
+    assert chosen == rounds._PRETRAINED_57 and rounds.ROUND_62[chosen] == rounds.ROUND_60[chosen]
+    twin = rounds.ROUND_62[f"{chosen}{rounds.WIDE_MLP_SUFFIX}"]
+    _one_value_apart(rounds.ROUND_62[chosen], twin, "--beat-mlp", "1024")
+    assert set(rounds.ROUND_62) == {chosen, f"{chosen}{rounds.WIDE_MLP_SUFFIX}"}
+    assert all("--from-scratch" not in flags for flags in rounds.ROUND_62.values())
+    _scored_at_shares_their_names_read_back(rounds.ROUND_62, rounds.ROUND_62_SHARES)
+
+
+def test_round_63_widens_or_deepens_the_per_beat_network_of_round_61s_scratch_choice(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the scratch recipe round 61's committed folds chose, as it ran there; one
+    twin differs in the network's width alone, the other only adds a second hidden layer."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_61_SHARES)
+    chosen = model_recipes.config_of(*_folds_chose(monkeypatch, 61, rounds.ROUND_61, ("scratch",)))
+    assert chosen == rounds._SCRATCH_61 and rounds.CONFIGS[chosen] == rounds.ROUND_61[chosen]
+    parent = rounds.CONFIGS[chosen]
+    wider = rounds.CONFIGS[f"{rounds._SCRATCH_57}{rounds.WIDER_MLP_SUFFIX}"]
+    _one_value_apart(parent, wider, "--beat-mlp", "2048")
+    deeper = rounds.CONFIGS[f"{chosen}{rounds.DEEP_MLP_SUFFIX}"]
+    assert deeper == [*parent, "--beat-mlp-depth", "2"] and "--beat-mlp-depth" not in parent
+    assert len(rounds.CONFIGS) == 3
+    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
 
 
