@@ -714,7 +714,12 @@ ran there, beside the same recipe with the network four times as wide, each scor
 scratch's choice (round 61) is deterministic and already scored on DS2, so `final` scores the
 pretrained choice alone and the 10 % and 1 % rows are set against round 61's. Two recipes,
 eight fold runs: one call. Written after round 61's DS2 scores and its offset probe were read;
-the folds choose."""
+the folds choose. Measured (thirty-fourth session): the folds chose the wide network alone
+(share 1, no offset: +0.010 +- 0.002 over the floor; the parent's best, alone with N -1:
++0.009); on DS2 at 100 % it scored accuracy 0.957, S F1 0.269 +- 0.005 (record 232's S beats
+lost: sensitivity 0.13-0.14), V 0.956 +- 0.001 (floor 0.959), F 0.470 +- 0.012 (floor 0.435);
+at 10 % and 1 % V 0.948 and 0.936 against scratch's 0.956 and 0.945 (round 61) and S 0.278
+and 0.267 against 0.599 and 0.422: pretraining does not pay (benchmarks/README.md, round 62)."""
 
 
 ROUND_62 = dict(CONFIGS)
@@ -739,4 +744,8 @@ shrinking from 6 to 11 training records (+0.008 -> +0.004), less than the 256-wi
 also splits one column inside another's range, an interaction one hidden layer draws only
 with width. Scratch only (deterministic: the reference reproduces round 61's rows). Three
 recipes, twelve fold runs: one call. Written after round 61's and 62's DS2 scores were read;
-the folds choose."""
+the folds choose. Measured (thirty-fourth session): the reference reproduced round 61's fold
+rows exactly; two hidden layers ranked first (`0.5,V=1` with V +1: +0.007 +- 0.001 over the
+floor, +0.008 / +0.005 by seed, against the reference's +0.004 and the 2,048-wide network's
++0.003), with F F1 on the folds down from 0.124 to 0.070 (floor 0.053). DS2 not scored: the
+session's device time was spent (benchmarks/README.md, round 63)."""
