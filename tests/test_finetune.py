@@ -1353,13 +1353,17 @@ def test_a_resume_with_nothing_to_resume_names_the_run(corpus, tmp_path, capsys)
     assert (out / "finetune.json").is_file()
 
 
+def _two_steps(corpus, out, *extra) -> list:
+    """`finetune`'s arguments for two steps of the tiny corpus on the CPU, `extra` last."""
+    return ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu", *extra]  # fmt: skip
+
+
 def test_the_per_beat_networks_bins_are_fitted_on_the_training_beats(corpus, tmp_path, capsys):
     from safetensors.torch import load_file
 
     out = tmp_path / "ft_bins"
-    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
-            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
-            "--beat-mlp", "8", "--beat-mlp-bins", "4"]  # fmt: skip
+    args = _two_steps(corpus, out, "--beat-mlp", "8", "--beat-mlp-bins", "4")
     assert _cli(*args) == 0
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp_bins"] == 4
     weights = load_file(out / "model.safetensors")
@@ -1384,9 +1388,7 @@ def test_the_per_beat_network_is_as_deep_as_asked_and_refuses_depths_it_cannot_h
     from safetensors.torch import load_file
 
     out = tmp_path / "ft_deep"
-    args = ["finetune", corpus / "pre", "--data", corpus / "tok", "--out", out, "--window", "16",
-            "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
-            "--beat-mlp", "8", "--beat-mlp-depth", "2"]  # fmt: skip
+    args = _two_steps(corpus, out, "--beat-mlp", "8", "--beat-mlp-depth", "2")
     assert _cli(*args) == 0
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp_depth"] == 2
     assert load_file(out / "model.safetensors")["beat_mlp.hidden2.weight"].shape == (8, 8)
@@ -1400,13 +1402,6 @@ def test_the_per_beat_network_is_as_deep_as_asked_and_refuses_depths_it_cannot_h
     assert "has no per-beat network for --beat-mlp-depth" in capsys.readouterr().err
     assert _cli(*args[:-4], *args[-2:], "--task", "afib", "--overwrite") == 2
     assert "--beat-mlp-depth shapes the beat head's network: only with" in capsys.readouterr().err
-    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
-    resumable = tmp_path / "ft_deep_resume"
-    assert _finetune(corpus, resumable, "--beat-mlp", "8", "--beat-mlp-depth", "2", *stop) == 0
-    capsys.readouterr()
-    assert _finetune(corpus, resumable, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
-    err = capsys.readouterr().err
-    assert "checkpoint model has beat_mlp_depth=2, this run 1 (--beat-mlp-depth)" in err, err
 
 
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
@@ -1420,14 +1415,17 @@ def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, cap
         assert "checkpoint model has beat_mlp=8, this run" in err and "(--beat-mlp)" in err, err
     assert _finetune(corpus, out, "--beat-mlp", "8", "--steps", "6", "--resume") == 0
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp"] == 8
-    bins = tmp_path / "ft_bins"
-    assert _finetune(corpus, bins, "--beat-mlp", "8", "--beat-mlp-bins", "4", *stop) == 0
-    capsys.readouterr()
-    assert _finetune(corpus, bins, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
-    err = capsys.readouterr().err
-    assert "checkpoint model has beat_mlp_bins=4, this run 0 (--beat-mlp-bins)" in err, err
-    resumed = ("--beat-mlp", "8", "--beat-mlp-bins", "4", "--steps", "6", "--resume")
-    assert _finetune(corpus, bins, *resumed) == 0
+    shapes = (("--beat-mlp-bins", "4", "beat_mlp_bins", "0"),
+              ("--beat-mlp-depth", "2", "beat_mlp_depth", "1"))  # fmt: skip
+    for flag, value, field, default in shapes:
+        shaped = tmp_path / f"ft_{field}"
+        assert _finetune(corpus, shaped, "--beat-mlp", "8", flag, value, *stop) == 0
+        capsys.readouterr()
+        assert _finetune(corpus, shaped, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
+        err = capsys.readouterr().err
+        assert f"checkpoint model has {field}={value}, this run {default} ({flag})" in err, err
+        resumed = ("--beat-mlp", "8", flag, value, "--steps", "6", "--resume")
+        assert _finetune(corpus, shaped, *resumed) == 0
 
 
 def test_a_resume_with_another_training_set_or_loss_is_refused(corpus, tmp_path, capsys):
