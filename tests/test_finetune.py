@@ -1388,20 +1388,25 @@ def test_the_per_beat_network_is_as_deep_as_asked_and_refuses_depths_it_cannot_h
     from safetensors.torch import load_file
 
     out = tmp_path / "ft_deep"
-    args = _two_steps(corpus, out, "--beat-mlp", "8", "--beat-mlp-depth", "2")
-    assert _cli(*args) == 0
+    assert _cli(*_two_steps(corpus, out, "--beat-mlp", "8", "--beat-mlp-depth", "2")) == 0
     assert json.loads((out / "config.json").read_text())["model"]["beat_mlp_depth"] == 2
     assert load_file(out / "model.safetensors")["beat_mlp.hidden2.weight"].shape == (8, 8)
     assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+
+    def refused(*flags: str) -> str:
+        assert _cli(*_two_steps(corpus, out, *flags, "--overwrite")) == 2
+        return capsys.readouterr().err
+
     for depth in ("0", "5"):
-        assert _cli(*args[:-1], depth, "--overwrite") == 2
-        assert f"--beat-mlp-depth must be between 1 and 4, not {depth}" in capsys.readouterr().err
-    assert _cli(*args[:-4], "--beat-mlp", "0", *args[-2:], "--overwrite") == 2
-    assert "not with --beat-mlp 0" in capsys.readouterr().err
-    assert _cli(*args[:-4], *args[-2:], "--overwrite") == 2  # the encoder has no network
-    assert "has no per-beat network for --beat-mlp-depth" in capsys.readouterr().err
-    assert _cli(*args[:-4], *args[-2:], "--task", "afib", "--overwrite") == 2
-    assert "--beat-mlp-depth shapes the beat head's network: only with" in capsys.readouterr().err
+        said = refused("--beat-mlp", "8", "--beat-mlp-depth", depth)
+        assert f"--beat-mlp-depth must be between 1 and 4, not {depth}" in said
+    assert "not with --beat-mlp 0" in refused("--beat-mlp", "0", "--beat-mlp-depth", "2")
+    no_network = refused("--beat-mlp-depth", "2")  # the encoder has none
+    assert "has no per-beat network for --beat-mlp-depth: add --beat-mlp" in no_network
+    assert "only with --task beats" in refused("--beat-mlp-depth", "2", "--task", "afib")
+    # one layer is what a network without the flag has: with none it asks for nothing
+    plain = _two_steps(corpus, tmp_path / "ft_plain", "--beat-mlp", "0", "--beat-mlp-depth", "1")
+    assert _cli(*plain) == 0
 
 
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
@@ -1426,6 +1431,19 @@ def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, cap
         assert f"checkpoint model has {field}={value}, this run {default} ({flag})" in err, err
         resumed = ("--beat-mlp", "8", flag, value, "--steps", "6", "--resume")
         assert _finetune(corpus, shaped, *resumed) == 0
+    # a checkpoint written before the depth was recorded had one layer
+    older = tmp_path / "ft_older"
+    assert _finetune(corpus, older, "--beat-mlp", "8", *stop) == 0
+    for meta in older.rglob("meta.json"):
+        saved = json.loads(meta.read_text())
+        del saved["model"]["beat_mlp_depth"]
+        meta.write_text(json.dumps(saved))
+    capsys.readouterr()
+    deeper = ("--beat-mlp", "8", "--beat-mlp-depth", "2", "--steps", "6", "--resume")
+    assert _finetune(corpus, older, *deeper) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint model has beat_mlp_depth=1, this run 2 (--beat-mlp-depth)" in err, err
+    assert _finetune(corpus, older, "--beat-mlp", "8", "--steps", "6", "--resume") == 0
 
 
 def test_a_resume_with_another_training_set_or_loss_is_refused(corpus, tmp_path, capsys):

@@ -240,6 +240,13 @@ def test_a_deeper_per_beat_network_keeps_its_first_layer_and_its_depth(tmp_path:
     with pytest.raises(HeartlmError, match="2 layers deep, not 1 \\(--beat-mlp-depth\\)"):
         load_pretrained(tmp_path / "ft", beat_mlp_depth=1)
     one_layer = _tiny(n_features=3, beat_mlp=16)
+    one_layer.save_pretrained(tmp_path / "older")
+    config = json.loads((tmp_path / "older" / "config.json").read_text())
+    del config["model"]["beat_mlp_depth"]  # written before the field existed
+    (tmp_path / "older" / "config.json").write_text(json.dumps(config))
+    reloaded, _ = load_pretrained(tmp_path / "older")
+    assert reloaded.cfg.beat_mlp_depth == 1
+    torch.testing.assert_close(reloaded.beat_mlp.hidden.weight, one_layer.beat_mlp.hidden.weight)
     assert {k for k in one_layer.state_dict() if k.startswith("beat_mlp.")} == {
         f"beat_mlp.{layer}.{w}" for layer in ("hidden", "out") for w in ("weight", "bias")
     }

@@ -93,8 +93,8 @@ class FinetuneConfig:
     encoding over N (2-256) quantile bins of the training beats (default: the pretrained
     run's; 0 off)"""
     beat_mlp_depth: int | None = setting(None, metavar="N", group=TASK)
-    """beats: the per-beat network's hidden layers, each WIDTH wide (1 to
-    MAX_BEAT_MLP_DEPTH; default: the pretrained run's, else 1)"""
+    """beats: the per-beat network's hidden layers, each WIDTH wide (1-4; default: the
+    pretrained run's, else 1)"""
     beat_mlp_loss: float = setting(0.0, metavar="W", group=TASK)
     """beats, with a per-beat network: training only, add W x that network's own
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from

@@ -81,7 +81,10 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
              ("--beat-mlp", cfg.beat_mlp, "beat_mlp"),
              ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"),
              ("--beat-mlp-depth", cfg.beat_mlp_depth, "beat_mlp_depth"))  # fmt: skip
-    asked = [flag for flag, value, _ in added if value]
+    # depth 1 is a one-layer network's: it adds no weights
+    asked = [
+        flag for flag, value, field in added if value and (field, value) != ("beat_mlp_depth", 1)
+    ]
     if asked:  # weights added to the encoder: it must read beat features
         from heartlm.model.load import read_config
 
@@ -92,11 +95,10 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         if cfg.local_stats and cfg.local_stats > positions:
             raise HeartlmError(f"--local-stats {cfg.local_stats} is wider than the model's "
                                f"{positions} positions", run)  # fmt: skip
-        for flag, value in (("--beat-mlp-bins", cfg.beat_mlp_bins),
-                            ("--beat-mlp-depth", cfg.beat_mlp_depth)):  # fmt: skip
-            if value and not (cfg.beat_mlp or saved.get("beat_mlp")):
-                raise HeartlmError(f"has no per-beat network for {flag}: add --beat-mlp WIDTH",
-                                   run)  # fmt: skip
+        shaping = [f for f in asked if f in ("--beat-mlp-bins", "--beat-mlp-depth")]
+        if shaping and not (cfg.beat_mlp or saved.get("beat_mlp")):
+            raise HeartlmError(f"has no per-beat network for {shaping[0]}: add --beat-mlp WIDTH",
+                               run)  # fmt: skip
     overrides.update({field: value for _, value, field in added if value is not None})
     from heartlm.inputs import model_inputs
 

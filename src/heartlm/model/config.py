@@ -62,11 +62,11 @@ class ModelConfig:
     window's column means and spreads (the AFIB floor) gets them for free; attention has to
     learn a second moment from few AF patients."""
     beat_mlp: int = 0
-    """hidden width of a small network (one hidden layer) from each beat's visible feature
-    columns and its two neighbours' straight to the beat head's logits, added to the
-    transformer's (0: off). On the DS1 folds a network of this kind alone (the probe's has two
-    hidden layers and reads the rhythm code too; one layer without it found as many) finds as
-    many V beats as the LightGBM floor, and the transformer fewer
+    """hidden width of a small network (`beat_mlp_depth` hidden layers) from each beat's
+    visible feature columns and its two neighbours' straight to the beat head's logits, added
+    to the transformer's (0: off). On the DS1 folds a network of this kind alone (the
+    probe's has two hidden layers and reads the rhythm code too; one layer without it found as
+    many) finds as many V beats as the LightGBM floor, and the transformer fewer
     (benchmarks/feature_scale_probe.py)."""
     beat_mlp_depth: int = 1
     """hidden layers of the per-beat network (`beat_mlp` wide each, at most

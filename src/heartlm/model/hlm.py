@@ -154,10 +154,11 @@ def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
         layers["bins"] = PiecewiseLinear(columns, cfg.beat_mlp_bins, BEAT_MLP_EMBEDDING)
         columns = layers["bins"].out_features
     for depth in range(1, cfg.beat_mlp_depth + 1):
-        tag = "" if depth == 1 else f"{depth}"
-        layers[f"hidden{tag}"] = nn.Linear(columns if depth == 1 else cfg.beat_mlp, cfg.beat_mlp)
+        tag = "" if depth == 1 else str(depth)
+        layers[f"hidden{tag}"] = nn.Linear(columns, cfg.beat_mlp)
         layers[f"activation{tag}"] = nn.GELU()
         layers[f"dropout{tag}"] = nn.Dropout(cfg.dropout)
+        columns = cfg.beat_mlp
     layers["out"] = nn.Linear(cfg.beat_mlp, cfg.n_beat_classes)  # a head: load.HEAD_SUFFIXES
     return nn.Sequential(layers)
 

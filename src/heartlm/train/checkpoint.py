@@ -256,7 +256,11 @@ def _check_training_set(meta: dict[str, Any], expected: dict[str, Any], path: st
 
 def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str | Path) -> None:
     """Refuse a checkpoint from another preset, vocabulary or model shape."""
-    saved, want = meta.get("model", {}), expected.get("model", {})
+    from heartlm.model.config import ModelConfig
+
+    # a field added after the checkpoint was written had its default there
+    saved = {"beat_mlp_depth": ModelConfig.beat_mlp_depth, **meta.get("model", {})}
+    want = expected.get("model", {})
     if saved.get("preset") != want.get("preset"):
         raise HeartlmError(
             f"checkpoint is from preset '{saved.get('preset')}', this run uses "
