@@ -319,6 +319,31 @@ def best_selected(path: Path, init: str) -> str:
     return max(candidates, key=lambda name: ranked_score(selection, name))
 
 
+def adopt_selection(stages: Sequence[str], path: Path) -> list[str]:
+    """Add to cfg.CONFIGS each configuration that the selection file `path` measured and
+    CONFIGS lacks (CONFIGS has moved on to a later round), with the fine-tuning flags the
+    selection recorded, so that a `final` of an earlier call's selection trains what the folds
+    chose; the names added. Only for `final` (FINAL auto) without `select` before it.
+    SystemExit where CONFIGS holds a selected name with other flags: the folds did not measure
+    those."""
+    if "final" not in stages or "select" in stages or cfg.FINAL != "auto" or not path.is_file():
+        return []
+    adopted = []
+    for name, recorded in _read_selection(path)["configs"].items():
+        words = [str(word) for word in recorded]
+        if not words or not words[0].startswith("--") or any(
+                w.startswith("(evaluate") for w in words):  # fmt: skip
+            continue  # a floor, or a configuration's row read another way
+        flags = words[: next((i for i, w in enumerate(words) if w.startswith("(")), len(words))]
+        if name not in cfg.CONFIGS:
+            cfg.CONFIGS[name] = flags
+            adopted.append(name)
+        elif [str(f) for f in cfg.CONFIGS[name]] != flags:
+            raise SystemExit(f"{path}: {name} was measured with other flags than CONFIGS gives "
+                             "it now; select again, or restore its flags")  # fmt: skip
+    return adopted
+
+
 def best_of_each_init(path: Path) -> dict[str, str]:
     """best_selected for each initialisation the selection holds a configuration of (round
     61's held scratch recipes only)."""

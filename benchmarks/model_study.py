@@ -47,6 +47,7 @@ from afib_crossfit import crossfit_afib
 from model_afib import final_afib, select_afib
 from model_beats import final, select
 from model_offset_probe import offset_probe
+from model_recipes import adopt_selection
 from model_runner import (
     Runner,
     missing_pretraining,
@@ -145,6 +146,10 @@ def main() -> int:
               "first, or carry an earlier call's (model_study_call.sh: SELECT, SELECT_AFIB)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if adopted := adopt_selection(args.stages, args.work / "select.json"):
+        print(f"model_study: {args.work / 'select.json'} measured {len(adopted)} configuration(s) "
+              "that CONFIGS no longer holds; `final` trains them with the flags it recorded",
+              file=sys.stderr)  # fmt: skip
     # Before any fine-tuning starts, so that a device call does not spend minutes on the
     # stages' other runs before the first one that needs a missing encoder fails.
     if missing := missing_pretraining(args.stages, args.work.resolve(), args.replicate):

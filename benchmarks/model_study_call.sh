@@ -12,7 +12,8 @@
 # `final` first pretrains all six encoders, about 80 s more, and round 59's did not fit 585 s),
 # LIMIT_S (560: seconds before the stages are stopped), SELECT (a select.json an earlier call
 # brought back, e.g. benchmarks/results/h100/model_study/select_round13.json: `final` on a
-# fresh machine then scores that selection without running `select` again), SELECT_AFIB (the
+# fresh machine then scores that selection without running `select` again, with the flags it
+# recorded even where CONFIGS has moved on to a later round), SELECT_AFIB (the
 # same for `select_afib.json`: `final_afib` and `crossfit_afib`), RESUME (the
 # finetune_runs.tar.gz of an earlier call of the same commit that its time limit cut off: the
 # runs it scored are not trained again, model_runner.Runner.evaluate).

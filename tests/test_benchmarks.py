@@ -2747,6 +2747,57 @@ def test_final_scores_only_the_initialisations_a_selection_holds(
     assert "pretrained" not in {row["init"] for row in final["beats"]}
 
 
+class _RecordsFinetuneFlags(_UnderCallsV):
+    """As _UnderCallsV; `tuned` holds each fine-tuning run's flags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tuned: dict[str, list[str]] = {}
+
+    def finetune(self, name, task, folder, *extra, pre: str = "pre") -> None:
+        self.tuned[name] = [str(x) for x in extra]
+
+
+def test_final_trains_an_earlier_rounds_selection_with_the_flags_it_recorded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """CONFIGS moved on to a later round after `select`: `final` of that selection adopts the
+    configurations CONFIGS lacks with the flags the folds measured, and refuses a name that
+    CONFIGS now gives other flags."""
+    _one_scratch_recipe_on_folds(monkeypatch)
+    measured = ["--from-scratch", "--dropout", "0.2"]
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": measured})
+    (tmp_path / "select.json").write_text(json.dumps(model_beats.select(_UnderCallsV())))
+    later = {"scratch_relative_later": ["--from-scratch"]}
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(later))
+    selection = tmp_path / "select.json"
+    assert model_recipes.adopt_selection(["select", "final"], selection) == []
+    assert later == model_configs.CONFIGS  # a call that selects again reads its own selection
+    assert model_recipes.adopt_selection(["prepare", "final"], selection) == ["scratch_relative"]
+    assert {**later, "scratch_relative": measured} == model_configs.CONFIGS
+    monkeypatch.setattr(model_configs, "SEEDS", (0,))
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0,))
+    runner = _RecordsFinetuneFlags()
+    runner.work = tmp_path
+    model_beats.final(runner)
+    assert runner.tuned and all(
+        _holds(tuple(flags), ("--dropout", "0.2")) for flags in runner.tuned.values())  # fmt: skip
+    monkeypatch.setattr(model_configs, "CONFIGS", {"scratch_relative": ["--from-scratch"]})
+    with pytest.raises(SystemExit, match="scratch_relative was measured with other flags"):
+        model_recipes.adopt_selection(["final"], selection)
+
+
+def test_round_61s_committed_selection_adopted_under_round_63_gives_its_own_flags(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.CONFIGS))
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round61.json"
+    adopted = model_recipes.adopt_selection(["final"], selection)
+    assert set(adopted) == set(rounds.ROUND_61) - set(rounds.CONFIGS)
+    assert all(model_configs.CONFIGS[name] == rounds.ROUND_61[name] for name in rounds.ROUND_61)
+
+
 class _HalfFoldUnderCallsVMore(_UnderCallsV):
     """As _UnderCallsV, but a model trained on half a fold gives V beats only 0.25 for V: it
     needs a V offset of 1.5 (log 3) where the fold's models need 0.5; `tuned` holds each run's
