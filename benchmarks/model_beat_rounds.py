@@ -749,3 +749,26 @@ rows exactly; two hidden layers ranked first (`0.5,V=1` with V +1: +0.007 +- 0.0
 floor, +0.008 / +0.005 by seed, against the reference's +0.004 and the 2,048-wide network's
 +0.003), with F F1 on the folds down from 0.124 to 0.070 (floor 0.053). DS2 not scored: the
 session's device time was spent (benchmarks/README.md, round 63)."""
+
+
+ROUND_63 = dict(CONFIGS)
+ROUND_63_SHARES = dict(BEAT_MLP_SHARES)
+_SCRATCH_63 = f"{_SCRATCH_61}{DEEP_MLP_SUFFIX}"
+_PRETRAINED_64 = f"pretrained_nextleads_{_SCRATCH_63.removeprefix('scratch_')}"
+
+
+CONFIGS = {
+    _SCRATCH_63: ROUND_63[_SCRATCH_63],
+    _PRETRAINED_64: [f for f in ROUND_63[_SCRATCH_63] if f != "--from-scratch"],
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 64 (prepared in the thirty-fourth session, not yet run): pretraining with every other
+flag the same, on round 63's fold choice (the per-beat network 1,024 wide and two layers
+deep, windows of 128 beats in batches of 16). In round 62 the pretrained recipe (windows of
+32, its own flags) was chosen on the folds at the per-beat network alone, so its pretrained
+transformer had no part in the scored call, and on DS2 scratch led it at 10 % and 1 % of the
+labels on V and S. Here the two initialisations differ in nothing else and are scored at the
+same shares, so the folds see what the `nextleads` encoder adds where the transformer's
+logits count (S beats are told by the rhythm the transformer reads). Two recipes, eight fold
+runs. Round 63's `final` can run before it from the same tree (`adopt_selection`). Written
+after round 62's DS2 scores and round 63's folds were read; the folds choose."""

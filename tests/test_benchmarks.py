@@ -1439,7 +1439,7 @@ def test_quick_keeps_each_initialisation_of_the_recipes_and_never_reads_ds2(
         assert "--steps" not in flags or int(flags[flags.index("--steps") + 1]) <= 20
     inits = {"--from-scratch" in flags for flags in configs.values()}
     # quick drops no initialisation: `final` scores each one the selection holds (round 61:
-    # scratch only; round 62: pretrained only; round 63: scratch only)
+    # scratch only; round 62: pretrained only)
     assert inits == {"--from-scratch" in f for f in model_beat_rounds.CONFIGS.values()}
     assert not any("--epochs" in flags for flags in configs.values())
     assert not set(model_configs.TRAIN + model_configs.TEST) & set(MITDB_DS2)
@@ -2565,15 +2565,39 @@ def test_round_63_widens_or_deepens_the_per_beat_network_of_round_61s_scratch_ch
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_61_SHARES)
     chosen = model_recipes.config_of(*_folds_chose(monkeypatch, 61, rounds.ROUND_61, ("scratch",)))
-    assert chosen == rounds._SCRATCH_61 and rounds.CONFIGS[chosen] == rounds.ROUND_61[chosen]
-    parent = rounds.CONFIGS[chosen]
-    wider = rounds.CONFIGS[f"{rounds._SCRATCH_57}{rounds.WIDER_MLP_SUFFIX}"]
+    assert chosen == rounds._SCRATCH_61 and rounds.ROUND_63[chosen] == rounds.ROUND_61[chosen]
+    parent = rounds.ROUND_63[chosen]
+    wider = rounds.ROUND_63[f"{rounds._SCRATCH_57}{rounds.WIDER_MLP_SUFFIX}"]
     _one_value_apart(parent, wider, "--beat-mlp", "2048")
-    deeper = rounds.CONFIGS[f"{chosen}{rounds.DEEP_MLP_SUFFIX}"]
+    deeper = rounds.ROUND_63[f"{chosen}{rounds.DEEP_MLP_SUFFIX}"]
     assert deeper == [*parent, "--beat-mlp-depth", "2"] and "--beat-mlp-depth" not in parent
-    assert len(rounds.CONFIGS) == 3
-    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
+    assert len(rounds.ROUND_63) == 3
+    assert all("--from-scratch" in flags for flags in rounds.ROUND_63.values())
+    _scored_at_shares_their_names_read_back(rounds.ROUND_63, rounds.ROUND_63_SHARES)
+
+
+def test_round_64_pretrains_round_63s_scratch_choice_with_every_other_flag_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The scratch recipe is the one round 63's committed folds chose, as it ran there; the
+    pretrained one starts from `nextleads` with the same flags and shares; round 63's
+    selection is adopted under round 64's CONFIGS without a refusal, so its `final` runs
+    from this tree."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_63_SHARES)
+    chosen = model_recipes.config_of(*_folds_chose(monkeypatch, 63, rounds.ROUND_63, ("scratch",)))
+    assert chosen == rounds._SCRATCH_63 and rounds.CONFIGS[chosen] == rounds.ROUND_63[chosen]
+    pretrained = rounds.CONFIGS[rounds._PRETRAINED_64]
+    assert ["--from-scratch", *pretrained] == rounds.CONFIGS[chosen]
+    assert model_recipes.pretrain_variant(rounds._PRETRAINED_64) == "nextleads"
+    assert set(rounds.CONFIGS) == {chosen, rounds._PRETRAINED_64}
+    assert rounds.BEAT_MLP_SHARES[chosen] == rounds.BEAT_MLP_SHARES[rounds._PRETRAINED_64]
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.CONFIGS))
+    selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round63.json"
+    assert set(model_recipes.adopt_selection(["final"], selection)) == set(rounds.ROUND_63) - {
+        chosen
+    }
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
