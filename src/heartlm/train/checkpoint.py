@@ -258,9 +258,9 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
     """Refuse a checkpoint from another preset, vocabulary or model shape."""
     from heartlm.model.config import ModelConfig
 
-    # a field added after the checkpoint was written had its default there
-    saved = {"beat_mlp_depth": ModelConfig.beat_mlp_depth, **meta.get("model", {})}
-    want = expected.get("model", {})
+    saved, want = meta.get("model", {}), expected.get("model", {})
+    if "beat_mlp_depth" in want:  # added after some checkpoints were written: one layer then
+        saved = {"beat_mlp_depth": ModelConfig.beat_mlp_depth, **saved}
     if saved.get("preset") != want.get("preset"):
         raise HeartlmError(
             f"checkpoint is from preset '{saved.get('preset')}', this run uses "
