@@ -25,6 +25,7 @@ from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 from heartlm.train.data import TokenData
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import beat_mlp_pretraining_probe
 import cudagraph_twins
 import feature_scale_probe
 import final_from_answers
@@ -2416,6 +2417,18 @@ def _folds_chose(
                  / f"results/h100/model_study/select_round{round_}.json")  # fmt: skip
     monkeypatch.setattr(model_configs, "CONFIGS", configs)
     return [model_recipes.best_selected(selection, init) for init in inits]
+
+
+def test_the_per_beat_pretraining_probe_never_pretrains_on_the_scored_fold_s_patients():
+    """A record of the scored fold is left out of the unlabelled rows under every name it
+    has there: MIT-BIH's, a lead copy's, NSTDB's noise versions; other records stay."""
+    from types import SimpleNamespace
+
+    names = ["101", "mitdb_V1/101", "118e24", "118e06", "106", "ludb/7", "s0001", "1180"]
+    pool = SimpleNamespace(records=names, boundaries=np.arange(0, 2 * len(names) + 1, 2))
+    rows = np.arange(2 * len(names), dtype=np.float32)[:, None]
+    kept = beat_mlp_pretraining_probe.unseen_rows(pool, rows, ("101", "118"))
+    assert kept[:, 0].tolist() == [8, 9, 10, 11, 12, 13, 14, 15]
 
 
 def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
