@@ -5,9 +5,10 @@ pretraining objective reaches it: every heartlm objective pretrains the transfor
 probe pretrains the same kind of small network (two hidden layers of 256 over the beat and
 one neighbour each side, as `feature_scale_probe.py` and the floor read them) as a denoising
 autoencoder on unlabelled beats: a quarter of each row's columns hidden (zero, with their
-missing flag set), every known column reconstructed. It then fine-tunes it on one DS1 fold
-at a share of the labels, scores the other fold, and sets it beside the same network from a
-random start and the LightGBM floor on the same rows.
+missing flag set), every known column reconstructed; and, apart, contrastively on the same
+beats in two leads (each training record's MLII rows beside its other lead's). It then
+fine-tunes each on one DS1 fold at a share of the labels, scores the other fold, and sets
+them beside the same network from a random start and the LightGBM floor on the same rows.
 
 The unlabelled rows are a pretraining token folder (the study's `tok_pre_leads`: MIT-BIH
 outside DS2 with its other leads, LUDB's 12 leads, NSTDB, the synthetic corpus) without the
@@ -15,10 +16,12 @@ scored fold's records: a record is left out where its name, less an NSTDB noise 
 one of that fold's (LUDB records of the same number go too), so the scored patients are
 never seen, as DS2's are not in the study.
 
-    python benchmarks/beat_mlp_pretraining_probe.py LABELLED UNLABELLED [--out FILE.json]
+    python benchmarks/beat_mlp_pretraining_probe.py LABELLED UNLABELLED PAIRED [--out FILE.json]
 
 LABELLED is a labelled MIT-BIH token folder (a work folder's tok_mitdb), UNLABELLED a
-pretraining token folder tokenized with the same codebook. DS2 is not read.
+pretraining token folder and PAIRED one with MIT-BIH's other leads as copies (the study's
+tok_beats_leads_ectopy), all tokenized with the same codebook; the pairs leave the scored
+fold out as the unlabelled rows do. DS2 is not read.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ from heartlm.train.data import TokenData, load_tokens
 WIDTH = 256
 HIDE = 0.25
 """the share of a row's columns the autoencoder hides from itself"""
-ARMS = ("network, random start", "network, denoising-pretrained", "floor (LightGBM)")
+TEMPERATURE = 0.1
+"""the cross-lead contrast's softmax temperature (SimCLR's and CLOCS's order of size)"""
+ARMS = ("network, random start", "network, denoising-pretrained",
+        "network, cross-lead contrastive", "floor (LightGBM)")  # fmt: skip
 
 
 def network_inputs(x: np.ndarray) -> torch.Tensor:
@@ -71,6 +77,56 @@ def unseen_rows(data: TokenData, x: np.ndarray, scored: tuple[str, ...]) -> np.n
     kept = np.array([b not in scored for b in base])
     record = np.repeat(np.arange(len(data.records)), np.diff(data.boundaries))
     return x[kept[record]]
+
+
+def lead_pairs(
+    data: TokenData, x: np.ndarray, scored: tuple[str, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `x` (one per beat of `data`) of the same beats in two leads: each MIT-BIH
+    record outside `scored` beside its copy in another lead (`mitdb_V1/101` for `mitdb/101`,
+    as `lead_copies.py` writes them) where both hold as many beats."""
+    from heartlm.ingest.leads import recorded_in
+
+    records = data.meta["records"]
+    own = {r["name"]: r for r in records if r["db"] == "mitdb"}
+    first, second = [], []
+    for copy in records:
+        record = own.get(copy["name"])
+        is_copy = recorded_in(copy["db"]) == "mitdb" and copy["db"] != "mitdb"
+        if is_copy and record and copy["name"] not in scored and (
+                copy["n_beats"] == record["n_beats"]):  # fmt: skip
+            first.append(np.arange(record["start"], record["start"] + record["n_beats"]))
+            second.append(np.arange(copy["start"], copy["start"] + copy["n_beats"]))
+    if not first:
+        raise SystemExit("no record beside a copy in another lead: give a token folder with "
+                         "lead copies (the study's tok_beats_leads_ectopy)")  # fmt: skip
+    return x[np.concatenate(first)], x[np.concatenate(second)]
+
+
+def pretrain_cross_lead(
+    first: np.ndarray, second: np.ndarray, seed: int, epochs: int
+) -> nn.Sequential:
+    """An encoder trained to tell which beat of a batch a beat in another lead is (InfoNCE
+    both ways through a small projection, as CLOCS pairs leads), never pairing two beats of
+    one patient: such pairs teach what is stable within a patient, which a V beat is not."""
+    torch.manual_seed(seed)
+    views = network_inputs(first), network_inputs(second)
+    body = encoder(views[0].shape[1])
+    projection = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, 64))
+    optimizer = torch.optim.AdamW([*body.parameters(), *projection.parameters()], lr=1e-3,
+                                  weight_decay=0.01)  # fmt: skip
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(views[0]), generator=generator).split(512):
+            a, b = (nn.functional.normalize(projection(body(v[batch])), dim=1) for v in views)
+            logits = a @ b.T / TEMPERATURE
+            same = torch.arange(len(batch))
+            loss = (nn.functional.cross_entropy(logits, same)
+                    + nn.functional.cross_entropy(logits.T, same)) / 2  # fmt: skip
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return body
 
 
 def pretrain_denoising(rows: np.ndarray, seed: int, epochs: int) -> nn.Sequential:
@@ -129,18 +185,21 @@ def fine_tune(
 def probe(
     labelled: TokenData,
     unlabelled: TokenData,
+    paired: TokenData,
     seeds: list[int],
     fractions: list[float],
     steps: int,
     pretrain_epochs: int,
+    contrast_epochs: int,
 ) -> dict[str, dict[str, dict]]:
     """Per label share and arm, confusion matrices summed over both fold directions and
     `seeds` (each seed its own pretraining run and label draw)."""
     x = tree_floor.beat_inputs(labelled, "relative")
     pool = tree_floor.beat_inputs(unlabelled, "relative")
-    if pool.shape[1] != x.shape[1]:
-        raise SystemExit(f"the unlabelled rows have {pool.shape[1]} columns, the labelled "
-                         f"{x.shape[1]}: tokenize both with one codebook")  # fmt: skip
+    both_leads = tree_floor.beat_inputs(paired, "relative")
+    if not pool.shape[1] == both_leads.shape[1] == x.shape[1]:
+        raise SystemExit(f"rows of {x.shape[1]}, {pool.shape[1]} and {both_leads.shape[1]} "
+                         "columns: tokenize the three folders with one codebook")  # fmt: skip
     aami = np.asarray(labelled.aami).astype(np.int64)
     n = len(AAMI_CLASSES)
     by_seed = {f: {arm: {s: np.zeros((n, n), np.int64) for s in seeds} for arm in ARMS}
@@ -148,11 +207,13 @@ def probe(
     for train_fold, test_fold in (model_configs.FOLDS, model_configs.FOLDS[::-1]):
         te = fold_beats(labelled, test_fold, aami, 1.0, 0)
         rows = unseen_rows(unlabelled, pool, tuple(test_fold))
+        pairs = lead_pairs(paired, both_leads, tuple(test_fold))
         for seed in seeds:
-            pretrained = pretrain_denoising(rows, seed, pretrain_epochs)
+            starts = (None, pretrain_denoising(rows, seed, pretrain_epochs),
+                      pretrain_cross_lead(*pairs, seed, contrast_epochs))  # fmt: skip
             for fraction in fractions:
                 tr = fold_beats(labelled, train_fold, aami, fraction, seed)
-                for arm, start in zip(ARMS[:2], (None, pretrained), strict=True):
+                for arm, start in zip(ARMS[:-1], starts, strict=True):
                     model = fine_tune(x[tr], aami[tr], seed, steps, start)
                     with torch.no_grad():
                         called = model(network_inputs(x[te])).argmax(1).numpy()
@@ -195,20 +256,24 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("labelled", help="labelled MIT-BIH token folder")
     p.add_argument("unlabelled", help="pretraining token folder, the same codebook")
+    p.add_argument("paired", help="MIT-BIH token folder with lead copies, the same codebook")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--steps", type=int, default=400, help="fine-tuning steps")
-    p.add_argument("--pretrain-epochs", type=int, default=3)
+    p.add_argument("--pretrain-epochs", type=int, default=3, help="the autoencoder's epochs")
+    p.add_argument("--contrast-epochs", type=int, default=10, help="the contrast's epochs")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--label-fractions", type=float, nargs="+", default=[0.01, 0.1])
     args = p.parse_args()
-    results = probe(load_tokens(args.labelled), load_tokens(args.unlabelled), args.seeds,
-                    args.label_fractions, args.steps, args.pretrain_epochs)  # fmt: skip
+    results = probe(load_tokens(args.labelled), load_tokens(args.unlabelled),
+                    load_tokens(args.paired), args.seeds, args.label_fractions, args.steps,
+                    args.pretrain_epochs, args.contrast_epochs)  # fmt: skip
     print(table(results))
     if args.out:
         body = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
                 "command": " ".join(sys.argv), "versions": versions(), "folds": model_configs.FOLDS,
                 "seeds": args.seeds, "steps": args.steps, "pretrain_epochs": args.pretrain_epochs,
+                "contrast_epochs": args.contrast_epochs, "temperature": TEMPERATURE,
                 "hide": HIDE, "width": WIDTH, "results": results}  # fmt: skip
         atomic_write_text(args.out, json.dumps(body, indent=1) + "\n")
     return 0

@@ -2431,6 +2431,25 @@ def test_the_per_beat_pretraining_probe_never_pretrains_on_the_scored_fold_s_pat
     assert kept[:, 0].tolist() == [8, 9, 10, 11, 12, 13, 14, 15]
 
 
+def test_the_per_beat_pretraining_probe_pairs_each_beat_with_itself_in_another_lead():
+    """Only a record of the training side beside its own copy of as many beats: rows of the
+    same beats, in the same order; a scored record and a copy one beat short are left out."""
+    from types import SimpleNamespace
+
+    def rec(db: str, name: str, start: int, n: int) -> dict:
+        return {"db": db, "name": name, "start": start, "n_beats": n}
+
+    records = [rec("mitdb", "101", 0, 3), rec("mitdb", "122", 3, 2), rec("mitdb", "118", 5, 2),
+               rec("synth_sick", "s0000", 7, 2), rec("mitdb_V1", "101", 9, 3),
+               rec("mitdb_V1", "122", 12, 1), rec("mitdb_V1", "118", 13, 2)]  # fmt: skip
+    paired = SimpleNamespace(meta={"records": records})
+    rows = np.arange(15, dtype=np.float32)[:, None]
+    first, second = beat_mlp_pretraining_probe.lead_pairs(paired, rows, ("118",))
+    assert first[:, 0].tolist() == [0, 1, 2] and second[:, 0].tolist() == [9, 10, 11]
+    with pytest.raises(SystemExit, match="no record beside a copy"):
+        beat_mlp_pretraining_probe.lead_pairs(paired, rows, ("101", "118"))
+
+
 def test_round_55_leaves_s_beats_out_of_the_per_beat_loss_of_each_recipe_with_it(
     monkeypatch: pytest.MonkeyPatch,
 ):
