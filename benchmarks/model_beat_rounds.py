@@ -649,14 +649,7 @@ sizes; the margin over a floor trained on the same records shrank from +0.007 to
 ROUND_60 = dict(CONFIGS)
 ROUND_60_SHARES = dict(BEAT_MLP_SHARES)
 WIDE_MLP_SUFFIX = "_mlp1024"
-DROPOUT_20_SUFFIX = "_dropout20"
 _SCRATCH_SHARES = ("1", "0.25,V=1", "0.5,V=1")
-
-
-def with_value(flags: list[str], flag: str, value: str) -> list[str]:
-    """`flags` with the value after `flag` replaced."""
-    at = flags.index(flag) + 1
-    return [*flags[:at], value, *flags[at + 1 :]]
 
 
 CONFIGS = {

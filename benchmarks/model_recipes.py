@@ -313,7 +313,10 @@ def _read_selection(path: Path) -> dict[str, Any]:
 def best_selected(path: Path, init: str) -> str:
     """The `init` ("pretrained" or "scratch") configuration ranked first by SELECT_RULE over
     the classes the selection names."""
-    selection = _read_selection(path)
+    return _best_in(_read_selection(path), init, path)
+
+
+def _best_in(selection: dict[str, Any], init: str, path: Path) -> str:
     if not (candidates := _candidates(selection, init)):
         raise SystemExit(f"{path}: the selection holds no {init} configuration")
     return max(candidates, key=lambda name: ranked_score(selection, name))
@@ -348,7 +351,7 @@ def best_of_each_init(path: Path) -> dict[str, str]:
     """best_selected for each initialisation the selection holds a configuration of (round
     61's held scratch recipes only)."""
     selection = _read_selection(path)
-    return {init: best_selected(path, init) for init in ("pretrained", "scratch")
+    return {init: _best_in(selection, init, path) for init in ("pretrained", "scratch")
             if _candidates(selection, init)}  # fmt: skip
 
 
