@@ -32,6 +32,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 import model_configs
 import tree_floor
-from feature_scale_probe import fold_beats
+from feature_scale_probe import epoch_batches, fold_beats, network_inputs, train
 
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled import metrics
@@ -57,13 +58,6 @@ TEMPERATURE = 0.1
 """the cross-lead contrast's softmax temperature (SimCLR's and CLOCS's order of size)"""
 ARMS = ("network, random start", "network, denoising-pretrained",
         "network, cross-lead contrastive", "floor (LightGBM)")  # fmt: skip
-
-
-def network_inputs(x: np.ndarray) -> torch.Tensor:
-    """NaN as 0 beside a missing flag per column, as `feature_scale_probe.fit_network`."""
-    return torch.tensor(
-        np.concatenate([np.nan_to_num(x), np.isnan(x)], axis=1), dtype=torch.float32
-    )
 
 
 def encoder(n_inputs: int) -> nn.Sequential:
@@ -113,19 +107,17 @@ def pretrain_cross_lead(
     views = network_inputs(first), network_inputs(second)
     body = encoder(views[0].shape[1])
     projection = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, 64))
-    optimizer = torch.optim.AdamW([*body.parameters(), *projection.parameters()], lr=1e-3,
-                                  weight_decay=0.01)  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(views[0]), generator=generator).split(512):
+
+    def losses() -> Iterator[torch.Tensor]:
+        for batch in epoch_batches(len(views[0]), epochs, generator):
             a, b = (nn.functional.normalize(projection(body(v[batch])), dim=1) for v in views)
             logits = a @ b.T / TEMPERATURE
             same = torch.arange(len(batch))
-            loss = (nn.functional.cross_entropy(logits, same)
-                    + nn.functional.cross_entropy(logits.T, same)) / 2  # fmt: skip
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            yield (nn.functional.cross_entropy(logits, same)
+                   + nn.functional.cross_entropy(logits.T, same)) / 2  # fmt: skip
+
+    train([*body.parameters(), *projection.parameters()], losses())
     return body
 
 
@@ -138,21 +130,18 @@ def pretrain_denoising(rows: np.ndarray, seed: int, epochs: int) -> nn.Sequentia
     known = ~torch.isnan(torch.tensor(rows))
     body = encoder(clean.shape[1])
     decoder = nn.Linear(WIDTH, n_columns)
-    optimizer = torch.optim.AdamW([*body.parameters(), *decoder.parameters()], lr=1e-3,
-                                  weight_decay=0.01)  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(clean), generator=generator).split(512):
+
+    def losses() -> Iterator[torch.Tensor]:
+        for batch in epoch_batches(len(clean), epochs, generator):
             hidden = torch.rand(len(batch), n_columns, generator=generator) < HIDE
             corrupted = clean[batch].clone()
             corrupted[:, :n_columns][hidden] = 0.0
             corrupted[:, n_columns:][hidden] = 1.0
             target, counted = clean[batch, :n_columns], known[batch]
-            error = (decoder(body(corrupted)) - target)[counted]
-            loss = error.pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            yield (decoder(body(corrupted)) - target)[counted].pow(2).mean()
+
+    train([*body.parameters(), *decoder.parameters()], losses())
     return body
 
 
@@ -171,14 +160,10 @@ def fine_tune(
     n = len(AAMI_CLASSES)
     model = nn.Sequential(body, nn.Linear(WIDTH, n))
     weight = torch.tensor(class_weights(y, n, np.inf, power=0.5), dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        batch = torch.randperm(len(targets), generator=generator)[:512]
-        loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch], weight)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    batches = (torch.randperm(len(targets), generator=generator)[:512] for _ in range(steps))
+    train(model.parameters(), (nn.functional.cross_entropy(model(inputs[b]), targets[b], weight)
+                               for b in batches))  # fmt: skip
     return model.eval()
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,13 @@ def quantile_normal(train: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def network_inputs(x: np.ndarray) -> torch.Tensor:
+    """The columns with NaN as 0, then a missing flag per column, as the networks read them."""
+    return torch.tensor(
+        np.concatenate([np.nan_to_num(x), np.isnan(x)], axis=1), dtype=torch.float32
+    )
+
+
 def fit_network(
     x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, epochs: int, bins: int = 0
 ) -> nn.Module:
@@ -71,9 +79,7 @@ def fit_network(
     with `bins`, the columns also enter through the model's piecewise-linear encoding
     (`--beat-mlp-bins`), its edges placed on these training rows."""
     torch.manual_seed(seed)
-    missing = np.isnan(x)
-    inputs = torch.tensor(np.concatenate([np.nan_to_num(x), missing], axis=1), dtype=torch.float32)
-    targets = torch.tensor(y)
+    inputs, targets = network_inputs(x), torch.tensor(y)
     encoding: list[nn.Module] = []
     width = inputs.shape[1]
     if bins:
@@ -85,21 +91,32 @@ def fit_network(
         nn.Linear(256, 256), nn.GELU(), nn.Dropout(0.1), nn.Linear(256, n_classes),
     )  # fmt: skip
     weight = torch.tensor(class_weights(y, n_classes, np.inf, power=0.5), dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(targets), generator=generator).split(512):
-            loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch], weight)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+    batches = epoch_batches(len(targets), epochs, generator)
+    train(model.parameters(), (nn.functional.cross_entropy(model(inputs[b]), targets[b], weight)
+                               for b in batches))  # fmt: skip
     return model.eval()
 
 
+def train(parameters: Iterable[nn.Parameter], losses: Iterator[torch.Tensor]) -> None:
+    """AdamW (learning rate 1e-3, weight decay 0.01) down each loss `losses` yields; each is
+    computed after the step before it."""
+    optimizer = torch.optim.AdamW(list(parameters), lr=1e-3, weight_decay=0.01)
+    for loss in losses:
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def epoch_batches(n: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Batches of up to 512 of `n` rows, each epoch in a new order."""
+    for _ in range(epochs):
+        yield from torch.randperm(n, generator=generator).split(512)
+
+
 def predict(model: nn.Module, x: np.ndarray) -> np.ndarray:
-    inputs = np.concatenate([np.nan_to_num(x), np.isnan(x)], axis=1)
     with torch.no_grad():
-        return model(torch.tensor(inputs, dtype=torch.float32)).argmax(1).numpy()
+        return model(network_inputs(x)).argmax(1).numpy()
 
 
 def fold_beats(
