@@ -740,8 +740,11 @@ recipes, twelve fold runs: one call. Written after round 61's and 62's DS2 score
 the folds choose. Measured (thirty-fourth session): the reference reproduced round 61's fold
 rows exactly; two hidden layers ranked first (`0.5,V=1` with V +1: +0.007 +- 0.001 over the
 floor, +0.008 / +0.005 by seed, against the reference's +0.004 and the 2,048-wide network's
-+0.003), with F F1 on the folds down from 0.124 to 0.070 (floor 0.053). DS2 not scored: the
-session's device time was spent (benchmarks/README.md, round 63)."""
++0.003), with F F1 on the folds down from 0.124 to 0.070 (floor 0.053). Scored on DS2 in the
+thirty-fifth session from the carried selection: at 100 % accuracy 0.972 +- 0.001, S F1 0.664
++- 0.015 (record 232's S sensitivity 0.60-0.66 by seed), V 0.961 +- 0.002 (floor 0.959 +-
+0.000), F 0.484 +- 0.034 (floor 0.435): every class above its floor; at 10 % and 1 % V 0.957
+and 0.950 (floor 0.959 and 0.939) (benchmarks/README.md, round 63)."""
 
 
 ROUND_63 = dict(CONFIGS)
@@ -755,7 +758,7 @@ CONFIGS = {
     _PRETRAINED_64: [f for f in ROUND_63[_SCRATCH_63] if f != "--from-scratch"],
 }
 BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
-"""Round 64 (prepared in the thirty-fourth session, not yet run): pretraining with every other
+"""Round 64 (prepared in the thirty-fourth session): pretraining with every other
 flag the same, on round 63's fold choice (the per-beat network 1,024 wide and two layers
 deep, windows of 128 beats in batches of 16). In round 62 the pretrained recipe (windows of
 32, its own flags) was chosen on the folds at the per-beat network alone, so its pretrained
@@ -764,4 +767,9 @@ labels on V and S. Here the two initialisations differ in nothing else and are s
 same shares, so the folds see what the `nextleads` encoder adds where the transformer's
 logits count (S beats are told by the rhythm the transformer reads). Two recipes, eight fold
 runs. Round 63's `final` can run before it from the same tree (`adopt_selection`). Written
-after round 62's DS2 scores and round 63's folds were read; the folds choose."""
+after round 62's DS2 scores and round 63's folds were read; the folds choose. Measured
+(thirty-fifth session): the two tied on the folds (`0.5,V=1` with V +1: +0.007 each); on DS2
+the pretrained model led scratch on S at 10 % (0.693 +- 0.006 against 0.600 +- 0.123) and 1 %
+(0.647 +- 0.039 against 0.509 +- 0.180), by less than scratch's spread, tied on V (0.957,
+0.950) and trailed on F; at 100 % it trailed on S (0.573 +- 0.145 against 0.664 +- 0.015)
+(benchmarks/README.md, round 64)."""
