@@ -773,3 +773,32 @@ the pretrained model led scratch on S at 10 % (0.693 +- 0.006 against 0.600 +- 0
 (0.647 +- 0.039 against 0.509 +- 0.180), by less than scratch's spread, tied on V (0.957,
 0.950) and trailed on F; at 100 % it trailed on S (0.573 +- 0.145 against 0.664 +- 0.015)
 (benchmarks/README.md, round 64)."""
+
+
+ROUND_64 = dict(CONFIGS)
+ROUND_64_SHARES = dict(BEAT_MLP_SHARES)
+HEAD_FIRST_SUFFIX = "_hf025"
+HEAD_FIRST = ["--head-first", "0.25"]
+
+
+CONFIGS = {
+    _PRETRAINED_64: ROUND_64[_PRETRAINED_64],
+    f"{_PRETRAINED_64}{HEAD_FIRST_SUFFIX}": [*ROUND_64[_PRETRAINED_64], *HEAD_FIRST],
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 65 (prepared in the thirty-fifth session, not yet run): does a linear probe first
+keep what pretraining gives at 100 % of the labels? Round 64's pretrained model led scratch on
+S at 10 % and 1 % with steady seeds and scattered at 100 % (its seeds' S sensitivity on DS2's
+record 232 0.27-0.75), as if full fine-tuning on all of DS1's labels overwrote what the
+`nextleads` encoder had learnt. Kumar et al. 2022 ("LP-FT") show that full fine-tuning from
+freshly initialised heads distorts pretrained features, and that training the heads first
+keeps them; `--head-first 0.25` holds the pretrained encoder still for the first quarter of
+the steps while the per-beat network, the local-statistics projection and the heads train
+(heartlm.train.optim.layer_depth), then trains every layer. Round 18 tried it on a recipe
+without the per-beat network (folds: S F1 0.432 / 0.445 against the plain recipe's 0.450 /
+0.445; the best on the held-out sick-sinus patients, 0.960 against 0.952). Round 64's
+pretrained choice as it ran there, beside the same with `--head-first 0.25`, at the same
+shares; pretrained only (scratch's choice is round 63's, scored on DS2). Two recipes, eight
+fold runs: one call (round 62's cold `select` of two pretrained recipes: 459 s). If the folds
+choose the parent again, `final` stops (the ledger lists it from round 64). Written after
+round 63's and 64's DS2 scores were read; the folds choose."""

@@ -2618,18 +2618,39 @@ def test_round_64_pretrains_round_63s_scratch_choice_with_every_other_flag_the_s
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_63_SHARES)
     chosen = model_recipes.config_of(*_folds_chose(monkeypatch, 63, rounds.ROUND_63, ("scratch",)))
-    assert chosen == rounds._SCRATCH_63 and rounds.CONFIGS[chosen] == rounds.ROUND_63[chosen]
-    pretrained = rounds.CONFIGS[rounds._PRETRAINED_64]
-    assert ["--from-scratch", *pretrained] == rounds.CONFIGS[chosen]
+    assert chosen == rounds._SCRATCH_63 and rounds.ROUND_64[chosen] == rounds.ROUND_63[chosen]
+    pretrained = rounds.ROUND_64[rounds._PRETRAINED_64]
+    assert ["--from-scratch", *pretrained] == rounds.ROUND_64[chosen]
     assert model_recipes.pretrain_variant(rounds._PRETRAINED_64) == "nextleads"
-    assert set(rounds.CONFIGS) == {chosen, rounds._PRETRAINED_64}
-    assert rounds.BEAT_MLP_SHARES[chosen] == rounds.BEAT_MLP_SHARES[rounds._PRETRAINED_64]
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
-    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.CONFIGS))
+    assert set(rounds.ROUND_64) == {chosen, rounds._PRETRAINED_64}
+    assert rounds.ROUND_64_SHARES[chosen] == rounds.ROUND_64_SHARES[rounds._PRETRAINED_64]
+    _scored_at_shares_their_names_read_back(rounds.ROUND_64, rounds.ROUND_64_SHARES)
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.ROUND_64))
     selection = Path(model_ledger.__file__).parent / "results/h100/model_study/select_round63.json"
     assert set(model_recipes.adopt_selection(["final"], selection)) == set(rounds.ROUND_63) - {
         chosen
     }
+
+
+def test_round_65_trains_the_heads_first_on_round_64s_pretrained_choice(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the pretrained recipe round 64's committed folds chose, as it ran there
+    (the DS2 ledger lists it from round 64, so `final` would not score it again); its twin
+    only adds `--head-first 0.25`; both are scored at the same shares."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
+    (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
+    chosen = model_recipes.config_of(best)
+    assert chosen == rounds._PRETRAINED_64 and rounds.CONFIGS[chosen] == rounds.ROUND_64[chosen]
+    twin_name = f"{chosen}{rounds.HEAD_FIRST_SUFFIX}"
+    assert rounds.CONFIGS[twin_name] == [*rounds.CONFIGS[chosen], "--head-first", "0.25"]
+    assert "--head-first" not in rounds.CONFIGS[chosen]
+    assert "--from-scratch" not in rounds.CONFIGS[twin_name] and len(rounds.CONFIGS) == 2
+    assert rounds.BEAT_MLP_SHARES[chosen] == rounds.BEAT_MLP_SHARES[twin_name]
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
