@@ -30,6 +30,7 @@ import cudagraph_twins
 import feature_scale_probe
 import final_from_answers
 import fold_misses_by_record
+import label_curve
 import model_afib
 import model_afib_rounds
 import model_beat_rounds
@@ -3150,3 +3151,42 @@ def test_fold_misses_tabulate_f_only_where_the_answers_count_it():
     text = fold_misses_by_record.table(newer, floor, classes)
     assert "## F beats found by record" in text and "| mitdb/208 | 40 | 9 | 12 |" in text
     assert "## S beats" not in text
+
+
+def _final_row(init: str, fraction: float, seed: int, f1: float, **extra) -> dict:
+    per_class = {c: {"f1": f1 + i / 10} for i, c in enumerate(label_curve.CLASSES)}
+    return {"init": init, "label_fraction": fraction, "seed": seed, "per_class": per_class,
+            **extra}  # fmt: skip
+
+
+def test_the_label_curve_averages_each_models_seeds_per_fraction_without_the_ensembles(
+    tmp_path: Path,
+):
+    rows = [_final_row("scratch", fr, s, f1) for fr, s, f1 in
+            ((1.0, 0, 0.6), (1.0, 1, 0.8), (0.1, 0, 0.5), (0.1, 1, 0.5))]  # fmt: skip
+    rows.append(_final_row("scratch, 3 seeds together", 1.0, 0, 0.0, ensemble=["a", "b"]))
+    final = tmp_path / "final_round99.json"
+    final.write_text(json.dumps({"beats": rows}))
+    lines = label_curve.curves(json.loads(final.read_text()))
+    assert set(lines) == {"scratch"}
+    (low, s_low, sd_low), (high, s_high, sd_high) = lines["scratch"]["S"]
+    assert (low, high) == (0.1, 1.0)
+    assert (s_low, sd_low) == pytest.approx((0.5, 0.0))
+    assert (s_high, sd_high) == pytest.approx((0.7, 0.1))
+    assert lines["scratch"]["V"][1][1] == pytest.approx(0.8)
+    png = tmp_path / "curve.png"
+    assert label_curve.main([str(final), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_label_curve_refuses_a_file_without_beat_rows_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    bad = tmp_path / "select.json"
+    bad.write_text(json.dumps({"stage": "select"}))
+    png = tmp_path / "curve.png"
+    assert label_curve.main([str(bad), "--out", str(png)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"label_curve: {bad}:") and "\n" not in err
+    assert not png.exists()
