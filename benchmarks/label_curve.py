@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -23,47 +24,98 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 CLASSES = ("S", "V", "F")
+COLOURS = {"pretrained": "C0", "scratch": "C1"}
+"""One colour per model in every figure, so that two rounds' figures read alike."""
+FLOOR_COLOUR = "C2"
 
 
-def curves(final: dict) -> dict[str, dict[str, list[tuple[float, float, float]]]]:
-    """model -> class -> [(label fraction, mean F1, std F1)], fractions ascending."""
-    f1s: dict[tuple[str, float, str], list[float]] = defaultdict(list)
-    for row in final["beats"]:
+@dataclass(frozen=True)
+class Point:
+    fraction: float
+    mean: float
+    std: float
+    seeds: int
+
+
+Curves = dict[str, dict[str, list[Point]]]
+"""model -> class -> points, label fractions ascending."""
+
+
+class NotAFinalFile(ValueError):
+    """The file is not a model-study `final` file with beat rows."""
+
+
+def curves(final: dict) -> Curves:
+    rows = final.get("beats") if isinstance(final, dict) else None
+    if not isinstance(rows, list):
+        raise NotAFinalFile("no `beats` list")
+    f1s: dict[tuple[str, float, str], dict[int, float]] = defaultdict(dict)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise NotAFinalFile(f"row {i} is not an object")
         if "ensemble" in row:
             continue
-        for cls in CLASSES:
-            f1s[row["init"], row["label_fraction"], cls].append(row["per_class"][cls]["f1"])
-    out: dict[str, dict[str, list[tuple[float, float, float]]]] = defaultdict(dict)
+        try:
+            model, fraction, seed = row["init"], float(row["label_fraction"]), int(row["seed"])
+            values = {cls: float(row["per_class"][cls]["f1"]) for cls in CLASSES}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NotAFinalFile(f"row {i}: a field is missing or malformed ({exc})") from exc
+        for cls, f1 in values.items():
+            seeds = f1s[model, fraction, cls]
+            if seed in seeds:
+                raise NotAFinalFile(f"row {i} ({model}, {fraction:g}): seed {seed} twice")
+            seeds[seed] = f1
+    if not f1s:
+        raise NotAFinalFile("no beat rows")
+    out: Curves = defaultdict(dict)
     for model in sorted({m for m, _, _ in f1s}):
         for cls in CLASSES:
-            points = sorted((fr, f1s[m, fr, c]) for m, fr, c in f1s if m == model and c == cls)
-            out[model][cls] = [(fr, float(np.mean(v)), float(np.std(v))) for fr, v in points]
+            by_fraction = sorted((fr, list(v.values())) for (m, fr, c), v in f1s.items()
+                                 if m == model and c == cls)  # fmt: skip
+            out[model][cls] = [Point(fr, float(np.mean(v)), float(np.std(v)), len(v))
+                               for fr, v in by_fraction]  # fmt: skip
     return dict(out)
 
 
-def plot(lines: dict[str, dict[str, list[tuple[float, float, float]]]], title: str,
-         out: Path) -> None:  # fmt: skip
-    fig, axes = plt.subplots(1, len(CLASSES), figsize=(4.2 * len(CLASSES), 3.4), squeeze=False)
+def _colour(model: str) -> str:
+    return FLOOR_COLOUR if model.startswith("tree floor") else COLOURS.get(model, "C3")
+
+
+def _seed_counts(lines: Curves) -> str:
+    counts = sorted({p.seeds for by_class in lines.values() for ps in by_class.values()
+                     for p in ps})  # fmt: skip
+    return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+def plot(lines: Curves, title: str, out: Path) -> None:
+    fig, axes = plt.subplots(1, len(CLASSES), figsize=(4.2 * len(CLASSES), 3.8),
+                             squeeze=False, layout="constrained")  # fmt: skip
     for ax, cls in zip(axes[0], CLASSES, strict=True):
         for i, (model, by_class) in enumerate(lines.items()):
-            fr, mean, std = (np.array(v) for v in zip(*by_class[cls], strict=True))
-            style = "--" if model.startswith("tree floor") else "-"
+            points = by_class[cls]
             nudge = 1.05 ** (i - (len(lines) - 1) / 2)  # side by side, so error bars do not hide
-            ax.errorbar(100 * fr * nudge, mean, yerr=std, marker="o", capsize=3,
-                        linestyle=style, label=model.split(" (")[0])  # fmt: skip
+            ax.errorbar([100 * p.fraction * nudge for p in points], [p.mean for p in points],
+                        yerr=[p.std for p in points], marker="o", capsize=3,
+                        color=_colour(model), label=model.split(" (")[0],
+                        linestyle="--" if model.startswith("tree floor") else "-")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xticks([1, 10, 100], ["1 %", "10 %", "100 %"])
         ax.set_xlabel("share of DS1's labels")
         ax.set_ylabel(f"{cls} F1 on DS2")
         ax.set_title(cls)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(lines))
     fig.suptitle(title)
-    fig.tight_layout()
-    staged = out.with_name(f".{out.stem}.partial{out.suffix}")
-    fig.savefig(staged, dpi=120)
-    plt.close(fig)
-    staged.replace(out)
+    staged = out.with_name(f".{out.name}.partial")
+    try:
+        fig.savefig(staged, dpi=120, format="png")
+        staged.replace(out)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,17 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("final", type=Path, help="a model-study final_*.json")
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
+    if args.out.suffix.lower() != ".png" or args.out.is_dir() or not args.out.parent.is_dir():
+        print(f"label_curve: {args.out}: --out must be a .png file in an existing folder",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
-        final = json.loads(args.final.read_text())
-        lines = curves(final)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"label_curve: {args.final}: not a model-study final file ({exc!r})", file=sys.stderr)
+        lines = curves(json.loads(args.final.read_text()))
+    except OSError as exc:
+        print(f"label_curve: {args.final}: cannot read it ({exc.strerror})", file=sys.stderr)
         return 2
-    if not lines:
-        print(f"label_curve: {args.final}: no beat rows", file=sys.stderr)
+    except ValueError as exc:  # NotAFinalFile and JSON errors
+        print(f"label_curve: {args.final}: not a model-study final file ({exc})", file=sys.stderr)
         return 2
-    seeds = max(len({r["seed"] for r in final["beats"] if r["init"] == m}) for m in lines)
-    plot(lines, f"{args.final.stem}: DS2 beat F1, mean ± std over {seeds} seeds", args.out)
+    seeds = _seed_counts(lines)
+    try:
+        plot(lines, f"{args.final.stem}: DS2 beat F1, mean ± std over {seeds} seeds", args.out)
+    except OSError as exc:
+        print(f"label_curve: {args.out}: cannot write it ({exc})", file=sys.stderr)
+        return 2
     print(f"label_curve: wrote {args.out}")
     return 0
 

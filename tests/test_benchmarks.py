@@ -3164,29 +3164,65 @@ def test_the_label_curve_averages_each_models_seeds_per_fraction_without_the_ens
 ):
     rows = [_final_row("scratch", fr, s, f1) for fr, s, f1 in
             ((1.0, 0, 0.6), (1.0, 1, 0.8), (0.1, 0, 0.5), (0.1, 1, 0.5))]  # fmt: skip
+    rows += [_final_row("pretrained", 1.0, s, 0.1) for s in (0, 1)]
     rows.append(_final_row("scratch, 3 seeds together", 1.0, 0, 0.0, ensemble=["a", "b"]))
     final = tmp_path / "final_round99.json"
     final.write_text(json.dumps({"beats": rows}))
     lines = label_curve.curves(json.loads(final.read_text()))
-    assert set(lines) == {"scratch"}
-    (low, s_low, sd_low), (high, s_high, sd_high) = lines["scratch"]["S"]
-    assert (low, high) == (0.1, 1.0)
-    assert (s_low, sd_low) == pytest.approx((0.5, 0.0))
-    assert (s_high, sd_high) == pytest.approx((0.7, 0.1))
-    assert lines["scratch"]["V"][1][1] == pytest.approx(0.8)
+    assert set(lines) == {"scratch", "pretrained"}
+    low, high = lines["scratch"]["S"]
+    assert (low.fraction, high.fraction) == (0.1, 1.0) and high.seeds == 2
+    assert (low.mean, low.std) == pytest.approx((0.5, 0.0))
+    assert (high.mean, high.std) == pytest.approx((0.7, 0.1))
+    assert lines["scratch"]["V"][1].mean == pytest.approx(0.8)
+    assert [p.mean for p in lines["pretrained"]["S"]] == pytest.approx([0.1])
     png = tmp_path / "curve.png"
     assert label_curve.main([str(final), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_the_label_curve_refuses_a_file_without_beat_rows_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ({"stage": "select"}, "no `beats` list"),
+        ({"beats": []}, "no beat rows"),
+        ({"beats": [{"init": "scratch", "label_fraction": 1.0, "seed": 0, "per_class": {}}]},
+         "a field is missing"),
+        ({"beats": [_final_row("scratch", 1.0, 0, 0.5)] * 2}, "seed 0 twice"),
+    ],
+)  # fmt: skip
+def test_the_label_curve_refuses_a_file_it_cannot_draw_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: dict, why: str
 ):
-    bad = tmp_path / "select.json"
-    bad.write_text(json.dumps({"stage": "select"}))
+    bad = tmp_path / "final_bad.json"
+    bad.write_text(json.dumps(content))
     png = tmp_path / "curve.png"
     assert label_curve.main([str(bad), "--out", str(png)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"label_curve: {bad}:") and "\n" not in err
-    assert not png.exists()
+    assert err.startswith(f"label_curve: {bad}:") and why in err and "\n" not in err
+    assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_the_label_curve_refuses_an_out_path_it_cannot_write_a_png_to(tmp_path: Path):
+    final = tmp_path / "final.json"
+    final.write_text(json.dumps({"beats": [_final_row("scratch", 1.0, 0, 0.5)]}))
+    for out in (tmp_path / "no_folder" / "c.png", tmp_path / "curve", tmp_path):
+        assert label_curve.main([str(final), "--out", str(out)]) == 2
+    assert list(tmp_path.iterdir()) == [final]
+
+
+def test_the_label_curve_leaves_no_staged_file_when_saving_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    final = tmp_path / "final.json"
+    final.write_text(json.dumps({"beats": [_final_row("scratch", 1.0, 0, 0.5)]}))
+
+    def half_written(self, path, **kwargs):
+        Path(path).write_bytes(b"\x89PNG")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(label_curve.plt.Figure, "savefig", half_written)
+    assert label_curve.main([str(final), "--out", str(tmp_path / "curve.png")]) == 2
+    assert "cannot write it (disk full)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [final]
