@@ -44,6 +44,7 @@ import model_runner
 import model_study
 import model_tables
 import pool_rounds
+import pretraining_pays
 import profile_step
 import tree_floor
 
@@ -3226,3 +3227,55 @@ def test_the_label_curve_leaves_no_staged_file_when_saving_fails(
     assert label_curve.main([str(final), "--out", str(tmp_path / "curve.png")]) == 2
     assert "cannot write it (disk full)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [final]
+
+
+def test_pretraining_pays_only_where_its_lead_exceeds_both_seed_spreads(tmp_path: Path):
+    """S: pretrained 0.70 / 0.70 against scratch 0.50 / 0.70 (lead 0.10, spreads 0 and 0.10:
+    not more); V: 0.96 / 0.96 against 0.94 / 0.94 (lead 0.02 over no spread: pays). The seed
+    ensemble and the floor are not initialisations; 100 % is not a fraction the test reads."""
+    rows = []
+    for init, s, v in (("pretrained", 0.7, 0.96), ("pretrained", 0.7, 0.96),
+                       ("scratch", 0.5, 0.94), ("scratch", 0.7, 0.94)):  # fmt: skip
+        for fraction in (1.0, 0.1):
+            rows.append({"init": init, "label_fraction": fraction,
+                         "per_class": {"S": {"f1": s}, "V": {"f1": v}}})  # fmt: skip
+    rows.append({"init": "pretrained", "label_fraction": 0.1, "ensemble": ["a"],
+                 "per_class": {"S": {"f1": 0.0}, "V": {"f1": 0.0}}})  # fmt: skip
+    rows.append({"init": "tree floor", "label_fraction": 0.1,
+                 "per_class": {"S": {"f1": 0.0}, "V": {"f1": 0.0}}})  # fmt: skip
+    final = tmp_path / "final_round7.json"
+    final.write_text(json.dumps({"beats": rows}))
+    got = {c.metric: c for c in pretraining_pays.comparisons(final)}
+    assert set(got) == {"S", "V"} and {c.fraction for c in got.values()} == {0.1}
+    assert got["S"].lead == pytest.approx(0.1) and not got["S"].pays
+    assert got["V"].lead == pytest.approx(0.02) and got["V"].pays
+    assert got["V"].round == "7" and got["S"].scratch == pytest.approx((0.6, 0.1))
+    out = tmp_path / "pays.md"
+    assert pretraining_pays.main([str(final), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| 7 | beats | 10% | V F1 | 0.960 ± 0.000 | 0.940 ± 0.000 | +0.020 | yes |" in text
+    assert "at every fraction and metric compared: none." in text
+
+
+def test_pretraining_pays_reads_afib_window_f1_and_refuses_a_file_that_is_not_a_final(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    rows = [{"init": init, "label_fraction": 0.01, "afib": {"f1": f1}}
+            for init, f1 in (("pretrained", 0.8), ("scratch", 0.6))]  # fmt: skip
+    same = {"S": {"f1": 0.5}, "V": {"f1": 0.9}}
+    beats = [{"init": init, "label_fraction": 0.01, "per_class": same}
+             for init in ("pretrained", "scratch")]  # fmt: skip
+    final = tmp_path / "final_round3.json"  # early rounds kept both tasks in one file
+    final.write_text(json.dumps({"beats": beats, "afib": rows}))
+    found = pretraining_pays.comparisons(final)
+    assert sorted((c.task, c.metric) for c in found) == [
+        ("afib", "AFIB window"), ("beats", "S"), ("beats", "V")]  # fmt: skip
+    (afib,) = [c for c in found if c.task == "afib"]
+    assert afib.lead == pytest.approx(0.2) and afib.pays
+    assert not any(c.pays for c in found if c.task == "beats")
+    bad = tmp_path / "final_round4.json"
+    bad.write_text(json.dumps({"beats": [{"init": "scratch"}]}))
+    out = tmp_path / "pays.md"
+    assert pretraining_pays.main([str(final), str(bad), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"pretraining_pays: {bad}:")
+    assert not out.exists()
