@@ -11,6 +11,7 @@ The seed ensembles ("3 seeds together") are left out: they are one model, not a 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections import defaultdict
@@ -22,6 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from heartlm.outdir import atomic_write_bytes
 
 CLASSES = ("S", "V", "F")
 COLOURS = {"pretrained": "C0", "scratch": "C1"}
@@ -107,15 +110,12 @@ def plot(lines: Curves, title: str, out: Path) -> None:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(lines))
     fig.suptitle(title)
-    staged = out.with_name(f".{out.name}.partial")
+    buffer = io.BytesIO()
     try:
-        fig.savefig(staged, dpi=120, format="png")
-        staged.replace(out)
-    except BaseException:
-        staged.unlink(missing_ok=True)
-        raise
+        fig.savefig(buffer, dpi=120, format="png")
     finally:
         plt.close(fig)
+    atomic_write_bytes(out, buffer.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plot(lines, f"{args.final.stem}: DS2 beat F1, mean ± std over {seeds} seeds", args.out)
     except OSError as exc:
-        print(f"label_curve: {args.out}: cannot write it ({exc})", file=sys.stderr)
+        print(f"label_curve: {args.out}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
         return 2
     print(f"label_curve: wrote {args.out}")
     return 0

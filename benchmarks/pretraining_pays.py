@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from heartlm.outdir import atomic_write_text
+
 FRACTIONS = (0.1, 0.01)
 BEAT_METRICS = ("S", "V")
 
@@ -127,12 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    staged = args.out.with_name(f".{args.out.name}.partial")
     try:
-        staged.write_text(text)
-        staged.replace(args.out)
+        atomic_write_text(args.out, text)
     except OSError as exc:
-        staged.unlink(missing_ok=True)
         print(f"pretraining_pays: {args.out}: cannot write it ({exc.strerror})", file=sys.stderr)
         return 2
     print(f"pretraining_pays: wrote {args.out} ({len(rows)} comparisons)")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from heartlm import outdir
 from heartlm.ecg.labels import MITDB_DS1, MITDB_DS2
 from heartlm.labelled import metrics
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
@@ -3219,11 +3220,10 @@ def test_the_label_curve_leaves_no_staged_file_when_saving_fails(
     final = tmp_path / "final.json"
     final.write_text(json.dumps({"beats": [_final_row("scratch", 1.0, 0, 0.5)]}))
 
-    def half_written(self, path, **kwargs):
-        Path(path).write_bytes(b"\x89PNG")
-        raise OSError("disk full")
+    def disk_full(src, dst):
+        raise OSError(28, "disk full")
 
-    monkeypatch.setattr(label_curve.plt.Figure, "savefig", half_written)
+    monkeypatch.setattr(outdir.os, "replace", disk_full)
     assert label_curve.main([str(final), "--out", str(tmp_path / "curve.png")]) == 2
     assert "cannot write it (disk full)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [final]
