@@ -52,7 +52,9 @@ def curves(final: dict) -> Curves:
     rows = final.get("beats") if isinstance(final, dict) else None
     if not isinstance(rows, list):
         raise NotAFinalFile("no `beats` list")
-    f1s: dict[tuple[str, float, str], dict[int, float]] = defaultdict(dict)
+    f1s: dict[str, dict[str, dict[float, dict[int, float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict))
+    )  # model -> class -> fraction -> seed -> F1
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise NotAFinalFile(f"row {i} is not an object")
@@ -64,20 +66,17 @@ def curves(final: dict) -> Curves:
         except (KeyError, TypeError, ValueError) as exc:
             raise NotAFinalFile(f"row {i}: a field is missing or malformed ({exc})") from exc
         for cls, f1 in values.items():
-            seeds = f1s[model, fraction, cls]
+            seeds = f1s[model][cls][fraction]
             if seed in seeds:
                 raise NotAFinalFile(f"row {i} ({model}, {fraction:g}): seed {seed} twice")
             seeds[seed] = f1
     if not f1s:
         raise NotAFinalFile("no beat rows")
-    out: Curves = defaultdict(dict)
-    for model in sorted({m for m, _, _ in f1s}):
-        for cls in CLASSES:
-            by_fraction = sorted((fr, list(v.values())) for (m, fr, c), v in f1s.items()
-                                 if m == model and c == cls)  # fmt: skip
-            out[model][cls] = [Point(fr, float(np.mean(v)), float(np.std(v)), len(v))
-                               for fr, v in by_fraction]  # fmt: skip
-    return dict(out)
+    return {model: {cls: [Point(fr, float(np.mean(list(s.values()))),
+                                float(np.std(list(s.values()))), len(s))
+                          for fr, s in sorted(by_fraction.items())]
+                    for cls, by_fraction in f1s[model].items()}
+            for model in sorted(f1s)}  # fmt: skip
 
 
 def _colour(model: str) -> str:

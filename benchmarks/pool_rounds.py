@@ -55,7 +55,8 @@ def _recipes(result: dict) -> dict[str, str]:
     return out
 
 
-def _round(path: Path) -> str:
+def round_label(path: Path) -> str:
+    """The round number a result file's name carries (its stem where it has none)."""
     found = re.search(r"round(\d+)", path.name)
     return found.group(1) if found else path.stem
 
@@ -67,14 +68,15 @@ def ledger(paths: list[Path]) -> list[dict]:
         result = json.loads(path.read_text())
         codebook = result.get("codebook_version", UNRECORDED_CODEBOOK)
         for config, flags in result.get("config", {}).items():
-            entries.append({"round": _round(path), "stage": result.get("stage", "final"),
+            entries.append({"round": round_label(path), "stage": result.get("stage", "final"),
                             "config": config, "flags": flags,
                             "codebook_version": codebook})  # fmt: skip
     return sorted(entries, key=lambda e: (int(e["round"]) if e["round"].isdigit() else 0,
                                           e["stage"], e["config"]))  # fmt: skip
 
 
-def _values(entry: dict, task: str) -> dict[str, float]:
+def scores_of(entry: dict, task: str) -> dict[str, float]:
+    """A scored row's columns: AFIB window F1 (`F1`), or accuracy and each beat class's F1."""
     if task == "afib":
         return {"F1": entry["afib"]["f1"]}
     got = {"accuracy": entry["accuracy"]}
@@ -98,7 +100,7 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
                              f"before it on {codebook}")  # fmt: skip
         codebook = version
         recipes = _recipes(result)
-        label = _round(path)
+        label = round_label(path)
         for entry in result[task]:
             if "ensemble" in entry:  # one reading of the seeds' models together, not a seed
                 continue
@@ -107,7 +109,7 @@ def pool(paths: list[Path]) -> tuple[str, dict]:
             # AFIB reports name their views from round 23 on; before, they had one.
             views = entry.get("views") or (1 if task == "afib" else None)
             key = (init, recipe, views, entry["label_fraction"])
-            for column, value in _values(entry, task).items():
+            for column, value in scores_of(entry, task).items():
                 groups[key][column].append((label, value))
     return task, groups
 

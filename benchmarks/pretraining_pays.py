@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pool_rounds import round_label, scores_of
 
 from heartlm.outdir import atomic_write_text
 
 FRACTIONS = (0.1, 0.01)
-BEAT_METRICS = ("S", "V")
+METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
+"""task -> the metric's name in the table -> its column in pool_rounds.scores_of."""
 
 
 @dataclass(frozen=True)
@@ -47,36 +48,25 @@ class Comparison:
         return self.lead > max(self.pretrained[1], self.scratch[1])
 
 
-def _round(path: Path) -> str:
-    found = re.search(r"round(\d+)", path.name)
-    return found.group(1) if found else path.stem
-
-
-def _metric(row: dict, task: str, metric: str) -> float:
-    return float(row["afib"]["f1"] if task == "afib" else row["per_class"][metric]["f1"])
-
-
 def comparisons(path: Path) -> list[Comparison]:
     """Every (task, fraction, metric) at which `path` scored both initialisations (a file of
     the early rounds holds beats and AFIB rows together)."""
     result = json.loads(path.read_text())
     out = []
     for task in ("beats", "afib"):
-        metrics = ("AFIB window",) if task == "afib" else BEAT_METRICS
         values: dict[tuple[str, float, str], list[float]] = defaultdict(list)
         for row in result.get(task) or []:
             if "ensemble" in row or row["init"] not in ("pretrained", "scratch"):
                 continue
-            for metric in metrics:
-                values[row["init"], row["label_fraction"], metric].append(
-                    _metric(row, task, metric)
-                )
+            scores = scores_of(row, task)
+            for metric, column in METRICS[task].items():
+                values[row["init"], row["label_fraction"], metric].append(float(scores[column]))
         for fraction in FRACTIONS:
-            for metric in metrics:
+            for metric in METRICS[task]:
                 pre = values.get(("pretrained", fraction, metric))
                 scr = values.get(("scratch", fraction, metric))
                 if pre and scr:
-                    out.append(Comparison(_round(path), task, fraction, metric,
+                    out.append(Comparison(round_label(path), task, fraction, metric,
                                           (float(np.mean(pre)), float(np.std(pre))),
                                           (float(np.mean(scr)), float(np.std(scr)))))  # fmt: skip
     return out

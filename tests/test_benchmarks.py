@@ -3229,6 +3229,12 @@ def test_the_label_curve_leaves_no_staged_file_when_saving_fails(
     assert list(tmp_path.iterdir()) == [final]
 
 
+def _scored_row(init: str, fraction: float, s: float, v: float) -> dict:
+    """A beat row of a final file with every column pool_rounds.scores_of reads."""
+    per_class = {"S": {"f1": s}, "V": {"f1": v}, "F": {"f1": 0.0}}
+    return {"init": init, "label_fraction": fraction, "accuracy": 0.9, "per_class": per_class}
+
+
 def test_pretraining_pays_only_where_its_lead_exceeds_both_seed_spreads(tmp_path: Path):
     """S: pretrained 0.70 / 0.70 against scratch 0.50 / 0.70 (lead 0.10, spreads 0 and 0.10:
     not more); V: 0.96 / 0.96 against 0.94 / 0.94 (lead 0.02 over no spread: pays). The seed
@@ -3237,12 +3243,9 @@ def test_pretraining_pays_only_where_its_lead_exceeds_both_seed_spreads(tmp_path
     for init, s, v in (("pretrained", 0.7, 0.96), ("pretrained", 0.7, 0.96),
                        ("scratch", 0.5, 0.94), ("scratch", 0.7, 0.94)):  # fmt: skip
         for fraction in (1.0, 0.1):
-            rows.append({"init": init, "label_fraction": fraction,
-                         "per_class": {"S": {"f1": s}, "V": {"f1": v}}})  # fmt: skip
-    rows.append({"init": "pretrained", "label_fraction": 0.1, "ensemble": ["a"],
-                 "per_class": {"S": {"f1": 0.0}, "V": {"f1": 0.0}}})  # fmt: skip
-    rows.append({"init": "tree floor", "label_fraction": 0.1,
-                 "per_class": {"S": {"f1": 0.0}, "V": {"f1": 0.0}}})  # fmt: skip
+            rows.append(_scored_row(init, fraction, s, v))
+    rows.append({**_scored_row("pretrained", 0.1, 0.0, 0.0), "ensemble": ["a"]})
+    rows.append(_scored_row("tree floor", 0.1, 0.0, 0.0))
     final = tmp_path / "final_round7.json"
     final.write_text(json.dumps({"beats": rows}))
     got = {c.metric: c for c in pretraining_pays.comparisons(final)}
@@ -3262,9 +3265,7 @@ def test_pretraining_pays_reads_afib_window_f1_and_refuses_a_file_that_is_not_a_
 ):
     rows = [{"init": init, "label_fraction": 0.01, "afib": {"f1": f1}}
             for init, f1 in (("pretrained", 0.8), ("scratch", 0.6))]  # fmt: skip
-    same = {"S": {"f1": 0.5}, "V": {"f1": 0.9}}
-    beats = [{"init": init, "label_fraction": 0.01, "per_class": same}
-             for init in ("pretrained", "scratch")]  # fmt: skip
+    beats = [_scored_row(init, 0.01, 0.5, 0.9) for init in ("pretrained", "scratch")]
     final = tmp_path / "final_round3.json"  # early rounds kept both tasks in one file
     final.write_text(json.dumps({"beats": beats, "afib": rows}))
     found = pretraining_pays.comparisons(final)
