@@ -801,4 +801,41 @@ pretrained choice as it ran there, beside the same with `--head-first 0.25`, at 
 shares; pretrained only (scratch's choice is round 63's, scored on DS2). Two recipes, eight
 fold runs: one call (round 62's cold `select` of two pretrained recipes: 459 s). If the folds
 choose the parent again, `final` stops (the ledger lists it from round 64). Written after
-round 63's and 64's DS2 scores were read; the folds choose."""
+round 63's and 64's DS2 scores were read; the folds choose. Measured (thirty-sixth session):
+the folds chose the twin (`0.5,V=1` with V +1.5: +0.006 +- 0.001 over the floor, the parent
+-0.000 +- 0.005; the parent's rows moved from round 64's +0.007, as pretraining is not
+deterministic on the GPU); on DS2 it scored S F1 0.574 +- 0.108 at 100 %, 0.685 +- 0.035 at
+10 % and 0.488 +- 0.069 at 1 %, V under its floor at 100 % and 10 % (0.956 and 0.949 against
+0.959): no better than round 64's parent (benchmarks/README.md, round 65)."""
+
+
+ROUND_65 = dict(CONFIGS)
+ROUND_65_SHARES = dict(BEAT_MLP_SHARES)
+LONG_WINDOW_SUFFIX = "_window256"
+LONG_WINDOW = {"--window": "256", "--stride": "64", "--batch": "8"}
+
+
+def _long_window(flags: list[str]) -> list[str]:
+    for flag, value in LONG_WINDOW.items():
+        flags = with_value(flags, flag, value)
+    return flags
+
+
+CONFIGS = {
+    _SCRATCH_63: ROUND_63[_SCRATCH_63],
+    f"{_SCRATCH_63}{LONG_WINDOW_SUFFIX}": _long_window(ROUND_63[_SCRATCH_63]),
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 66 (prepared in the thirty-sixth session): record-level context for the beat
+classes. The issue asks for context that a 128-beat window cannot see; windows of 256 beats
+have been tried for AFIB only (rounds 28-29, chosen on the folds there). DS1's S misses are
+runs (209) and junctional beats (124), DS2's record 232's long pauses: rhythms in which a
+beat's RR against its near neighbours says little, and a longer window shows more of the
+record's own rhythm. Round 63's scratch choice as it ran there, beside the same with windows
+of 256 beats at stride 64 in batches of 8: each beat sits in as many training windows, and
+each step sees as many beats, as in the parent (the `best` encoder whose architecture scratch
+takes was built for 256 positions). Scratch only (deterministic: the parent's fold runs are
+round 64's, reused from their kept answers with RESUME). Two recipes, four new fold runs.
+Written after round 65's DS2 scores were read; the folds choose. On the folds an S offset
+would not help the parent (its S F1 0.494 at 0, 0.491 at +0.5, 0.478 at -1: DS1's S calls are
+short of precision, DS2's of sensitivity), so none was added."""

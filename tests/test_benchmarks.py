@@ -2645,15 +2645,44 @@ def test_round_65_trains_the_heads_first_on_round_64s_pretrained_choice(
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
     (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
     chosen = model_recipes.config_of(best)
-    assert chosen == rounds._PRETRAINED_64 and rounds.CONFIGS[chosen] == rounds.ROUND_64[chosen]
+    assert chosen == rounds._PRETRAINED_64 and rounds.ROUND_65[chosen] == rounds.ROUND_64[chosen]
     twin_name = f"{chosen}{rounds.HEAD_FIRST_SUFFIX}"
-    assert rounds.CONFIGS[twin_name] == [*rounds.CONFIGS[chosen], "--head-first", "0.25"]
-    assert "--head-first" not in rounds.CONFIGS[chosen]
-    assert "--from-scratch" not in rounds.CONFIGS[twin_name] and len(rounds.CONFIGS) == 2
-    assert rounds.BEAT_MLP_SHARES[chosen] == rounds.BEAT_MLP_SHARES[twin_name]
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    assert rounds.ROUND_65[twin_name] == [*rounds.ROUND_65[chosen], "--head-first", "0.25"]
+    assert "--head-first" not in rounds.ROUND_65[chosen]
+    assert "--from-scratch" not in rounds.ROUND_65[twin_name] and len(rounds.ROUND_65) == 2
+    assert rounds.ROUND_65_SHARES[chosen] == rounds.ROUND_65_SHARES[twin_name]
+    _scored_at_shares_their_names_read_back(rounds.ROUND_65, rounds.ROUND_65_SHARES)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
+
+
+def test_round_66_gives_round_63s_scratch_choice_windows_of_256_beats(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the scratch recipe round 63's committed folds chose, as it ran there (the
+    DS2 ledger lists it from round 63, so `final` would not score it again); its twin differs
+    in the window, stride and batch alone, so that each beat sits in as many training windows
+    and each step sees as many beats."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_63_SHARES)
+    (best,) = _folds_chose(monkeypatch, 63, rounds.ROUND_63, ("scratch",))
+    chosen = model_recipes.config_of(best)
+    assert chosen == rounds._SCRATCH_63 and rounds.CONFIGS[chosen] == rounds.ROUND_63[chosen]
+    parent, twin = rounds.CONFIGS[chosen], rounds.CONFIGS[f"{chosen}{rounds.LONG_WINDOW_SUFFIX}"]
+    changed = {parent[i - 1]: (parent[i], twin[i])
+               for i, (a, b) in enumerate(zip(parent, twin, strict=True)) if a != b}  # fmt: skip
+    assert changed == {"--window": ("128", "256"), "--stride": ("32", "64"),
+                       "--batch": ("16", "8")}  # fmt: skip
+    for flags in (parent, twin):
+        value = {f: int(flags[flags.index(f) + 1]) for f in ("--window", "--stride", "--batch")}
+        assert value["--window"] // value["--stride"] == 4
+        assert value["--window"] * value["--batch"] == 128 * 16
+    assert len(rounds.CONFIGS) == 2
+    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
+    assert len(set(map(tuple, rounds.BEAT_MLP_SHARES.values()))) == 1
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {best}"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
