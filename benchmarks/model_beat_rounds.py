@@ -838,4 +838,7 @@ takes was built for 256 positions). Scratch only (deterministic: the parent's fo
 round 64's, reused from their kept answers with RESUME). Two recipes, four new fold runs.
 Written after round 65's DS2 scores were read; the folds choose. On the folds an S offset
 would not help the parent (its S F1 0.494 at 0, 0.491 at +0.5, 0.478 at -1: DS1's S calls are
-short of precision, DS2's of sensitivity), so none was added."""
+short of precision, DS2's of sensitivity), so none was added. Its first call (thirty-sixth
+session) was cut off while `select` scored the twin's `0.5,V=1` share; its kept answers are
+`select_finetune_runs_round66_cut_off.tar.gz`, the RESUME of the next call (benchmarks/README.md,
+round 66)."""
