@@ -247,6 +247,13 @@ def with_value(flags: list[str], flag: str, value: str) -> list[str]:
     return [*flags[:at], value, *flags[at + 1 :]]
 
 
+def with_values(flags: list[str], values: dict[str, str]) -> list[str]:
+    """`flags` with the value after each flag of `values` replaced (`with_value` for each)."""
+    for flag, value in values.items():
+        flags = with_value(flags, flag, value)
+    return flags
+
+
 CONFIGS = {
     _PRETRAINED_46: CONFIGS[_PRETRAINED_46],
     f"{_PRETRAINED_46}{EPOCHS_20_SUFFIX}": with_value(CONFIGS[_PRETRAINED_46], "--epochs", "20"),
@@ -280,7 +287,7 @@ WINDOW_128_SUFFIX = "_window128"
 def with_window_128(flags: list[str]) -> list[str]:
     """`flags` fine-tuning on windows of 128 beats at stride 32 (scratch's defaults until round
     47) instead of their window and stride."""
-    return with_value(with_value(flags, "--window", "128"), "--stride", "32")
+    return with_values(flags, {"--window": "128", "--stride": "32"})
 
 
 CONFIGS = {_PRETRAINED_47: CONFIGS[_PRETRAINED_47]}
@@ -815,15 +822,9 @@ LONG_WINDOW_SUFFIX = "_window256"
 LONG_WINDOW = {"--window": "256", "--stride": "64", "--batch": "8"}
 
 
-def _long_window(flags: list[str]) -> list[str]:
-    for flag, value in LONG_WINDOW.items():
-        flags = with_value(flags, flag, value)
-    return flags
-
-
 CONFIGS = {
     _SCRATCH_63: ROUND_63[_SCRATCH_63],
-    f"{_SCRATCH_63}{LONG_WINDOW_SUFFIX}": _long_window(ROUND_63[_SCRATCH_63]),
+    f"{_SCRATCH_63}{LONG_WINDOW_SUFFIX}": with_values(ROUND_63[_SCRATCH_63], LONG_WINDOW),
 }
 BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
 """Round 66 (prepared in the thirty-sixth session): record-level context for the beat
