@@ -840,6 +840,36 @@ round 64's, reused from their kept answers with RESUME). Two recipes, four new f
 Written after round 65's DS2 scores were read; the folds choose. On the folds an S offset
 would not help the parent (its S F1 0.494 at 0, 0.491 at +0.5, 0.478 at -1: DS1's S calls are
 short of precision, DS2's of sensitivity), so none was added. Its first call (thirty-sixth
-session) was cut off while `select` scored the twin's `0.5,V=1` share; its kept answers are
-`select_finetune_runs_round66_cut_off.tar.gz`, the RESUME of the next call (benchmarks/README.md,
-round 66)."""
+session) was cut off while `select` scored the twin's `0.5,V=1` share; the second (thirty-
+seventh session) continued from its kept answers (RESUME). Measured: the folds kept the parent
+(`0.5,V=1` with V +1: +0.007 +- 0.001 over the floor, as in rounds 63 and 64); the twin's best,
+`0.5,V=1` with V +1.5, ranked +0.004 +- 0.004 (seed 0 +0.007, seed 1 -0.000), and its fold S F1
+was lower at every share (0.472 against 0.494 at `0.5,V=1`). DS2 not scored: the ledger lists
+the parent from round 63 (benchmarks/README.md, round 66)."""
+
+
+ROUND_66 = dict(CONFIGS)
+ROUND_66_SHARES = dict(BEAT_MLP_SHARES)
+LAYER_DECAY_SUFFIX = "_ld075"
+LAYER_DECAY = ["--layer-decay", "0.75"]
+
+
+CONFIGS = {
+    _PRETRAINED_64: ROUND_64[_PRETRAINED_64],
+    f"{_PRETRAINED_64}{LAYER_DECAY_SUFFIX}": [*ROUND_64[_PRETRAINED_64], *LAYER_DECAY],
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 67 (prepared in the thirty-seventh session): layer-wise learning-rate decay on round 64's
+pretrained choice, which the issue names beside staged unfreezing. Round 64's pretrained model
+led scratch on S at 10 % and 1 % of the labels with steady seeds and scattered at 100 % (record
+232's S sensitivity 0.27-0.75 by seed); holding the encoder still for the first quarter of the
+steps (round 65, LP-FT) did not keep S there. `--layer-decay 0.75` instead slows the pretrained
+encoder for the whole run, the lower blocks most (the `small` preset's four blocks at 0.32-0.75
+of the rate, the embeddings at 0.24), while the per-beat network, the local statistics'
+projection and the heads learn at the full rate: the usual setting for fine-tuning masked-
+prediction encoders (BEiT, MAE: 0.65-0.75). Round 18 tried 0.5 on a recipe of the time, without
+the per-beat network. Round 64's pretrained choice as it ran there, beside the same with
+`--layer-decay 0.75`, at the same shares; pretrained only (scratch's choice is round 63's,
+scored on DS2). Two recipes, eight fold runs: one call. If the folds choose the parent, `final`
+stops (the ledger lists it from round 64). Written after round 66's folds were read; the folds
+choose."""

@@ -2662,13 +2662,14 @@ def test_round_66_gives_round_63s_scratch_choice_windows_of_256_beats(
     """The parent is the scratch recipe round 63's committed folds chose, as it ran there (the
     DS2 ledger lists it from round 63, so `final` would not score it again); its twin differs
     in the window, stride and batch alone, so that each beat sits in as many training windows
-    and each step sees as many beats."""
+    and each step sees as many beats. Round 66's committed folds kept the parent."""
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_63_SHARES)
     (best,) = _folds_chose(monkeypatch, 63, rounds.ROUND_63, ("scratch",))
     chosen = model_recipes.config_of(best)
-    assert chosen == rounds._SCRATCH_63 and rounds.CONFIGS[chosen] == rounds.ROUND_63[chosen]
-    parent, twin = rounds.CONFIGS[chosen], rounds.CONFIGS[f"{chosen}{rounds.LONG_WINDOW_SUFFIX}"]
+    assert chosen == rounds._SCRATCH_63 and rounds.ROUND_66[chosen] == rounds.ROUND_63[chosen]
+    parent = rounds.ROUND_66[chosen]
+    twin = rounds.ROUND_66[f"{chosen}{rounds.LONG_WINDOW_SUFFIX}"]
     changed = {parent[i - 1]: (parent[i], twin[i])
                for i, (a, b) in enumerate(zip(parent, twin, strict=True)) if a != b}  # fmt: skip
     assert changed == {"--window": ("128", "256"), "--stride": ("32", "64"),
@@ -2677,12 +2678,35 @@ def test_round_66_gives_round_63s_scratch_choice_windows_of_256_beats(
         value = {f: int(flags[flags.index(f) + 1]) for f in ("--window", "--stride", "--batch")}
         assert value["--window"] // value["--stride"] == 4
         assert value["--window"] * value["--batch"] == 128 * 16
-    assert len(rounds.CONFIGS) == 2
-    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
+    assert len(rounds.ROUND_66) == 2
+    assert all("--from-scratch" in flags for flags in rounds.ROUND_66.values())
+    assert len(set(map(tuple, rounds.ROUND_66_SHARES.values()))) == 1
+    _scored_at_shares_their_names_read_back(rounds.ROUND_66, rounds.ROUND_66_SHARES)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {best}"]
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_66_SHARES)
+    assert _folds_chose(monkeypatch, 66, rounds.ROUND_66, ("scratch",)) == [best]
+
+
+def test_round_67_slows_the_encoder_of_round_64s_pretrained_choice_layer_by_layer(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the pretrained recipe round 64's committed folds chose, as it ran there
+    (the DS2 ledger lists it from round 64); its twin only adds `--layer-decay 0.75`; both
+    are pretrained and scored at the same shares."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
+    (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
+    chosen = model_recipes.config_of(best)
+    assert chosen == rounds._PRETRAINED_64 and rounds.CONFIGS[chosen] == rounds.ROUND_64[chosen]
+    twin = rounds.CONFIGS[f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"]
+    assert twin == [*rounds.CONFIGS[chosen], "--layer-decay", "0.75"]
+    assert "--layer-decay" not in rounds.CONFIGS[chosen] and len(rounds.CONFIGS) == 2
+    assert not any("--from-scratch" in flags for flags in rounds.CONFIGS.values())
     assert len(set(map(tuple, rounds.BEAT_MLP_SHARES.values()))) == 1
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
-    assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {best}"]
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
