@@ -872,4 +872,8 @@ the per-beat network. Round 64's pretrained choice as it ran there, beside the s
 `--layer-decay 0.75`, at the same shares; pretrained only (scratch's choice is round 63's,
 scored on DS2). Two recipes, eight fold runs: one call. If the folds choose the parent, `final`
 stops (the ledger lists it from round 64). Written after round 66's folds were read; the folds
-choose."""
+choose. Measured (thirty-seventh session): the folds chose the twin by 0.001 (`0.5,V=1` with V
++2: +0.006 +- 0.002 over the floor, the parent +0.005 +- 0.002 with V +1.5); on DS2 it scored S
+F1 0.611 +- 0.140 at 100 %, 0.708 +- 0.045 at 10 % and 0.454 +- 0.093 at 1 %, V under its floor
+at 100 % and 10 % (0.953 and 0.950 against 0.959): no better than round 64's parent, and no lead
+over scratch beyond its spread (benchmarks/README.md, round 67)."""

@@ -2693,7 +2693,8 @@ def test_round_67_slows_the_encoder_of_round_64s_pretrained_choice_layer_by_laye
 ):
     """The parent is the pretrained recipe round 64's committed folds chose, as it ran there
     (the DS2 ledger lists it from round 64); its twin only adds `--layer-decay 0.75`; both
-    are pretrained and scored at the same shares."""
+    are pretrained and scored at the same shares. Round 67's committed folds chose the twin,
+    and the ledger lists it from round 67."""
     rounds = model_beat_rounds
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
     (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
@@ -2707,6 +2708,9 @@ def test_round_67_slows_the_encoder_of_round_64s_pretrained_choice_layer_by_laye
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
+    (chosen_67,) = _folds_chose(monkeypatch, 67, dict(rounds.CONFIGS), ("pretrained",))
+    assert model_recipes.config_of(chosen_67) == f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_67}"] == ["67"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
