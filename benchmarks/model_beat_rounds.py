@@ -7,6 +7,13 @@ from __future__ import annotations
 from model_afib_rounds import AVERAGE_SUFFIX, WEIGHT_AVERAGE
 from model_flags import ALL, NEXT_RECIPE, REL
 
+
+def beside_twin(name: str, flags: list[str], suffix: str, more: list[str]) -> dict[str, list[str]]:
+    """A recipe as it ran (`name`, `flags`) and its twin `name` + `suffix`: the same flags,
+    then `more`. Spread (`**`) into a round's CONFIGS, or a round of two itself."""
+    return {name: flags, f"{name}{suffix}": [*flags, *more]}
+
+
 CONFIGS = {  # fine-tuning variants compared on DS1 folds by `select`
     "pretrained_nextleads_relative_window32_epochs60_all": NEXT_RECIPE,
     "scratch_relative": ["--from-scratch", *REL],
@@ -163,8 +170,7 @@ BEAT_BINS_SUFFIX = "_bins32"
 _PRETRAINED_MLP = f"{_PRETRAINED_41}{BEAT_MLP_SUFFIX}"
 _SCRATCH_MLP = f"{_SCRATCH_41}{BEAT_MLP_SUFFIX}"
 CONFIGS = {
-    _PRETRAINED_MLP: CONFIGS[_PRETRAINED_MLP],
-    f"{_PRETRAINED_MLP}{BEAT_BINS_SUFFIX}": [*CONFIGS[_PRETRAINED_MLP], *BEAT_BINS],
+    **beside_twin(_PRETRAINED_MLP, CONFIGS[_PRETRAINED_MLP], BEAT_BINS_SUFFIX, BEAT_BINS),
     _SCRATCH_41: CONFIGS[_SCRATCH_41],
     f"{_SCRATCH_MLP}{BEAT_BINS_SUFFIX}": [*CONFIGS[_SCRATCH_MLP], *BEAT_BINS],
 }
@@ -382,8 +388,7 @@ DROPOUT_20_SUFFIX = "_dropout20"
 
 CONFIGS = {
     _PRETRAINED_47: ROUND_50[_PRETRAINED_47],
-    _SCRATCH_49: ROUND_50[_SCRATCH_49],
-    f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}": [*ROUND_50[_SCRATCH_49], *BEAT_LOCAL_STATS],
+    **beside_twin(_SCRATCH_49, ROUND_50[_SCRATCH_49], BEAT_STATS_SUFFIX, BEAT_LOCAL_STATS),
     f"{_SCRATCH_49}{DROPOUT_20_SUFFIX}": with_value(ROUND_50[_SCRATCH_49], "--dropout", "0.2"),
 }
 """Round 51 (prepared in the twenty-fifth session): two levers on scratch's window-128 recipe
@@ -407,8 +412,7 @@ MLP_LOSS = ["--beat-mlp-loss", "1"]
 
 
 CONFIGS = {
-    _PRETRAINED_47: ROUND_51[_PRETRAINED_47],
-    f"{_PRETRAINED_47}{MLP_LOSS_SUFFIX}": [*ROUND_51[_PRETRAINED_47], *MLP_LOSS],
+    **beside_twin(_PRETRAINED_47, ROUND_51[_PRETRAINED_47], MLP_LOSS_SUFFIX, MLP_LOSS),
     _SCRATCH_49: ROUND_51[_SCRATCH_49],
     f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}": ROUND_51[f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}"],
     f"{_SCRATCH_49}{MLP_LOSS_SUFFIX}": [*ROUND_51[_SCRATCH_49], *MLP_LOSS],
@@ -437,10 +441,8 @@ _SCRATCH_52 = f"{_SCRATCH_49}{BEAT_STATS_SUFFIX}"
 
 
 CONFIGS = {
-    _PRETRAINED_47: ROUND_52[_PRETRAINED_47],
-    f"{_PRETRAINED_47}{BEAT_STATS_SUFFIX}": [*ROUND_52[_PRETRAINED_47], *BEAT_LOCAL_STATS],
-    _SCRATCH_52: ROUND_52[_SCRATCH_52],
-    f"{_SCRATCH_52}{MLP_LOSS_SUFFIX}": [*ROUND_52[_SCRATCH_52], *MLP_LOSS],
+    **beside_twin(_PRETRAINED_47, ROUND_52[_PRETRAINED_47], BEAT_STATS_SUFFIX, BEAT_LOCAL_STATS),
+    **beside_twin(_SCRATCH_52, ROUND_52[_SCRATCH_52], MLP_LOSS_SUFFIX, MLP_LOSS),
 }
 """Round 53 (prepared in the twenty-sixth session): the two levers of round 52 together. On
 round 52's folds the local statistics raised F (0.217 -> 0.397) and lowered V sensitivity
@@ -463,10 +465,8 @@ _SCRATCH_53 = f"{_SCRATCH_52}{MLP_LOSS_SUFFIX}"
 
 
 CONFIGS = {
-    _PRETRAINED_53: ROUND_53[_PRETRAINED_53],
-    f"{_PRETRAINED_53}{MLP_LOSS_SUFFIX}": [*ROUND_53[_PRETRAINED_53], *MLP_LOSS],
-    _SCRATCH_53: ROUND_53[_SCRATCH_53],
-    f"{_SCRATCH_53}{AVERAGE_SUFFIX}": [*ROUND_53[_SCRATCH_53], *WEIGHT_AVERAGE],
+    **beside_twin(_PRETRAINED_53, ROUND_53[_PRETRAINED_53], MLP_LOSS_SUFFIX, MLP_LOSS),
+    **beside_twin(_SCRATCH_53, ROUND_53[_SCRATCH_53], AVERAGE_SUFFIX, WEIGHT_AVERAGE),
 }
 VOTING_PAIRS = {"pretrained_with_scratch": (_PRETRAINED_53, _SCRATCH_53)}
 """Round 54 (prepared in the twenty-seventh session): round 53's two choices; the pretrained
@@ -487,10 +487,8 @@ MLP_SKIP_S = ["--beat-mlp-loss-skip", "S"]
 
 
 CONFIGS = {
-    _PRETRAINED_54: ROUND_54[_PRETRAINED_54],
-    f"{_PRETRAINED_54}{MLP_SKIP_S_SUFFIX}": [*ROUND_54[_PRETRAINED_54], *MLP_SKIP_S],
-    _SCRATCH_53: ROUND_54[_SCRATCH_53],
-    f"{_SCRATCH_53}{MLP_SKIP_S_SUFFIX}": [*ROUND_54[_SCRATCH_53], *MLP_SKIP_S],
+    **beside_twin(_PRETRAINED_54, ROUND_54[_PRETRAINED_54], MLP_SKIP_S_SUFFIX, MLP_SKIP_S),
+    **beside_twin(_SCRATCH_53, ROUND_54[_SCRATCH_53], MLP_SKIP_S_SUFFIX, MLP_SKIP_S),
 }
 VOTING_PAIRS: dict[str, tuple[str, str]] = {}
 """Round 55 (prepared in the twenty-eighth session): each initialisation's recipe with the
@@ -540,10 +538,8 @@ ENCODER_LOSS = ["--beat-encoder-loss", "1"]
 
 
 CONFIGS = {
-    _PRETRAINED_54: ROUND_56[_PRETRAINED_54],
-    f"{_PRETRAINED_54}{ENCODER_LOSS_SUFFIX}": [*ROUND_56[_PRETRAINED_54], *ENCODER_LOSS],
-    _SCRATCH_53: ROUND_56[_SCRATCH_53],
-    f"{_SCRATCH_53}{ENCODER_LOSS_SUFFIX}": [*ROUND_56[_SCRATCH_53], *ENCODER_LOSS],
+    **beside_twin(_PRETRAINED_54, ROUND_56[_PRETRAINED_54], ENCODER_LOSS_SUFFIX, ENCODER_LOSS),
+    **beside_twin(_SCRATCH_53, ROUND_56[_SCRATCH_53], ENCODER_LOSS_SUFFIX, ENCODER_LOSS),
 }
 """Round 57 (prepared in the thirtieth session): each per-beat-loss recipe with the
 transformer's own loss as well (`--beat-encoder-loss 1`, new): the beat head's logits alone
@@ -570,8 +566,7 @@ _PRETRAINED_57 = f"{_PRETRAINED_54}{ENCODER_LOSS_SUFFIX}"
 CONFIGS = {
     _PRETRAINED_57: ROUND_57[_PRETRAINED_57],
     f"{_PRETRAINED_54}{HALF_ENCODER_LOSS_SUFFIX}": [*ROUND_57[_PRETRAINED_54], *HALF_ENCODER_LOSS],
-    _SCRATCH_53: ROUND_57[_SCRATCH_53],
-    f"{_SCRATCH_53}{HALF_ENCODER_LOSS_SUFFIX}": [*ROUND_57[_SCRATCH_53], *HALF_ENCODER_LOSS],
+    **beside_twin(_SCRATCH_53, ROUND_57[_SCRATCH_53], HALF_ENCODER_LOSS_SUFFIX, HALF_ENCODER_LOSS),
 }
 """Round 58 (prepared in the thirtieth session): the transformer's own loss at half the
 weight (`--beat-encoder-loss 0.5`) on each per-beat-loss recipe, beside round 57's pretrained
@@ -788,10 +783,7 @@ HEAD_FIRST_SUFFIX = "_hf025"
 HEAD_FIRST = ["--head-first", "0.25"]
 
 
-CONFIGS = {
-    _PRETRAINED_64: ROUND_64[_PRETRAINED_64],
-    f"{_PRETRAINED_64}{HEAD_FIRST_SUFFIX}": [*ROUND_64[_PRETRAINED_64], *HEAD_FIRST],
-}
+CONFIGS = beside_twin(_PRETRAINED_64, ROUND_64[_PRETRAINED_64], HEAD_FIRST_SUFFIX, HEAD_FIRST)
 BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
 """Round 65 (prepared in the thirty-fifth session, not yet run): does a linear probe first
 keep what pretraining gives at 100 % of the labels? Round 64's pretrained model led scratch on
@@ -854,10 +846,7 @@ LAYER_DECAY_SUFFIX = "_ld075"
 LAYER_DECAY = ["--layer-decay", "0.75"]
 
 
-CONFIGS = {
-    _PRETRAINED_64: ROUND_64[_PRETRAINED_64],
-    f"{_PRETRAINED_64}{LAYER_DECAY_SUFFIX}": [*ROUND_64[_PRETRAINED_64], *LAYER_DECAY],
-}
+CONFIGS = beside_twin(_PRETRAINED_64, ROUND_64[_PRETRAINED_64], LAYER_DECAY_SUFFIX, LAYER_DECAY)
 BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
 """Round 67 (prepared in the thirty-seventh session): layer-wise learning-rate decay on round 64's
 pretrained choice, which the issue names beside staged unfreezing. Round 64's pretrained model
