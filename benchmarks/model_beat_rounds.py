@@ -819,25 +819,25 @@ CONFIGS = {
     f"{_SCRATCH_63}{LONG_WINDOW_SUFFIX}": with_values(ROUND_63[_SCRATCH_63], LONG_WINDOW),
 }
 BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
-"""Round 66 (prepared in the thirty-sixth session): record-level context for the beat
-classes. The issue asks for context that a 128-beat window cannot see; windows of 256 beats
-have been tried for AFIB only (rounds 28-29, chosen on the folds there). DS1's S misses are
-runs (209) and junctional beats (124), DS2's record 232's long pauses: rhythms in which a
-beat's RR against its near neighbours says little, and a longer window shows more of the
-record's own rhythm. Round 63's scratch choice as it ran there, beside the same with windows
-of 256 beats at stride 64 in batches of 8: each beat sits in as many training windows, and
-each step sees as many beats, as in the parent (the `best` encoder whose architecture scratch
-takes was built for 256 positions). Scratch only (deterministic: the parent's fold runs are
-round 64's, reused from their kept answers with RESUME). Two recipes, four new fold runs.
-Written after round 65's DS2 scores were read; the folds choose. On the folds an S offset
-would not help the parent (its S F1 0.494 at 0, 0.491 at +0.5, 0.478 at -1: DS1's S calls are
-short of precision, DS2's of sensitivity), so none was added. Its first call (thirty-sixth
-session) was cut off while `select` scored the twin's `0.5,V=1` share; the second (thirty-
-seventh session) continued from its kept answers (RESUME). Measured: the folds kept the parent
-(`0.5,V=1` with V +1: +0.007 +- 0.001 over the floor, as in rounds 63 and 64); the twin's best,
-`0.5,V=1` with V +1.5, ranked +0.004 +- 0.004 (seed 0 +0.007, seed 1 -0.000), and its fold S F1
-was lower at every share (0.472 against 0.494 at `0.5,V=1`). DS2 not scored: the ledger lists
-the parent from round 63 (benchmarks/README.md, round 66)."""
+"""Round 66 (prepared in the thirty-sixth session): record-level context for the beat classes. The
+issue asks for context that a 128-beat window cannot see; windows of 256 beats have been tried
+for AFIB only (rounds 28-29, chosen on the folds there). DS1's S misses are runs (209) and
+junctional beats (124), DS2's record 232's long pauses: rhythms in which a beat's RR against its
+near neighbours says little, and a longer window shows more of the record's own rhythm. Round
+63's scratch choice as it ran there, beside the same with windows of 256 beats at stride 64 in
+batches of 8: each beat sits in as many training windows, and each step sees as many beats, as
+in the parent (the `best` encoder whose architecture scratch takes was built for 256 positions).
+Scratch only (deterministic: the parent's fold runs are round 64's, reused from their kept
+answers with RESUME). Two recipes, four new fold runs. Written after round 65's DS2 scores were
+read; the folds choose. On the folds an S offset would not help the parent (its S F1 0.494 at 0,
+0.491 at +0.5, 0.478 at -1: DS1's S calls are short of precision, DS2's of sensitivity), so none
+was added. Its first call (thirty-sixth session) was cut off while `select` scored the twin's
+`0.5,V=1` share; the second (thirty- seventh session) continued from its kept answers (RESUME).
+Measured: the folds kept the parent (`0.5,V=1` with V +1: +0.007 +- 0.001 over the floor, as in
+rounds 63 and 64); the twin's best, `0.5,V=1` with V +1.5, ranked +0.004 +- 0.004 (seed 0
++0.007, seed 1 -0.000), and its fold S F1 at no offset was lower at every share (0.472 against
+0.494 at `0.5,V=1`). DS2 not scored: the ledger lists the parent from round 63
+(benchmarks/README.md, round 66)."""
 
 
 ROUND_66 = dict(CONFIGS)
@@ -864,5 +864,6 @@ stops (the ledger lists it from round 64). Written after round 66's folds were r
 choose. Measured (thirty-seventh session): the folds chose the twin by 0.001 (`0.5,V=1` with V
 +2: +0.006 +- 0.002 over the floor, the parent +0.005 +- 0.002 with V +1.5); on DS2 it scored S
 F1 0.611 +- 0.140 at 100 %, 0.708 +- 0.045 at 10 % and 0.454 +- 0.093 at 1 %, V under its floor
-at 100 % and 10 % (0.953 and 0.950 against 0.959): no better than round 64's parent, and no lead
-over scratch beyond its spread (benchmarks/README.md, round 67)."""
+at 100 % and 10 % (0.953 and 0.950 against 0.959): S above round 64's parent on the mean at 100
+% and 10 % inside the seed spreads, under it at 1 %, V under it at each; no lead over scratch
+beyond its spread (benchmarks/README.md, round 67)."""
