@@ -5,8 +5,11 @@ pretraining objective reaches it: every heartlm objective pretrains the transfor
 probe pretrains the same kind of small network (two hidden layers of 256 over the beat and
 one neighbour each side, as `feature_scale_probe.py` and the floor read them) as a denoising
 autoencoder on unlabelled beats: a quarter of each row's columns hidden (zero, with their
-missing flag set), every known column reconstructed; and, apart, contrastively on the same
-beats in two leads (each training record's MLII rows beside its other lead's). It then
+missing flag set), every known column reconstructed; apart, contrastively on the same beats
+in two leads (each training record's MLII rows beside its other lead's); and apart again to
+name each unlabelled beat's morphology code (the codebook's k-means cluster, the
+transformer's masked-prediction target) from its patient-relative columns, which leave the
+code and the absolute shape out. It then
 fine-tunes each on one DS1 fold at a share of the labels, scores the other fold, and sets
 them beside the same network from a random start and the LightGBM floor on the same rows.
 
@@ -57,7 +60,8 @@ HIDE = 0.25
 TEMPERATURE = 0.1
 """the cross-lead contrast's softmax temperature (SimCLR's and CLOCS's order of size)"""
 ARMS = ("network, random start", "network, denoising-pretrained",
-        "network, cross-lead contrastive", "floor (LightGBM)")  # fmt: skip
+        "network, cross-lead contrastive", "network, code-pretrained",
+        "floor (LightGBM)")  # fmt: skip
 
 
 def encoder(n_inputs: int) -> nn.Sequential:
@@ -145,6 +149,20 @@ def pretrain_denoising(rows: np.ndarray, seed: int, epochs: int) -> nn.Sequentia
     return body
 
 
+def pretrain_codes(rows: np.ndarray, codes: np.ndarray, seed: int, epochs: int) -> nn.Sequential:
+    """An encoder trained to name each row's morphology code (`codes`, one per row, 0 to
+    max + 1) through a linear head."""
+    torch.manual_seed(seed)
+    inputs, targets = network_inputs(rows), torch.tensor(codes, dtype=torch.int64)
+    body = encoder(inputs.shape[1])
+    head = nn.Linear(WIDTH, int(targets.max()) + 1)
+    generator = torch.Generator().manual_seed(seed)
+    train([*body.parameters(), *head.parameters()],
+          (nn.functional.cross_entropy(head(body(inputs[b])), targets[b])
+           for b in epoch_batches(len(inputs), epochs, generator)))  # fmt: skip
+    return body
+
+
 def fine_tune(
     x: np.ndarray, y: np.ndarray, seed: int, steps: int, start: nn.Sequential | None
 ) -> nn.Module:
@@ -182,6 +200,7 @@ def probe(
     x = tree_floor.beat_inputs(labelled, "relative")
     pool = tree_floor.beat_inputs(unlabelled, "relative")
     both_leads = tree_floor.beat_inputs(paired, "relative")
+    codes = np.asarray(unlabelled.morph, np.float32)[:, None]
     if not pool.shape[1] == both_leads.shape[1] == x.shape[1]:
         raise SystemExit(f"rows of {x.shape[1]}, {pool.shape[1]} and {both_leads.shape[1]} "
                          "columns: tokenize the three folders with one codebook")  # fmt: skip
@@ -192,10 +211,12 @@ def probe(
     for train_fold, test_fold in (model_configs.FOLDS, model_configs.FOLDS[::-1]):
         te = fold_beats(labelled, test_fold, aami, 1.0, 0)
         rows = unseen_rows(unlabelled, pool, tuple(test_fold))
+        row_codes = unseen_rows(unlabelled, codes, tuple(test_fold))[:, 0].astype(np.int64)
         pairs = lead_pairs(paired, both_leads, tuple(test_fold))
         for seed in seeds:
             starts = (None, pretrain_denoising(rows, seed, pretrain_epochs),
-                      pretrain_cross_lead(*pairs, seed, contrast_epochs))  # fmt: skip
+                      pretrain_cross_lead(*pairs, seed, contrast_epochs),
+                      pretrain_codes(rows, row_codes, seed, pretrain_epochs))  # fmt: skip
             for fraction in fractions:
                 tr = fold_beats(labelled, train_fold, aami, fraction, seed)
                 for arm, start in zip(ARMS[:-1], starts, strict=True):
@@ -244,7 +265,8 @@ def main() -> int:
     p.add_argument("paired", help="MIT-BIH token folder with lead copies, the same codebook")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--steps", type=int, default=400, help="fine-tuning steps")
-    p.add_argument("--pretrain-epochs", type=int, default=3, help="the autoencoder's epochs")
+    p.add_argument("--pretrain-epochs", type=int, default=3,
+                   help="the autoencoder's and the code prediction's epochs")  # fmt: skip
     p.add_argument("--contrast-epochs", type=int, default=10, help="the contrast's epochs")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--label-fractions", type=float, nargs="+", default=[0.01, 0.1])

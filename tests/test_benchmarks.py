@@ -2422,6 +2422,29 @@ def _folds_chose(
     return [model_recipes.best_selected(selection, init) for init in inits]
 
 
+def test_the_per_beat_probe_s_code_pretraining_teaches_its_encoder_the_codes():
+    """Codes that no single column tells (the XOR of two signs): nearest class centroids in
+    the encoder's output name them after code pretraining, and not from a random start."""
+    import torch
+
+    rows = np.random.default_rng(0).normal(size=(2000, 6)).astype(np.float32)
+    codes = ((rows[:, 0] > 0) ^ (rows[:, 1] > 0)).astype(np.int64)
+
+    def named(body: torch.nn.Module) -> float:
+        with torch.no_grad():
+            out = body.eval()(feature_scale_probe.network_inputs(rows)).numpy()
+        centroids = np.stack([out[codes == k].mean(axis=0) for k in (0, 1)])
+        called = ((out[:, None, :] - centroids[None]) ** 2).sum(axis=-1).argmin(axis=1)
+        return float((called == codes).mean())
+
+    torch.manual_seed(0)
+    random_start = beat_mlp_pretraining_probe.encoder(
+        feature_scale_probe.network_inputs(rows).shape[1]
+    )
+    pretrained = beat_mlp_pretraining_probe.pretrain_codes(rows, codes, seed=0, epochs=20)
+    assert named(pretrained) > 0.9 > 0.75 > named(random_start)
+
+
 def test_the_per_beat_pretraining_probe_never_pretrains_on_the_scored_fold_s_patients():
     """A record of the scored fold is left out of the unlabelled rows under every name it
     has there: MIT-BIH's, a lead copy's, NSTDB's noise versions; other records stay."""
