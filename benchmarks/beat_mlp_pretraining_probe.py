@@ -150,8 +150,8 @@ def pretrain_denoising(rows: np.ndarray, seed: int, epochs: int) -> nn.Sequentia
 
 
 def pretrain_codes(rows: np.ndarray, codes: np.ndarray, seed: int, epochs: int) -> nn.Sequential:
-    """An encoder trained to name each row's morphology code (`codes`, one per row, 0 to
-    max + 1) through a linear head."""
+    """An encoder trained to name each row's morphology code (`codes`, one id per row)
+    through a linear head with an output per id up to the largest."""
     torch.manual_seed(seed)
     inputs, targets = network_inputs(rows), torch.tensor(codes, dtype=torch.int64)
     body = encoder(inputs.shape[1])
@@ -200,7 +200,7 @@ def probe(
     x = tree_floor.beat_inputs(labelled, "relative")
     pool = tree_floor.beat_inputs(unlabelled, "relative")
     both_leads = tree_floor.beat_inputs(paired, "relative")
-    codes = np.asarray(unlabelled.morph, np.float32)[:, None]
+    codes = np.asarray(unlabelled.morph, np.int64)
     if not pool.shape[1] == both_leads.shape[1] == x.shape[1]:
         raise SystemExit(f"rows of {x.shape[1]}, {pool.shape[1]} and {both_leads.shape[1]} "
                          "columns: tokenize the three folders with one codebook")  # fmt: skip
@@ -211,7 +211,7 @@ def probe(
     for train_fold, test_fold in (model_configs.FOLDS, model_configs.FOLDS[::-1]):
         te = fold_beats(labelled, test_fold, aami, 1.0, 0)
         rows = unseen_rows(unlabelled, pool, tuple(test_fold))
-        row_codes = unseen_rows(unlabelled, codes, tuple(test_fold))[:, 0].astype(np.int64)
+        row_codes = unseen_rows(unlabelled, codes, tuple(test_fold))
         pairs = lead_pairs(paired, both_leads, tuple(test_fold))
         for seed in seeds:
             starts = (None, pretrain_denoising(rows, seed, pretrain_epochs),

@@ -832,7 +832,7 @@ answers with RESUME). Two recipes, four new fold runs. Written after round 65's 
 read; the folds choose. On the folds an S offset would not help the parent (its S F1 0.494 at 0,
 0.491 at +0.5, 0.478 at -1: DS1's S calls are short of precision, DS2's of sensitivity), so none
 was added. Its first call (thirty-sixth session) was cut off while `select` scored the twin's
-`0.5,V=1` share; the second (thirty- seventh session) continued from its kept answers (RESUME).
+`0.5,V=1` share; the second (thirty-seventh session) continued from its kept answers (RESUME).
 Measured: the folds kept the parent (`0.5,V=1` with V +1: +0.007 +- 0.001 over the floor, as in
 rounds 63 and 64); the twin's best, `0.5,V=1` with V +1.5, ranked +0.004 +- 0.004 (seed 0
 +0.007, seed 1 -0.000), and its fold S F1 at no offset was lower at every share (0.472 against
