@@ -867,3 +867,26 @@ F1 0.611 +- 0.140 at 100 %, 0.708 +- 0.045 at 10 % and 0.454 +- 0.093 at 1 %, V 
 at 100 % and 10 % (0.953 and 0.950 against 0.959): S above round 64's parent on the mean at 100
 % and 10 % inside the seed spreads, under it at 1 %, V under it at each; no lead over scratch
 beyond its spread (benchmarks/README.md, round 67)."""
+
+
+ROUND_67 = dict(CONFIGS)
+ROUND_67_SHARES = dict(BEAT_MLP_SHARES)
+_PRETRAINED_68 = _PRETRAINED_64.replace("pretrained_nextleads_", "pretrained_nextleadsmlp_", 1)
+
+
+CONFIGS = {_PRETRAINED_64: ROUND_64[_PRETRAINED_64], _PRETRAINED_68: ROUND_64[_PRETRAINED_64]}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 68 (prepared in the thirty-eighth session): a pretrained start for the per-beat
+network. Every pretrained recipe so far pretrained the transformer alone; the per-beat
+network, which the recipes read V from (`V=1`), started at random in both initialisations,
+and in rounds 64, 65 and 67 the pretrained recipe tied or trailed scratch on V at 10 % and 1 %
+of the labels. The `nextleadsmlp` pretraining (model_flags.PRETRAIN_VARIANTS) is `nextleads`
+with that network (fine-tuning's width, depth and bins) trained beside it to name each
+unlabelled beat's morphology code from its patient-relative columns, the objective that lifted
+such a network's V on the DS1 folds in the CPU probe (0.873 +- 0.020 against 0.839 +- 0.018 at
+10 % of the labels). Round 64's pretrained choice as it ran there, beside the same fine-tuning
+flags from `nextleadsmlp` (fine-tuning keeps the pretrained network's bin edges), at the same
+shares. Pretrained only (scratch's choice is round 63's, scored on DS2). Two recipes, eight
+fold runs, four pretraining runs: one call. If the folds choose the parent, `final` stops (the
+ledger lists it from round 64). Written after round 67's DS2 scores were read; the folds
+choose."""

@@ -69,6 +69,19 @@ PRETRAIN_VARIANTS: dict[str, list[str]] = {
     "next": [*BEST, "--objective", "next"],
     "nextscale": [*BEST, "--objective", "next"],
     "nextleads": [*BEST, "--objective", "next"],
+    "nextleadsmlp": [
+        *BEST,
+        "--objective",
+        "next",
+        "--beat-mlp",
+        "1024",
+        "--beat-mlp-depth",
+        "2",
+        "--beat-mlp-bins",
+        "32",
+        "--beat-mlp-inputs",
+        "relative",
+    ],
     "bestleads": BEST,
     "nextrel": [*BEST, "--objective", "next", "--inputs", "relative"],
     "nextrhythm": [*BEST, "--objective", "next", "--inputs", "rhythm"],
@@ -163,7 +176,17 @@ run (from scratch: takes its architecture).
   (benchmarks/README.md, round 35).
 - `bestleads` (round 36): `best` (masked prediction, the AFIB recipes' encoder) on the same
   corpus: the other leads show the P wave and the atrial activity that AF is read from in
-  other projections (V1 above all)."""
+  other projections (V1 above all).
+- `nextleadsmlp` (round 68): `nextleads`, and the per-beat network of the beat recipes from
+  round 63 on (1,024 wide, two hidden layers, 32 bins: fine-tuning's `--beat-mlp` flags)
+  pretrained beside it to name each unlabelled beat's own morphology code from the
+  patient-relative columns of the beat and its neighbours (`pretrain --beat-mlp
+  --beat-mlp-inputs relative`: what fine-tuning with `--inputs relative` shows it), while the
+  transformer learns `next` on every input as in `nextleads`. The recipes read V from that
+  network alone (`V=1`), which every earlier pretrained recipe started at random, so
+  pretraining the transformer could not lift V; on the DS1 folds a CPU probe of the same
+  objective lifted such a network's V F1 at 10 % of the labels beyond the seed spread
+  (benchmarks/beat_mlp_pretraining_probe.py)."""
 
 
 SCALE = {
@@ -187,6 +210,7 @@ records (MIT-BIH DS1 and paced, NSTDB, LUDB) that `heartlm ingest` leaves out, s
 PRETRAIN_CORPUS = {
     "nextscale": "tok_pre_scale",
     "nextleads": "tok_pre_leads",
+    "nextleadsmlp": "tok_pre_leads",
     "bestleads": "tok_pre_leads",
 }
 """Token folder each pretraining variant trains on (others: tok_pre)."""

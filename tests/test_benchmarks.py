@@ -2722,18 +2722,48 @@ def test_round_67_slows_the_encoder_of_round_64s_pretrained_choice_layer_by_laye
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
     (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
     chosen = model_recipes.config_of(best)
+    assert chosen == rounds._PRETRAINED_64 and rounds.ROUND_67[chosen] == rounds.ROUND_64[chosen]
+    twin = rounds.ROUND_67[f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"]
+    assert twin == [*rounds.ROUND_67[chosen], "--layer-decay", "0.75"]
+    assert "--layer-decay" not in rounds.ROUND_67[chosen] and len(rounds.ROUND_67) == 2
+    assert not any("--from-scratch" in flags for flags in rounds.ROUND_67.values())
+    assert len(set(map(tuple, rounds.ROUND_67_SHARES.values()))) == 1
+    _scored_at_shares_their_names_read_back(rounds.ROUND_67, rounds.ROUND_67_SHARES)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
+    (chosen_67,) = _folds_chose(monkeypatch, 67, dict(rounds.ROUND_67), ("pretrained",))
+    assert model_recipes.config_of(chosen_67) == f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_67}"] == ["67"]
+
+
+def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_beat_network(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The parent is the pretrained recipe round 64's committed folds chose, as it ran there
+    (the DS2 ledger lists it from round 64); its twin has the same fine-tuning flags and starts
+    from `nextleadsmlp`: `nextleads`' flags and corpus, plus the per-beat network that those
+    fine-tuning flags shape (width, depth, bins), read on the relative view they give it."""
+    rounds = model_beat_rounds
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
+    (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
+    chosen = model_recipes.config_of(best)
     assert chosen == rounds._PRETRAINED_64 and rounds.CONFIGS[chosen] == rounds.ROUND_64[chosen]
-    twin = rounds.CONFIGS[f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"]
-    assert twin == [*rounds.CONFIGS[chosen], "--layer-decay", "0.75"]
-    assert "--layer-decay" not in rounds.CONFIGS[chosen] and len(rounds.CONFIGS) == 2
+    (twin_name,) = set(rounds.CONFIGS) - {chosen}
+    assert rounds.CONFIGS[twin_name] == rounds.CONFIGS[chosen]
+    assert [model_recipes.pretrain_variant(n) for n in (chosen, twin_name)] == [
+        "nextleads", "nextleadsmlp"]  # fmt: skip
+    variants, corpus = model_configs.PRETRAIN_VARIANTS, model_configs.PRETRAIN_CORPUS
+    parent_pre, twin_pre = variants["nextleads"], variants["nextleadsmlp"]
+    assert twin_pre[: len(parent_pre)] == parent_pre and corpus["nextleadsmlp"] == "tok_pre_leads"
+    tuned = rounds.CONFIGS[chosen]
+    for flag in ("--beat-mlp", "--beat-mlp-depth", "--beat-mlp-bins"):
+        assert twin_pre[twin_pre.index(flag) + 1] == tuned[tuned.index(flag) + 1], flag
+    assert twin_pre[twin_pre.index("--beat-mlp-inputs") + 1] == tuned[tuned.index("--inputs") + 1]
     assert not any("--from-scratch" in flags for flags in rounds.CONFIGS.values())
     assert len(set(map(tuple, rounds.BEAT_MLP_SHARES.values()))) == 1
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
-    (chosen_67,) = _folds_chose(monkeypatch, 67, dict(rounds.CONFIGS), ("pretrained",))
-    assert model_recipes.config_of(chosen_67) == f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"
-    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_67}"] == ["67"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:

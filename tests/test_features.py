@@ -623,3 +623,38 @@ def test_periodic_feature_embedding_reloads_to_identical_outputs(tmp_path: Path)
         model_config("tiny", n_features=3, feature_embedding="quantile")
     with pytest.raises(ValueError, match="periodic needs beat features"):
         model_config("tiny", n_features=0, feature_embedding="periodic")
+
+
+@pytest.mark.parametrize("name", ["masked", "next", "forecast"])
+def test_the_beat_code_loss_adds_the_per_beat_networks_code_cross_entropy(name):
+    """`beat_code_weight` W: the objective's loss plus W x the mean cross-entropy of
+    `beat_codes` naming each real beat's own code (padding left out), and loss_sum / count
+    is that sum too; the objective without it trains no code head."""
+    from heartlm.model import HeartLM, model_config
+    from heartlm.train.data import Batch
+    from heartlm.train.objectives import make_objective
+
+    torch.manual_seed(0)
+    valid = torch.ones(4, 32, dtype=torch.bool)
+    valid[1, 20:] = False
+    morph = torch.randint(5, 30, (4, 32))
+    morph[1, 20:] = 0
+    batch = Batch(morph, torch.randint(5, 9, (4, 32)), torch.zeros(4, 32, dtype=torch.long),
+                  torch.zeros(4, 32, dtype=torch.long), valid, torch.arange(4),
+                  torch.randn(4, 32, 3))  # fmt: skip
+    model = HeartLM(model_config("tiny", vocab_size=30, rhythm_vocab_size=9, n_features=3,
+                                 max_len=32, beat_mlp=8, beat_codes=True,
+                                 causal=name != "masked"))  # fmt: skip
+    kw = {"feature_columns": torch.tensor([True, True, False]), "feature_weight": 1.0}
+    if name == "forecast":
+        kw["lookahead_columns"] = torch.tensor([False, False, True])
+    plain, _ = make_objective(name, 30, **kw)(model, batch)
+    objective = make_objective(name, 30, beat_code_weight=0.5, **kw)
+    both, sums = objective(model, batch)
+    codes = model.beat_codes(batch.features, valid)[..., :30]
+    real = valid & (morph >= 5)
+    expected = torch.nn.functional.cross_entropy(codes[real], morph[real].long())
+    assert both.item() == pytest.approx(plain.item() + 0.5 * expected.item(), rel=1e-5)
+    assert (sums["loss_sum"] / sums["count"]).item() == pytest.approx(both.item(), rel=1e-5)
+    assert "beat_codes" in objective.heads
+    assert "beat_codes" not in make_objective(name, 30, **kw).heads

@@ -1568,3 +1568,45 @@ def test_ensemble_members_get_the_first_runs_checks(corpus, tmp_path, capsys):
     assert "trained without --afib-beat-loss" not in capsys.readouterr().err
     assert _cli(*args, "--ensemble", whole) == 0
     assert "trained without --afib-beat-loss" in capsys.readouterr().err  # the member's
+
+
+def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(
+    corpus, tmp_path, capsys
+):
+    """`pretrain --beat-mlp`: the network, its code head and its bin edges are in the run;
+    fine-tuning with the same shape starts from those weights and keeps the edges (refitting
+    them on its own training beats would move them); another width is refused."""
+    from safetensors.torch import load_file
+
+    pre = tmp_path / "pre_mlp"
+    shape = ["--beat-mlp", "16", "--beat-mlp-depth", "2", "--beat-mlp-bins", "4"]
+    base = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+            "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu",
+            "--objective", "next"]  # fmt: skip
+    assert _cli(*base, "--beat-mlp-inputs", "relative", *shape) == 0
+    saved = json.loads((pre / "config.json").read_text())["model"]
+    assert (saved["beat_mlp"], saved["beat_codes"], saved["causal"]) == (16, True, True)
+    assert saved["beat_mlp_hidden"] and not saved["absolute_columns"]
+    pretrained = load_file(pre / "model.safetensors")
+    assert bool(pretrained["beat_mlp.bins.fitted"])
+    out = tmp_path / "ft_from_mlp"
+    tune = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
+            "--batch", "8", "--steps", "1", "--warmup", "1", "--lr", "1e-9", "--device", "cpu",
+            "--inputs", "relative", *shape]  # fmt: skip
+    assert _cli(*tune) == 0
+    tuned = load_file(out / "model.safetensors")
+    assert torch.equal(tuned["beat_mlp.bins.edges"], pretrained["beat_mlp.bins.edges"])
+    for name in ("beat_mlp.hidden.weight", "beat_mlp.hidden2.weight", "beat_code_head.weight"):
+        torch.testing.assert_close(tuned[name], pretrained[name], atol=1e-6, rtol=0)
+    scratch = tmp_path / "ft_fresh_mlp"
+    assert _cli("finetune", corpus / "pre", *tune[2:4], "--out", scratch, *tune[6:]) == 0
+    refit = load_file(scratch / "model.safetensors")["beat_mlp.bins.edges"]
+    assert not torch.equal(refit, pretrained["beat_mlp.bins.edges"])
+    assert _cli(*tune[:-6], "--beat-mlp", "8", "--overwrite") == 2
+    assert "per-beat network 16 wide, not 8 (--beat-mlp)" in capsys.readouterr().err
+    for extra, said in ((("--beat-mlp-depth", "2"), "--beat-mlp-depth shapes the per-beat "
+                         "network: add --beat-mlp WIDTH"),
+                        (("--beat-mlp", "4", "--beat-mlp-bins", "1"), "--beat-mlp-bins must be"
+                         " 0 or between 2 and 256, not 1")):  # fmt: skip
+        assert _cli(*base, "--overwrite", *extra) == 2
+        assert said in capsys.readouterr().err

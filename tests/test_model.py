@@ -118,7 +118,7 @@ def test_the_only_buffer_is_a_constant_so_ddp_need_not_broadcast_buffers(embeddi
     only while no buffer changes in training, like a norm's running statistics would."""
     model = _tiny(n_features=3, feature_embedding=embedding)
     before = {name: b.clone() for name, b in model.named_buffers()}
-    assert set(before) == {"absolute_index"}
+    assert set(before) == {"absolute_index", "beat_mlp_hidden"}  # column indices: constants
     morph, rhythm = _inputs()
     model.train()
     model(morph, rhythm, features_BTF=torch.randn(2, 16, 3), head="next").sum().backward()
@@ -500,3 +500,41 @@ def test_a_config_json_field_of_the_wrong_type_or_value_is_one_error_naming_it(
     with pytest.raises(HeartlmError) as caught:
         load_pretrained(tmp_path)
     assert caught.value.path == str(path) and says in caught.value.message
+
+
+def test_the_per_beat_networks_code_head_reads_that_network_alone_and_trains_apart():
+    """`beat_codes`: each beat's code from the per-beat network's last hidden layer, never
+    from the transformer; `beat_mlp_hidden` columns read as zero for that network only; the
+    shared hidden layers train with either head, the code head only with its own."""
+    model = _tiny(n_features=3, beat_mlp=8, beat_mlp_depth=2, beat_codes=True,
+                  beat_mlp_hidden=(2,), causal=True).eval()  # fmt: skip
+    morph, rhythm = _inputs()
+    features = torch.randn(2, 16, 3)
+    codes = model.beat_codes(features, None)
+    assert codes.shape == (2, 16, model.cfg.padded_vocab)
+    other_morph, _ = _inputs(seed=5)
+    logits, same = model(other_morph, rhythm, head="next", features_BTF=features,
+                         beat_features_BTF=features)  # fmt: skip
+    torch.testing.assert_close(same, codes)  # the codes ignore the tokens the transformer reads
+    assert torch.equal(logits, model(other_morph, rhythm, head="next", features_BTF=features))
+    hidden_column = features.clone()
+    hidden_column[..., 2] += 5.0
+    torch.testing.assert_close(model.beat_codes(hidden_column, None), codes)
+    moved = features.clone()
+    moved[..., 1] += 5.0
+    assert not torch.allclose(model.beat_codes(moved, None), codes)
+    # the transformer still reads column 2: beat_mlp_hidden is the network's alone
+    assert not torch.equal(model(morph, rhythm, head="next", features_BTF=hidden_column),
+                           model(morph, rhythm, head="next", features_BTF=features))  # fmt: skip
+    model.use_heads(("next", "beat_codes"))
+    assert model.beat_mlp.hidden2.weight.requires_grad and model.beat_code_head.weight.requires_grad
+    assert not model.beat_mlp.out.weight.requires_grad and not model.beat_head.weight.requires_grad
+    model.use_heads(("beat",))
+    assert model.beat_mlp.hidden2.weight.requires_grad and model.beat_mlp.out.weight.requires_grad
+    assert not model.beat_code_head.weight.requires_grad
+    with pytest.raises(ValueError, match="not for a causal model"):
+        _tiny(n_features=3, beat_mlp=8, causal=True)
+    with pytest.raises(ValueError, match="beat_codes names codes from the per-beat network"):
+        _tiny(n_features=3, beat_codes=True)
+    with pytest.raises(ValueError, match="outside the 3 beat features"):
+        _tiny(n_features=3, beat_mlp=8, beat_mlp_hidden=(3,))

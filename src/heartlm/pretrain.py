@@ -11,7 +11,13 @@ from typing import Any
 from heartlm.errors import HeartlmError
 from heartlm.inputs import INPUTS
 from heartlm.log import logger
-from heartlm.model.config import FEATURE_EMBEDDINGS, PRESETS, check_dropout
+from heartlm.model.config import (
+    FEATURE_EMBEDDINGS,
+    MAX_BEAT_MLP_BINS,
+    MAX_BEAT_MLP_DEPTH,
+    PRESETS,
+    check_dropout,
+)
 from heartlm.settings import field_defaults, setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
@@ -20,6 +26,9 @@ EXPORTS = ("last", "best")
 FEATURE_TARGETS = ("shape", "all")
 OBJECTIVES = ("masked", "next", "forecast", "contrastive")
 CAUSAL_OBJECTIVES = ("next", "forecast", "contrastive")
+BEAT_CODE_WEIGHT = 1.0
+"""`--beat-mlp`: the weight of the per-beat network's code loss beside the objective's (the
+code's cross-entropy of both is about the same size, 2-4 nats on the study's corpora)"""
 VAL_RISE = 0.10
 """A validation loss this far (relative) above its lowest at the end of a run exported with
 `--export last` is reported: the encoder is fitting its training records (the model
@@ -76,6 +85,21 @@ class PretrainConfig:
     inputs: str = setting("all", choices=INPUTS, group=MODEL)
     """the beat inputs the model reads, as `heartlm finetune --inputs`: pretraining on the view
     that fine-tuning will have (relative and rhythm read every code as MASK)"""
+    beat_mlp: int = setting(0, metavar="WIDTH", group=MODEL)
+    """pretrain the per-beat network of `heartlm finetune --beat-mlp` too, WIDTH wide (0:
+    none): beside the objective it learns to name each beat's own morphology code from the
+    beat's and its two neighbours' feature columns (never from the transformer), so
+    fine-tuning starts it from what it learnt; fine-tuning then keeps its width, depth and
+    bin edges"""
+    beat_mlp_depth: int = setting(1, metavar="N", group=MODEL)
+    """with --beat-mlp: its hidden layers (1-4)"""
+    beat_mlp_bins: int = setting(0, metavar="N", group=MODEL)
+    """with --beat-mlp: each of its input columns also through a piecewise-linear encoding
+    over N (2-256) quantile bins of the training beats (0: off)"""
+    beat_mlp_inputs: str | None = setting(None, choices=INPUTS, group=MODEL)
+    """with --beat-mlp: the feature columns it reads, as --inputs names them (default:
+    --inputs'); the view fine-tuning will give it, e.g. relative while the transformer reads
+    all"""
     skip_short: bool = setting(False, group=MODEL)
     """skip records shorter than --window instead of padding them"""
     val_fraction: float = setting(0.1, group=MODEL)
@@ -130,6 +154,23 @@ class PretrainConfig:
             raise ValueError("--export best needs validation records (--val-fraction > 0)")
         if self.train.patience and self.export != "best":
             raise ValueError("--patience stops on the validation loss: it needs --export best")
+        self._validate_beat_mlp()
+
+    def _validate_beat_mlp(self) -> None:
+        if self.beat_mlp < 0:
+            raise ValueError(f"--beat-mlp must be >= 0, not {self.beat_mlp}")
+        if not 1 <= self.beat_mlp_depth <= MAX_BEAT_MLP_DEPTH:
+            raise ValueError(f"--beat-mlp-depth must be between 1 and {MAX_BEAT_MLP_DEPTH}, "
+                             f"not {self.beat_mlp_depth}")  # fmt: skip
+        if not (self.beat_mlp_bins == 0 or 2 <= self.beat_mlp_bins <= MAX_BEAT_MLP_BINS):
+            raise ValueError(f"--beat-mlp-bins must be 0 or between 2 and {MAX_BEAT_MLP_BINS}, "
+                             f"not {self.beat_mlp_bins}")  # fmt: skip
+        shaping = [flag for flag, given in (("--beat-mlp-depth", self.beat_mlp_depth != 1),
+                                            ("--beat-mlp-bins", self.beat_mlp_bins != 0),
+                                            ("--beat-mlp-inputs", self.beat_mlp_inputs))
+                   if given]  # fmt: skip
+        if shaping and not self.beat_mlp:
+            raise ValueError(f"{shaping[0]} shapes the per-beat network: add --beat-mlp WIDTH")
 
 
 Config = PretrainConfig
@@ -165,6 +206,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
         raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
     lookahead = _forecast_hidden(cfg, data, seen) if cfg.objective in FORECASTS else None
+    network = _beat_mlp_settings(cfg, data)
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -180,6 +222,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             code_weight=cfg.code_weight,
             hide_rhythm=cfg.feature_target == "all",
             span=cfg.mask_span,
+            beat_code_weight=BEAT_CODE_WEIGHT if cfg.beat_mlp else 0.0,
             **({"lookahead_columns": lookahead} if lookahead is not None else {}),
         )
         mcfg = model_config(
@@ -192,6 +235,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             causal=cfg.objective in CAUSAL_OBJECTIVES,
             choice_critic=cfg.objective == "contrastive",
             dropout=cfg.dropout,
+            **network,
             **seen,
         )
     except ValueError as exc:
@@ -204,6 +248,28 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
             cfg.tokens,
         )
     return data, objective, mcfg
+
+
+def _beat_mlp_settings(cfg: PretrainConfig, data: Any) -> dict[str, Any]:
+    """The ModelConfig fields of `--beat-mlp` (none without it); HeartlmError where the
+    tokens carry no beat features for it to read."""
+    if not cfg.beat_mlp:
+        return {}
+    if not data.n_features:
+        raise HeartlmError("--beat-mlp reads beat features; these tokens have none (tokenize "
+                           "with beat features)", cfg.tokens / "tokens.json")  # fmt: skip
+    from heartlm.inputs import hidden_columns
+
+    names = data.meta.get("features", [])
+    own = hidden_columns(names, cfg.beat_mlp_inputs or cfg.inputs)
+    seen = hidden_columns(names, cfg.inputs)
+    if len(set(own) | set(seen)) == len(names):
+        raise HeartlmError(f"--beat-mlp-inputs {cfg.beat_mlp_inputs} with --inputs {cfg.inputs} "
+                           "leave the per-beat network no feature column",
+                           cfg.tokens / "tokens.json")  # fmt: skip
+    return {"beat_mlp": cfg.beat_mlp, "beat_mlp_depth": cfg.beat_mlp_depth,
+            "beat_mlp_bins": cfg.beat_mlp_bins, "beat_codes": True,
+            "beat_mlp_hidden": tuple(c for c in own if c not in seen)}  # fmt: skip
 
 
 def _forecast_hidden(cfg: PretrainConfig, data: Any, seen: dict[str, Any]) -> Any:
@@ -397,6 +463,8 @@ def _train(
         train_s, val_s = _samplers(cfg, splits, env.device)
         torch.manual_seed(cfg.train.seed)
         model = HeartLM(mcfg)
+        if splits[0].features is not None:  # a resume's checkpoint then restores the same
+            model.fit_beat_mlp_bins(splits[0].features, cfg.train.seed)
         info = {
             "vocab_size": data.vocab_size,
             "rhythm_vocab_size": data.rhythm_vocab_size,

@@ -77,6 +77,16 @@ class ModelConfig:
     encoding over this many quantile bins of the fine-tuning rows (`heartlm.model.piecewise`;
     0: the columns only). On the DS1 folds it lifts such a network's V sensitivity from 0.918
     to 0.932 (benchmarks/feature_scale_probe.py): a tree's thresholds, drawn by a network."""
+    beat_codes: bool = False
+    """the per-beat network also names each beat's morphology code from its inputs: a head
+    from its last hidden layer over the vocabulary (`pretrain --beat-mlp`). It gives that
+    network a start learnt without labels; fine-tuning keeps the head and leaves it still. On
+    the DS1 folds a network pretrained so found V beats beyond the seed spread of a random
+    start at 10 % of the labels (benchmarks/beat_mlp_pretraining_probe.py)."""
+    beat_mlp_hidden: tuple[int, ...] = ()
+    """feature columns the per-beat network alone reads as zero, beside `absolute_columns`
+    (`pretrain --beat-mlp-inputs`): pretrained on the view its fine-tuning will give it while
+    the transformer reads another"""
     choice_critic: bool = False
     """the critic of `pretrain --objective contrastive`: a query from each position's state
     and a key from each candidate beat's features (a small MLP), both d_model wide; head
@@ -100,6 +110,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "absolute_columns", tuple(self.absolute_columns))
+        object.__setattr__(self, "beat_mlp_hidden", tuple(self.beat_mlp_hidden))
         sizes = {"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
                  "d_ff": self.d_ff, "max_len": self.max_len}  # fmt: skip
         small = next((k for k, v in sizes.items() if v < 1), None)
@@ -129,8 +140,16 @@ class ModelConfig:
             raise ValueError(f"beat_mlp must be >= 0, not {self.beat_mlp}")
         if self.beat_mlp and not self.n_features:
             raise ValueError("beat_mlp needs beat features (token format v2 or later)")
-        if self.beat_mlp and self.causal:
+        if self.beat_mlp and self.causal and not self.beat_codes:
+            # a causal model's network only names each beat's own code (pretraining)
             raise ValueError("beat_mlp reads the beat after each one: not for a causal model")
+        if self.beat_codes and not self.beat_mlp:
+            raise ValueError("beat_codes names codes from the per-beat network: needs beat_mlp")
+        if self.beat_mlp_hidden and not self.beat_mlp:
+            raise ValueError("beat_mlp_hidden hides the per-beat network's columns: needs beat_mlp")
+        if any(not 0 <= c < self.n_features for c in self.beat_mlp_hidden):
+            raise ValueError(f"beat_mlp_hidden holds columns outside the {self.n_features} "
+                             "beat features")  # fmt: skip
         if not 1 <= self.beat_mlp_depth <= MAX_BEAT_MLP_DEPTH:
             raise ValueError(f"beat_mlp_depth must be between 1 and {MAX_BEAT_MLP_DEPTH}, "
                              f"not {self.beat_mlp_depth}")  # fmt: skip

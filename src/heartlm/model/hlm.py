@@ -205,6 +205,11 @@ class HeartLM(nn.Module, Pretrained):
         self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         self.beat_head = nn.Linear(cfg.d_model, cfg.n_beat_classes)
         self.beat_mlp = _beat_mlp(cfg)
+        self.beat_code_head = nn.Linear(cfg.beat_mlp, cfg.padded_vocab) if cfg.beat_codes else None
+        self.register_buffer(
+            "beat_mlp_hidden", torch.tensor(cfg.beat_mlp_hidden, dtype=torch.long),
+            persistent=False,
+        )  # fmt: skip
         self.window_head = nn.Linear(cfg.d_model, cfg.n_window_classes)
         self.apply(self._init)
         for block in self.blocks:  # GPT-2 style scaling of the residual projections
@@ -233,6 +238,10 @@ class HeartLM(nn.Module, Pretrained):
                 *([] if self.beat_mlp is None else self.beat_mlp.parameters()),
             ],
             "window": list(self.window_head.parameters()),
+            "beat_codes": [
+                *([] if self.beat_code_head is None else self.beat_code_head.parameters()),
+                *([] if self.beat_mlp is None else self.beat_mlp[:-1].parameters()),
+            ],
         }
 
     def use_attention_kernel(self, name: str) -> None:
@@ -245,13 +254,17 @@ class HeartLM(nn.Module, Pretrained):
             block.attention_kernel = kernel
 
     def use_heads(self, heads: tuple[str, ...]) -> None:
-        """Freeze the heads an objective does not use (DDP then needs no unused search)."""
+        """Freeze the heads an objective does not use (DDP then needs no unused search); a
+        parameter that two heads share (the per-beat network's hidden layers: `beat` and
+        `beat_codes`) trains when either does."""
         wanted = {"mlm" if h == "next" else h for h in heads}
         if wanted & {"masked", "choice"}:
             wanted.add("mlm")
-        for name, params in self.head_parameters().items():
+        groups = self.head_parameters()
+        trained = {id(p) for name in wanted & groups.keys() for p in groups[name]}
+        for params in groups.values():
             for p in params:
-                p.requires_grad_(name in wanted)
+                p.requires_grad_(id(p) in trained)
 
     def encode(
         self,
@@ -302,7 +315,7 @@ class HeartLM(nn.Module, Pretrained):
             return False
         with torch.no_grad():
             rows = torch.from_numpy(np.asarray(features_NF, np.float32))[None]
-            near = beat_neighbourhood(self._visible(rows.to(bins.edges.device)), None)[0]
+            near = beat_neighbourhood(self._beat_mlp_view(rows.to(bins.edges.device)), None)[0]
         bins.fit(near.float().cpu().numpy(), seed)
         return True
 
@@ -316,6 +329,23 @@ class HeartLM(nn.Module, Pretrained):
             features_BTF = features_BTF.index_fill(-1, self.absolute_index, 0.0)
         return features_BTF
 
+    def _beat_mlp_view(self, features_BTF: Tensor | None) -> Tensor:
+        """The feature rows as the per-beat network reads them: `_visible`'s, with the
+        network's own `beat_mlp_hidden` columns zeroed too."""
+        features_BTF = self._visible(features_BTF)
+        if self.cfg.beat_mlp_hidden:
+            features_BTF = features_BTF.index_fill(-1, self.beat_mlp_hidden, 0.0)
+        return features_BTF
+
+    def beat_codes(self, features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
+        """(B, T, padded vocab) logits of each beat's morphology code from the per-beat
+        network's last hidden layer (`beat_codes`): what it reads of the beat and its two
+        neighbours, never the transformer's state."""
+        if self.beat_mlp is None or self.beat_code_head is None:
+            raise ValueError("beat_codes needs a model with beat_mlp and beat_codes")
+        near = beat_neighbourhood(self._beat_mlp_view(features_BTF), valid_BT)
+        return self.beat_code_head(self.beat_mlp[:-1](near.to(self.beat_code_head.weight.dtype)))
+
     def forward(
         self,
         morph_BT: Tensor,
@@ -325,6 +355,26 @@ class HeartLM(nn.Module, Pretrained):
         positions_BK: Tensor | None = None,
         features_BTF: Tensor | None = None,
         targets_BTF: Tensor | None = None,
+        beat_features_BTF: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, ...]:
+        """`head`'s output; given `beat_features_BTF` (a pretraining objective's beats as they
+        are, before it hides any), the pair of that output and `beat_codes` of those beats:
+        one forward, so DDP sees every trained parameter in a single graph."""
+        out = self._head(morph_BT, rhythm_BT, valid_BT, head, positions_BK, features_BTF,
+                         targets_BTF)  # fmt: skip
+        if beat_features_BTF is None:
+            return out
+        return out, self.beat_codes(beat_features_BTF, valid_BT)
+
+    def _head(
+        self,
+        morph_BT: Tensor,
+        rhythm_BT: Tensor,
+        valid_BT: Tensor | None,
+        head: str,
+        positions_BK: Tensor | None,
+        features_BTF: Tensor | None,
+        targets_BTF: Tensor | None,
     ) -> Tensor | tuple[Tensor, ...]:
         h = self.encode(morph_BT, rhythm_BT, valid_BT, features_BTF)
         if head == "hidden":
@@ -351,7 +401,7 @@ class HeartLM(nn.Module, Pretrained):
                 if head == "beat_parts":
                     raise ValueError("head 'beat_parts' needs a model with beat_mlp")
                 return self.beat_head(h)
-            near = beat_neighbourhood(self._visible(features_BTF), valid_BT)
+            near = beat_neighbourhood(self._beat_mlp_view(features_BTF), valid_BT)
             parts = self.beat_head(h), self.beat_mlp(near.to(h.dtype))
             # "beat_parts": the transformer's and the per-beat network's logits, whose sum is
             # "beat"'s (a fine-tuning loss on the network alone, --beat-mlp-loss)

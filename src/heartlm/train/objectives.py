@@ -9,7 +9,7 @@ does not depend on the number of ranks, on micro-batching or on resuming.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +151,40 @@ def add_choice_loss(
     return loss, sums
 
 
+def beat_code_inputs(weight: float, batch: Batch) -> dict[str, Tensor]:
+    """The model's keyword for `beat_codes` logits of the batch's beats as they are (none
+    where `weight` is 0 or the beats carry no features)."""
+    if weight > 0 and batch.features is not None:
+        return {"beat_features_BTF": batch.features}
+    return {}
+
+
+def add_beat_code_loss(
+    loss: Tensor,
+    sums: dict[str, Tensor],
+    codes_BTV: Tensor | None,
+    batch: Batch,
+    vocab_size: int,
+    weight: float,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`weight` x the mean cross-entropy of the per-beat network naming each real beat's own
+    code (`HeartLM.beat_codes`), added to the loss; its sum is scaled to the objective's
+    `count`, so that a validation's loss_sum / count is the code's mean loss plus `weight` x
+    this one whatever share of the beats the objective predicts."""
+    if codes_BTV is None:
+        return loss, sums
+    real = _real_beats(batch)
+    labels = torch.where(real, batch.morph.long(), IGNORE)
+    mean, _ = vocab_loss(codes_BTV, labels, vocab_size, 0.0)
+    loss = loss + weight * mean
+    return loss, {**sums, "loss_sum": sums["loss_sum"] + weight * mean.detach() * sums["count"]}
+
+
+def _split_codes(out: Any, asked: dict[str, Tensor]) -> tuple[Any, Tensor | None]:
+    """The model's output and its `beat_codes` logits (None where not asked for)."""
+    return out if asked else (out, None)
+
+
 def _real_beats(batch: Batch) -> Tensor:
     real = batch.morph >= NUM_SPECIAL
     return real if batch.valid is None else real & batch.valid
@@ -185,6 +219,9 @@ class MaskedBeats:
     """a replaced beat's rhythm token is MASK too (when its RR columns are hidden)"""
     span: int = 1
     """beats are chosen in aligned runs of this many (1: one by one)"""
+    beat_code_weight: float = 0.0
+    """weight of the per-beat network naming each beat's own code from its inputs
+    (`add_beat_code_loss`; 0: off, the model needs `beat_codes` otherwise)"""
     name: str = "masked"
     heads: tuple[str, ...] = ("mlm",)
 
@@ -197,6 +234,8 @@ class MaskedBeats:
             raise ValueError(f"--mask-span must be >= 1, not {self.span}")
         if self.feature_weight > 0 and self.feature_columns is not None:
             self.heads = ("mlm", "masked")  # the reconstruction head learns too
+        if self.beat_code_weight > 0:
+            self.heads = (*self.heads, "beat_codes")
 
     def n_masked(self, window: int) -> int:
         if self.span == 1:
@@ -246,16 +285,24 @@ class MaskedBeats:
         rhythm = batch.rhythm
         if self.hide_rhythm:  # the beats whose token was replaced
             rhythm = torch.where(morph != batch.morph, MASK, rhythm)
+        asked = beat_code_inputs(self.beat_code_weight, batch)
         if self.gather_head:
-            out = model(morph, rhythm, batch.valid, head="masked" if reconstruct else "mlm",
-                        positions_BK=positions, features_BTF=features)  # fmt: skip
+            out, codes = _split_codes(
+                model(morph, rhythm, batch.valid, head="masked" if reconstruct else "mlm",
+                      positions_BK=positions, features_BTF=features, **asked), asked
+            )  # fmt: skip
             logits, recon_BKF = out if reconstruct else (out, None)
         else:
-            logits = model(morph, rhythm, batch.valid, head="next", features_BTF=features)
+            logits, codes = _split_codes(
+                model(morph, rhythm, batch.valid, head="next", features_BTF=features, **asked),
+                asked,
+            )
             logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
             recon_BKF = None
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
         loss, sums = weigh_code_loss(loss, sums, self.code_weight)
+        loss, sums = add_beat_code_loss(loss, sums, codes, batch, self.vocab_size,
+                                        self.beat_code_weight)  # fmt: skip
         if recon_BKF is None:
             return loss, sums
         idx = positions[..., None].expand(-1, -1, batch.features.shape[-1])
@@ -291,6 +338,9 @@ class NextBeat:
     feature_weight: float = 0.0
     code_weight: float = 1.0
     lookahead_columns: Tensor | None = None
+    beat_code_weight: float = 0.0
+    """weight of the per-beat network naming each beat's own code from its inputs
+    (`add_beat_code_loss`; 0: off, the model needs `beat_codes` otherwise)"""
     contrastive: bool = False
     name: str = "next"
     heads: tuple[str, ...] = ("next",)
@@ -300,6 +350,8 @@ class NextBeat:
             raise ValueError("a contrastive forecast needs feature_columns and feature_weight > 0")
         if self.forecasts:
             self.heads = ("mlm", "choice") if self.contrastive else ("mlm", "masked")
+        if self.beat_code_weight > 0:
+            self.heads = (*self.heads, "beat_codes")
 
     @property
     def forecasts(self) -> bool:
@@ -317,21 +369,29 @@ class NextBeat:
             features = hide_features(features, everywhere, self.lookahead_columns)
             rhythm = torch.where(rhythm != PAD, MASK, rhythm)  # UNK too: it marks a gap after
             morph = torch.where(morph >= NUM_SPECIAL, MASK, morph)
+        asked = beat_code_inputs(self.beat_code_weight, batch)
         if forecast and self.contrastive:
             targets = hide_features(batch.features, everywhere, ~self.feature_columns)
-            logits, query, key = model(morph, rhythm, batch.valid, head="choice",
-                                       features_BTF=features, targets_BTF=targets)  # fmt: skip
+            (logits, query, key), codes = _split_codes(
+                model(morph, rhythm, batch.valid, head="choice", features_BTF=features,
+                      targets_BTF=targets, **asked), asked
+            )  # fmt: skip
         else:
-            out = model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
-                        features_BTF=features)  # fmt: skip
+            out, codes = _split_codes(
+                model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
+                      features_BTF=features, **asked), asked
+            )  # fmt: skip
             logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
         labels = torch.where(real, batch.morph.long(), IGNORE)
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE)
         loss, sums = vocab_loss(logits, labels, self.vocab_size, self.label_smoothing)
+        if forecast:
+            loss, sums = weigh_code_loss(loss, sums, self.code_weight)
+        loss, sums = add_beat_code_loss(loss, sums, codes, batch, self.vocab_size,
+                                        self.beat_code_weight)  # fmt: skip
         if not forecast:
             return loss, sums
-        loss, sums = weigh_code_loss(loss, sums, self.code_weight)
         if self.contrastive:
             return add_choice_loss(loss, sums, query, key, real, self.feature_weight)
         target_BTF = F.pad(batch.features[:, 1:].float(), (0, 0, 0, 1))

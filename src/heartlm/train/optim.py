@@ -61,8 +61,9 @@ def layer_depth(name: str, n_layers: int) -> int:
     """0 for the input embeddings, i + 1 for transformer block i, n_layers + 1 for the final
     norm and the heads (wrapper prefixes such as `module.` or `_orig_mod.` are ignored).
     `stats_proj` (`--local-stats`) and `beat_mlp` (`--beat-mlp`) count with the heads:
-    fine-tuning adds them freshly initialised, so they learn at the heads' rate and train
-    while `--head-first` holds the pretrained encoder still."""
+    fine-tuning adds them freshly initialised (or starts the network from `pretrain
+    --beat-mlp`'s, which no transformer layer feeds), so they learn at the heads' rate and
+    train while `--head-first` holds the pretrained encoder still."""
     parts = name.split(".")
     if "blocks" in parts:
         return int(parts[parts.index("blocks") + 1]) + 1
