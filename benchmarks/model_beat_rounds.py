@@ -889,4 +889,25 @@ flags from `nextleadsmlp` (fine-tuning keeps the pretrained network's bin edges)
 shares. Pretrained only (scratch's choice is round 63's, scored on DS2). Two recipes, eight
 fold runs, four pretraining runs: one call. If the folds choose the parent, `final` stops (the
 ledger lists it from round 64). Written after round 67's DS2 scores were read; the folds
-choose."""
+choose. Measured (thirty-eighth session, commit cc283f8): the folds kept the parent (`0.5,V=1`
+with V +1: +0.002 +- 0.001 over the floor; the twin's best, share 1 with V +1, -0.001 +-
+0.001). The twin's pretraining was flawed: its validation loss counted the network's code
+loss, which on the held-out patients was lowest at step 100 and then rose (11.8 -> 21.7)
+while `next`'s was lowest at 300-400, so `--export best` exported both the network and the
+transformer at step 100. DS2 not scored (benchmarks/README.md, round 68)."""
+
+
+ROUND_68 = dict(CONFIGS)
+ROUND_68_SHARES = dict(BEAT_MLP_SHARES)
+
+
+CONFIGS = dict(ROUND_68)
+BEAT_MLP_SHARES = dict(ROUND_68_SHARES)
+"""Round 69 (prepared in the thirty-eighth session): round 68 again, its pretraining
+mended. From this round `pretrain --beat-mlp` backpropagates the network's code loss beside
+the objective and reports it apart (`val_beat_code_loss`), and the validation loss that
+`--export best` and `--patience` read is the objective's alone, so the `nextleadsmlp` encoder
+is exported at the step its `next` objective is best, as `nextleads`' is, with the network
+trained for as long. The same recipes, names and shares as round 68; only the code behind
+the twin's pretraining differs. If the folds choose the parent, `final` stops (the ledger
+lists it from round 64). Written after round 68's folds were read; the folds choose."""

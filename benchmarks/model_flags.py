@@ -186,7 +186,9 @@ run (from scratch: takes its architecture).
   network alone (`V=1`), which every earlier pretrained recipe started at random, so
   pretraining the transformer could not lift V; on the DS1 folds a CPU probe of the same
   objective lifted such a network's V F1 at 10 % of the labels beyond the seed spread
-  (benchmarks/beat_mlp_pretraining_probe.py)."""
+  (benchmarks/beat_mlp_pretraining_probe.py). In round 68 the validation loss counted the
+  network's code loss, which chose step 100 for the export; from round 69 it does not
+  (`pretrain`'s `val_beat_code_loss`)."""
 
 
 SCALE = {

@@ -2747,23 +2747,27 @@ def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_b
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_64_SHARES)
     (best,) = _folds_chose(monkeypatch, 64, rounds.ROUND_64, ("pretrained",))
     chosen = model_recipes.config_of(best)
-    assert chosen == rounds._PRETRAINED_64 and rounds.CONFIGS[chosen] == rounds.ROUND_64[chosen]
-    (twin_name,) = set(rounds.CONFIGS) - {chosen}
-    assert rounds.CONFIGS[twin_name] == rounds.CONFIGS[chosen]
+    assert chosen == rounds._PRETRAINED_64 and rounds.ROUND_68[chosen] == rounds.ROUND_64[chosen]
+    (twin_name,) = set(rounds.ROUND_68) - {chosen}
+    assert rounds.ROUND_68[twin_name] == rounds.ROUND_68[chosen]
     assert [model_recipes.pretrain_variant(n) for n in (chosen, twin_name)] == [
         "nextleads", "nextleadsmlp"]  # fmt: skip
     variants, corpus = model_configs.PRETRAIN_VARIANTS, model_configs.PRETRAIN_CORPUS
     parent_pre, twin_pre = variants["nextleads"], variants["nextleadsmlp"]
     assert twin_pre[: len(parent_pre)] == parent_pre and corpus["nextleadsmlp"] == "tok_pre_leads"
-    tuned = rounds.CONFIGS[chosen]
+    tuned = rounds.ROUND_68[chosen]
     for flag in ("--beat-mlp", "--beat-mlp-depth", "--beat-mlp-bins"):
         assert twin_pre[twin_pre.index(flag) + 1] == tuned[tuned.index(flag) + 1], flag
     assert twin_pre[twin_pre.index("--beat-mlp-inputs") + 1] == tuned[tuned.index("--inputs") + 1]
-    assert not any("--from-scratch" in flags for flags in rounds.CONFIGS.values())
-    assert len(set(map(tuple, rounds.BEAT_MLP_SHARES.values()))) == 1
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    assert not any("--from-scratch" in flags for flags in rounds.ROUND_68.values())
+    assert len(set(map(tuple, rounds.ROUND_68_SHARES.values()))) == 1
+    _scored_at_shares_their_names_read_back(rounds.ROUND_68, rounds.ROUND_68_SHARES)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_68_SHARES)
+    assert _folds_chose(monkeypatch, 68, rounds.ROUND_68, ("pretrained",)) == [best]
+    # round 69: the same recipes and shares, the twin's pretraining code mended
+    assert rounds.CONFIGS == rounds.ROUND_68 and rounds.BEAT_MLP_SHARES == rounds.ROUND_68_SHARES
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:

@@ -628,8 +628,9 @@ def test_periodic_feature_embedding_reloads_to_identical_outputs(tmp_path: Path)
 @pytest.mark.parametrize("name", ["masked", "next", "forecast"])
 def test_the_beat_code_loss_adds_the_per_beat_networks_code_cross_entropy(name):
     """`beat_code_weight` W: the objective's loss plus W x the mean cross-entropy of
-    `beat_codes` naming each real beat's own code (padding left out), and loss_sum / count
-    is that sum too; the objective without it trains no code head."""
+    `beat_codes` naming each real beat's own code (padding left out) is backpropagated;
+    loss_sum / count stays the objective's own (the export's criterion) and beat_code_sum /
+    count is that cross-entropy; the objective without it trains no code head."""
     from heartlm.model import HeartLM, model_config
     from heartlm.train.data import Batch
     from heartlm.train.objectives import make_objective
@@ -648,13 +649,17 @@ def test_the_beat_code_loss_adds_the_per_beat_networks_code_cross_entropy(name):
     kw = {"feature_columns": torch.tensor([True, True, False]), "feature_weight": 1.0}
     if name == "forecast":
         kw["lookahead_columns"] = torch.tensor([False, False, True])
-    plain, _ = make_objective(name, 30, **kw)(model, batch)
+    plain, plain_sums = make_objective(name, 30, **kw)(model, batch)
     objective = make_objective(name, 30, beat_code_weight=0.5, **kw)
     both, sums = objective(model, batch)
     codes = model.beat_codes(batch.features, valid)[..., :30]
     real = valid & (morph >= 5)
     expected = torch.nn.functional.cross_entropy(codes[real], morph[real].long())
     assert both.item() == pytest.approx(plain.item() + 0.5 * expected.item(), rel=1e-5)
-    assert (sums["loss_sum"] / sums["count"]).item() == pytest.approx(both.item(), rel=1e-5)
+    assert torch.equal(sums["loss_sum"], plain_sums["loss_sum"])
+    assert (sums["loss_sum"] / sums["count"]).item() == pytest.approx(plain.item(), rel=1e-5)
+    code_mean = sums["beat_code_sum"] / sums["count"]
+    assert code_mean.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert "beat_code_sum" not in plain_sums
     assert "beat_codes" in objective.heads
     assert "beat_codes" not in make_objective(name, 30, **kw).heads

@@ -1583,7 +1583,10 @@ def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(
     base = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
             "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu",
             "--objective", "next"]  # fmt: skip
-    assert _cli(*base, "--beat-mlp-inputs", "relative", *shape) == 0
+    assert _cli(*base, "--beat-mlp-inputs", "relative", "--val-every", "2", *shape) == 0
+    checks = [json.loads(line) for line in (pre / "metrics.jsonl").read_text().splitlines()]
+    checks = [row for row in checks if "val_loss" in row]
+    assert checks and all(row["val_beat_code_loss"] > 0 for row in checks)
     saved = json.loads((pre / "config.json").read_text())["model"]
     assert (saved["beat_mlp"], saved["beat_codes"], saved["causal"]) == (16, True, True)
     assert saved["beat_mlp_hidden"] and not saved["absolute_columns"]

@@ -119,6 +119,8 @@ def evaluate(
     out = {"val_loss": got["loss_sum"] / count}
     if "correct" in got:
         out["val_acc"] = got["correct"] / count
+    if "beat_code_sum" in got:  # pretrain --beat-mlp: reported beside val_loss, not in it
+        out["val_beat_code_loss"] = got["beat_code_sum"] / count
     return out
 
 
