@@ -471,13 +471,14 @@ def pretrain(r: Runner, stages: list[str]) -> dict[str, Any]:
 
 def loss_curve(run: Path) -> dict[str, Any]:
     """A pretraining run's validations from its metrics.jsonl: the step, the training loss
-    logged there and the validation loss, so an encoder fitted to its training records
-    shows as a validation loss that rises while the training loss falls."""
+    logged there and the validation loss (and the per-beat network's code loss where
+    `pretrain --beat-mlp` reports one), so an encoder fitted to its training records shows as
+    a validation loss that rises while the training loss falls."""
     path = run / "metrics.jsonl"
     text = path.read_text() if path.is_file() else ""  # absent: a run made without one
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    checks = [{"step": m["step"], "loss": m["loss"], "val_loss": m["val_loss"]}
-              for m in rows if "val_loss" in m]  # fmt: skip
+    kept = ("step", "loss", "val_loss", "val_beat_code_loss")
+    checks = [{k: m[k] for k in kept if k in m} for m in rows if "val_loss" in m]
     result = run / "result.json"  # the engine's choice with --export best (ties: the later)
     best = json.loads(result.read_text()).get("best_step") if result.is_file() else None
     if best is None and checks:

@@ -371,13 +371,18 @@ def per_record_table(results: dict[str, Any]) -> list[str]:
 def _pretrain(results: dict[str, Any]) -> list[str]:
     """Each pretraining run's validations: training and validation loss per check."""
     lines = ["# Pretraining runs: loss at each validation", "", *_header(results)]
-    lines += ["| run | steps | best validation at step | step: training / validation loss |",
-              "|" + " --- |" * 4]  # fmt: skip
+    lines += ["| run | steps | best validation at step | step: training / validation loss "
+              "(the per-beat network's validation code loss) |", "|" + " --- |" * 4]  # fmt: skip
     for name, run in sorted(results["pretraining"].items()):
-        checks = ", ".join(f"{c['step']}: {c['loss']:.3f} / {c['val_loss']:.3f}"
-                           for c in run["validations"])  # fmt: skip
+        checks = ", ".join(_validation(c) for c in run["validations"])
         lines.append(f"| {name} | {run['steps']} | {run['best_step']} | {checks} |")
     return lines
+
+
+def _validation(check: dict[str, Any]) -> str:
+    text = f"{check['step']}: {check['loss']:.3f} / {check['val_loss']:.3f}"
+    code = check.get("val_beat_code_loss")
+    return text if code is None else f"{text} ({code:.3f})"
 
 
 def _crossfit(results: dict[str, Any]) -> list[str]:

@@ -775,7 +775,7 @@ def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
     run.mkdir()
     lines = [{"step": 50, "loss": 5.0}, {"step": 100, "loss": 4.0, "val_loss": 4.5},
              {"step": 200, "loss": 3.0, "val_loss": 4.1},
-             {"step": 300, "loss": 2.0, "val_loss": 4.8}]  # fmt: skip
+             {"step": 300, "loss": 2.0, "val_loss": 4.8, "val_beat_code_loss": 7.25}]  # fmt: skip
     (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
     curve = model_runner.loss_curve(run)
     assert curve["steps"] == 300 and curve["best_step"] == 200  # the lowest validation loss
@@ -784,9 +784,8 @@ def test_pretrain_stage_reports_each_run_s_validation_curve(tmp_path: Path):
     results = {"stage": "pretrain", "pretraining": {"pre_short_s1": curve}, "date": "d",
                "machine": {}, "versions": {}, "command": "c", "seconds": 1, "pretrain": [],
                "finetune": {"beats": [], "afib": []}, "commands": []}  # fmt: skip
-    assert "| pre_short_s1 | 300 | 200 | 100: 4.000 / 4.500, 200: 3.000 / 4.100" in markdown(
-        results
-    )
+    assert "| pre_short_s1 | 300 | 200 | 100: 4.000 / 4.500, 200: 3.000 / 4.100, 300: 2.000 / " \
+           "4.800 (7.250) |" in markdown(results)  # fmt: skip
 
 
 def test_a_work_folder_made_by_another_command_is_not_reused(tmp_path: Path):
