@@ -911,8 +911,9 @@ is exported at the step its `next` objective is best, as `nextleads`' is, with t
 trained for as long. The same recipes, names and shares as round 68; only the code behind
 the twin's pretraining differs. If the folds choose the parent, `final` stops (the ledger
 lists it from round 64). Written after round 68's folds were read; the folds choose.
-Measured (thirty-eighth session): both encoders were exported at step 300 and 300/400 (the
-network's validation code loss 13.7 there, 7.4 at step 100); the folds chose the twin read
+Measured (thirty-eighth session): the `nextleads` encoders were exported at step 300, the
+`nextleadsmlp` ones at 300 and 400 (the network's validation code loss 13.7 and 16.9 there,
+7.4 at step 100); the folds chose the twin read
 from its per-beat network alone (share 1, V +1: +0.012 +- 0.001 over the floor, seeds +0.011
 and +0.012, the largest margin of any round; S F1 0.510, V F1 0.912, F F1 0.106 against the
 floor's 0.451, 0.901 and 0.053), and the parent at `0.5,V=1` with V +2 (+0.004 +- 0.002).
