@@ -658,7 +658,8 @@ def test_the_beat_code_loss_adds_the_per_beat_networks_code_cross_entropy(name):
     assert both.item() == pytest.approx(plain.item() + 0.5 * expected.item(), rel=1e-5)
     assert torch.equal(sums["loss_sum"], plain_sums["loss_sum"])
     assert (sums["loss_sum"] / sums["count"]).item() == pytest.approx(plain.item(), rel=1e-5)
-    code_mean = sums["beat_code_sum"] / sums["count"]
+    assert sums["beat_code_count"] == real.sum()
+    code_mean = sums["beat_code_sum"] / sums["beat_code_count"]
     assert code_mean.item() == pytest.approx(expected.item(), rel=1e-5)
     assert "beat_code_sum" not in plain_sums
     assert "beat_codes" in objective.heads

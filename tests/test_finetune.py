@@ -1610,6 +1610,8 @@ def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(
     for extra, said in ((("--beat-mlp-depth", "2"), "--beat-mlp-depth shapes the per-beat "
                          "network: add --beat-mlp WIDTH"),
                         (("--beat-mlp", "4", "--beat-mlp-bins", "1"), "--beat-mlp-bins must be"
-                         " 0 or between 2 and 256, not 1")):  # fmt: skip
+                         " 0 or between 2 and 256, not 1"),
+                        (("--beat-mlp", "4", "--inputs", "relative", "--beat-mlp-inputs", "all"),
+                         "it can only hide more")):  # fmt: skip
         assert _cli(*base, "--overwrite", *extra) == 2
         assert said in capsys.readouterr().err

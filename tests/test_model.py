@@ -383,6 +383,14 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
     fewer = {**relative.to_dict(), "absolute_columns": (0,)}
     with pytest.raises(HeartlmError, match="absolute_columns"):
         ckpt.check_compatible(ckpt.read_meta(rel_path), {**meta, "model": fewer}, rel_path)
+    # The per-beat network's own view (pretrain --beat-mlp-inputs): a resume may not change it.
+    network = {**relative.to_dict(), "n_features": 3, "beat_mlp": 8, "beat_codes": True,
+               "beat_mlp_hidden": (1,)}  # fmt: skip
+    net_meta = {**meta, "model": network}
+    net_path = ckpt.save_checkpoint(tmp_path / "net", 1, model, opt, net_meta, DistEnv(), keep=1)
+    with pytest.raises(HeartlmError, match=r"beat_mlp_hidden=\[1\], this run \(\) \(--beat-mlp"):
+        unhidden = {**meta, "model": {**network, "beat_mlp_hidden": ()}}
+        ckpt.check_compatible(ckpt.read_meta(net_path), unhidden, net_path)
     # Keeping one checkpoint removes the older one.
     ckpt.save_checkpoint(tmp_path, 9, model, opt, meta, DistEnv(), keep=1)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]
@@ -532,9 +540,42 @@ def test_the_per_beat_networks_code_head_reads_that_network_alone_and_trains_apa
     model.use_heads(("beat",))
     assert model.beat_mlp.hidden2.weight.requires_grad and model.beat_mlp.out.weight.requires_grad
     assert not model.beat_code_head.weight.requires_grad
+    with pytest.raises(ValueError, match="a causal model's beat head cannot use it"):
+        model(morph, rhythm, head="beat", features_BTF=features)
     with pytest.raises(ValueError, match="not for a causal model"):
         _tiny(n_features=3, beat_mlp=8, causal=True)
     with pytest.raises(ValueError, match="beat_codes names codes from the per-beat network"):
         _tiny(n_features=3, beat_codes=True)
     with pytest.raises(ValueError, match="outside the 3 beat features"):
         _tiny(n_features=3, beat_mlp=8, beat_mlp_hidden=(3,))
+
+
+def test_the_bin_edges_are_placed_from_the_drawn_beats_rows_alone(monkeypatch):
+    """`fit_beat_mlp_bins` builds only the neighbourhood rows of the beats `quantile_edges`
+    would draw: the edges equal those of every beat's rows drawn there, with the network's
+    own hidden columns zero."""
+    from heartlm.model import piecewise
+    from heartlm.model.hlm import beat_neighbourhood
+
+    monkeypatch.setattr(piecewise, "FIT_ROWS", 40)
+    rows = np.random.default_rng(2).normal(size=(100, 3)).astype(np.float16)
+    for n in (100, 30):  # more beats than FIT_ROWS (drawn), and fewer (all of them)
+        model = _tiny(n_features=3, beat_mlp=8, beat_mlp_bins=4, beat_mlp_hidden=(2,))
+        assert model.fit_beat_mlp_bins(rows[:n], seed=5)
+        every = torch.from_numpy(rows[:n].astype(np.float32))
+        every[:, 2] = 0.0
+        near = beat_neighbourhood(every[None], None)[0].numpy()
+        expected = piecewise.quantile_edges(near, 4, seed=5)
+        np.testing.assert_array_equal(model.beat_mlp.bins.edges.numpy(), expected)
+        assert not model.fit_beat_mlp_bins(rows[:n], seed=6)  # placed once
+
+
+def test_flops_count_the_per_beat_networks_hidden_layers_and_bin_maps():
+    """6 x the multiply-adds of each beat's pass through the network's hidden layers and its
+    bins' per-column maps: the weights of those modules, read off a built model."""
+    model = _tiny(n_features=3, beat_mlp=8, beat_mlp_depth=2, beat_mlp_bins=4, beat_codes=True)
+    plain = _tiny(n_features=3)
+    counted = [model.beat_mlp.bins.weight, model.beat_mlp.hidden.weight,
+               model.beat_mlp.hidden2.weight]  # fmt: skip
+    added = flops_per_token(model.cfg, 16, 2) - flops_per_token(plain.cfg, 16, 2)
+    assert added == 6 * sum(w.numel() for w in counted)

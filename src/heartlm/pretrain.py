@@ -263,6 +263,10 @@ def _beat_mlp_settings(cfg: PretrainConfig, data: Any) -> dict[str, Any]:
     names = data.meta.get("features", [])
     own = hidden_columns(names, cfg.beat_mlp_inputs or cfg.inputs)
     seen = hidden_columns(names, cfg.inputs)
+    if shown := sorted(set(seen) - set(own)):
+        raise HeartlmError(f"--beat-mlp-inputs {cfg.beat_mlp_inputs} would show the per-beat "
+                           f"network columns that --inputs {cfg.inputs} hides from the whole "
+                           f"model ({names[shown[0]]}, ...): it can only hide more")  # fmt: skip
     if len(set(own) | set(seen)) == len(names):
         raise HeartlmError(f"--beat-mlp-inputs {cfg.beat_mlp_inputs} with --inputs {cfg.inputs} "
                            "leave the per-beat network no feature column",

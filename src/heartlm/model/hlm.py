@@ -309,13 +309,25 @@ class HeartLM(nn.Module, Pretrained):
     def fit_beat_mlp_bins(self, features_NF: np.ndarray, seed: int = 0) -> bool:
         """Place the per-beat network's bin edges (`beat_mlp_bins`) at the quantiles of the
         training beats' neighbourhood rows, once: edges a model was saved with are kept.
-        True if it placed them."""
+        True if it placed them. Only the rows `quantile_edges` would draw are built (the same
+        seeded draw, in the same order), so a pretraining corpus of millions of beats costs
+        FIT_ROWS rows of memory, not a float copy of every beat's three neighbours."""
+        from heartlm.model import piecewise
+
         bins = None if self.beat_mlp is None else getattr(self.beat_mlp, "bins", None)
         if bins is None or bool(bins.fitted):
             return False
+        features = np.asarray(features_NF)
+        n = len(features)
+        beats = np.arange(n)
+        if n > piecewise.FIT_ROWS:
+            beats = np.random.default_rng(seed).choice(n, piecewise.FIT_ROWS, replace=False)
+        around = np.stack([beats - 1, beats, beats + 1], axis=1)  # each drawn beat's window
+        real = (around >= 0) & (around < n)
         with torch.no_grad():
-            rows = torch.from_numpy(np.asarray(features_NF, np.float32))[None]
-            near = beat_neighbourhood(self._beat_mlp_view(rows.to(bins.edges.device)), None)[0]
+            rows = torch.from_numpy(features[np.clip(around, 0, max(n - 1, 0))].astype(np.float32))
+            view = self._beat_mlp_view(rows.to(bins.edges.device))
+            near = beat_neighbourhood(view, torch.from_numpy(real).to(view.device))[:, 1]
         bins.fit(near.float().cpu().numpy(), seed)
         return True
 
@@ -397,6 +409,11 @@ class HeartLM(nn.Module, Pretrained):
             key = self.choice_key(targets_BTF.to(self.choice_query.weight.dtype))
             return self.lm_head(h), self.choice_query(h), key
         if head in ("beat", "beat_parts"):
+            if self.cfg.causal and self.beat_mlp is not None:
+                raise ValueError(
+                    "the per-beat network reads the beat after each one: a causal "
+                    "model's beat head cannot use it (fine-tune it bidirectionally)"
+                )
             if self.beat_mlp is None:
                 if head == "beat_parts":
                     raise ValueError("head 'beat_parts' needs a model with beat_mlp")

@@ -290,6 +290,8 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "beat_mlp",
         "beat_mlp_bins",
         "beat_mlp_depth",
+        "beat_codes",
+        "beat_mlp_hidden",
         "choice_critic",
         "relative_only",
         "absolute_columns",
@@ -298,6 +300,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
                     "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
                     "beat_mlp_bins": " (--beat-mlp-bins)",
+                    "beat_mlp_hidden": " (--beat-mlp-inputs)",
                     "beat_mlp_depth": " (--beat-mlp-depth)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(

@@ -6,10 +6,15 @@ Per token, forward + backward = 3x forward, each multiply-add = 2 FLOPs:
                 + 12 * L * T * d                  (attention scores QK^T and A·V, T = positions)
                 + 6 * d * V_pad * K / W           (vocabulary head, K predicted of W beats)
 
+    (+ 6 * N_beat_mlp                             (the per-beat network, `--beat-mlp`))
+
 N_body = L * (4 d^2 + 2 d d_ff) counts the block matmul weights only; embeddings are
 lookups and cost no matmul FLOPs. The causal mask is not discounted (as in PaLM's MFU).
 The vocabulary head counts only the K positions where it runs (masked beats) so the
-number is honest when the head is gathered. Norms, GELU and softmax are not counted.
+number is honest when the head is gathered. N_beat_mlp counts the per-beat network's hidden
+layers and its bins' per-column maps (`beat_mlp_flops_per_token`), which run on every beat;
+its output layer (the beat classes, or the codes while pretraining) is not counted. Norms,
+GELU and softmax are not counted.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import torch
 
 from heartlm.errors import HeartlmError
-from heartlm.model.config import ModelConfig
+from heartlm.model.config import BEAT_MLP_EMBEDDING, ModelConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), FLOP/s.
 PEAKS = {
@@ -39,11 +44,27 @@ def attention_flops_per_token(cfg: ModelConfig, window: int) -> float:
     return 12 * cfg.n_layers * (window + int(cfg.cls_token)) * cfg.d_model
 
 
+def beat_mlp_flops_per_token(cfg: ModelConfig) -> float:
+    """The per-beat network's hidden layers and bin maps, forward and backward (0 without
+    one)."""
+    if not cfg.beat_mlp:
+        return 0.0
+    columns = 3 * cfg.n_features + 2  # heartlm.model.hlm.beat_neighbourhood
+    weights = 0
+    if cfg.beat_mlp_bins:
+        weights += columns * cfg.beat_mlp_bins * BEAT_MLP_EMBEDDING
+        columns *= 1 + BEAT_MLP_EMBEDDING
+    weights += columns * cfg.beat_mlp + (cfg.beat_mlp_depth - 1) * cfg.beat_mlp**2
+    return 6 * weights
+
+
 def flops_per_token(cfg: ModelConfig, window: int, predicted_per_window: int) -> float:
     d, L = cfg.d_model, cfg.n_layers
     n_body = L * (4 * d * d + 2 * d * cfg.d_ff)
     head = 6 * d * cfg.padded_vocab * predicted_per_window / window
-    return 6 * n_body + attention_flops_per_token(cfg, window) + head
+    return (
+        6 * n_body + attention_flops_per_token(cfg, window) + head + beat_mlp_flops_per_token(cfg)
+    )
 
 
 PEAK_ENV = "HEARTLM_PEAK_TFLOPS"

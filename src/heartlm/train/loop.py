@@ -120,7 +120,7 @@ def evaluate(
     if "correct" in got:
         out["val_acc"] = got["correct"] / count
     if "beat_code_sum" in got:  # pretrain --beat-mlp: reported beside val_loss, not in it
-        out["val_beat_code_loss"] = got["beat_code_sum"] / count
+        out["val_beat_code_loss"] = got["beat_code_sum"] / max(got["beat_code_count"], 1.0)
     return out
 
 

@@ -168,18 +168,19 @@ def add_beat_code_loss(
     weight: float,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """`weight` x the mean cross-entropy of the per-beat network naming each real beat's own
-    code (`HeartLM.beat_codes`), added to the loss to backpropagate. Its sum goes apart
-    (`beat_code_sum`, scaled to the objective's `count`: the validation's
-    `val_beat_code_loss`), and loss_sum stays the objective's own, so `--export best` and
+    code (`HeartLM.beat_codes`), added to the loss to backpropagate. Its sum and count go
+    apart (`beat_code_sum`, `beat_code_count`: the validation's `val_beat_code_loss`, a mean
+    over the real beats), and loss_sum stays the objective's own, so `--export best` and
     `--patience` choose the transformer's step by its objective: on held-out patients the
-    network's code loss is lowest after the first 100 steps and then rises (their codes are
+    network's code loss is lowest at the first validation (step 100) and then rises (their codes are
     partly their own), while `next`'s is lowest at 300-400 (benchmarks/README.md, round 68)."""
     if codes_BTV is None:
         return loss, sums
     real = _real_beats(batch)
     labels = torch.where(real, batch.morph.long(), IGNORE)
-    mean, _ = vocab_loss(codes_BTV, labels, vocab_size, 0.0)
-    return loss + weight * mean, {**sums, "beat_code_sum": mean.detach() * sums["count"]}
+    mean, code = vocab_loss(codes_BTV, labels, vocab_size, 0.0)
+    parts = {"beat_code_sum": code["loss_sum"], "beat_code_count": code["count"]}
+    return loss + weight * mean, {**sums, **parts}
 
 
 def _split_codes(out: Any, asked: dict[str, Tensor]) -> tuple[Any, Tensor | None]:
