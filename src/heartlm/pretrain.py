@@ -206,7 +206,7 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
         raise HeartlmError(str(exc), cfg.tokens / "tokens.json") from None
     columns = data.shape_columns()
     lookahead = _forecast_hidden(cfg, data, seen) if cfg.objective in FORECASTS else None
-    network = _beat_mlp_settings(cfg, data)
+    network = _beat_mlp_settings(cfg, data, seen["absolute_columns"])
     if columns is not None and cfg.feature_target == "all":
         columns = torch.ones_like(columns)
     try:
@@ -250,9 +250,10 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
     return data, objective, mcfg
 
 
-def _beat_mlp_settings(cfg: PretrainConfig, data: Any) -> dict[str, Any]:
-    """The ModelConfig fields of `--beat-mlp` (none without it); HeartlmError where the
-    tokens carry no beat features for it to read."""
+def _beat_mlp_settings(cfg: PretrainConfig, data: Any, seen: tuple[int, ...]) -> dict[str, Any]:
+    """The ModelConfig fields of `--beat-mlp` (none without it), beside the columns `seen`
+    that --inputs hides from the whole model; HeartlmError where the tokens carry no beat
+    features for it to read, or --beat-mlp-inputs would show it more or leave it none."""
     if not cfg.beat_mlp:
         return {}
     if not data.n_features:
@@ -262,12 +263,12 @@ def _beat_mlp_settings(cfg: PretrainConfig, data: Any) -> dict[str, Any]:
 
     names = data.meta.get("features", [])
     own = hidden_columns(names, cfg.beat_mlp_inputs or cfg.inputs)
-    seen = hidden_columns(names, cfg.inputs)
     if shown := sorted(set(seen) - set(own)):
         raise HeartlmError(f"--beat-mlp-inputs {cfg.beat_mlp_inputs} would show the per-beat "
                            f"network columns that --inputs {cfg.inputs} hides from the whole "
-                           f"model ({names[shown[0]]}, ...): it can only hide more")  # fmt: skip
-    if len(set(own) | set(seen)) == len(names):
+                           f"model ({names[shown[0]]}, ...): it can only hide more",
+                           cfg.tokens / "tokens.json")  # fmt: skip
+    if len(own) == len(names):
         raise HeartlmError(f"--beat-mlp-inputs {cfg.beat_mlp_inputs} with --inputs {cfg.inputs} "
                            "leave the per-beat network no feature column",
                            cfg.tokens / "tokens.json")  # fmt: skip

@@ -172,8 +172,9 @@ def add_beat_code_loss(
     apart (`beat_code_sum`, `beat_code_count`: the validation's `val_beat_code_loss`, a mean
     over the real beats), and loss_sum stays the objective's own, so `--export best` and
     `--patience` choose the transformer's step by its objective: on held-out patients the
-    network's code loss is lowest at the first validation (step 100) and then rises (their codes are
-    partly their own), while `next`'s is lowest at 300-400 (benchmarks/README.md, round 68)."""
+    network's code loss is lowest at the first validation (step 100) and then rises (their
+    codes are partly their own), while `next`'s is lowest at 300-400 (benchmarks/README.md,
+    round 68)."""
     if codes_BTV is None:
         return loss, sums
     real = _real_beats(batch)
@@ -183,8 +184,12 @@ def add_beat_code_loss(
     return loss + weight * mean, {**sums, **parts}
 
 
-def _split_codes(out: Any, asked: dict[str, Tensor]) -> tuple[Any, Tensor | None]:
-    """The model's output and its `beat_codes` logits (None where not asked for)."""
+def forward_with_codes(
+    model: nn.Module, asked: dict[str, Tensor], *args: Any, **kwargs: Any
+) -> tuple[Any, Tensor | None]:
+    """The model's output for `args`, `kwargs` and its `beat_codes` logits where `asked`
+    (`beat_code_inputs`) holds the beats to name, else None."""
+    out = model(*args, **kwargs, **asked)
     return out if asked else (out, None)
 
 
@@ -290,15 +295,15 @@ class MaskedBeats:
             rhythm = torch.where(morph != batch.morph, MASK, rhythm)
         asked = beat_code_inputs(self.beat_code_weight, batch)
         if self.gather_head:
-            out, codes = _split_codes(
-                model(morph, rhythm, batch.valid, head="masked" if reconstruct else "mlm",
-                      positions_BK=positions, features_BTF=features, **asked), asked
+            out, codes = forward_with_codes(
+                model, asked, morph, rhythm, batch.valid,
+                head="masked" if reconstruct else "mlm", positions_BK=positions,
+                features_BTF=features,
             )  # fmt: skip
             logits, recon_BKF = out if reconstruct else (out, None)
         else:
-            logits, codes = _split_codes(
-                model(morph, rhythm, batch.valid, head="next", features_BTF=features, **asked),
-                asked,
+            logits, codes = forward_with_codes(
+                model, asked, morph, rhythm, batch.valid, head="next", features_BTF=features
             )
             logits = torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1]))
             recon_BKF = None
@@ -375,14 +380,14 @@ class NextBeat:
         asked = beat_code_inputs(self.beat_code_weight, batch)
         if forecast and self.contrastive:
             targets = hide_features(batch.features, everywhere, ~self.feature_columns)
-            (logits, query, key), codes = _split_codes(
-                model(morph, rhythm, batch.valid, head="choice", features_BTF=features,
-                      targets_BTF=targets, **asked), asked
+            (logits, query, key), codes = forward_with_codes(
+                model, asked, morph, rhythm, batch.valid, head="choice", features_BTF=features,
+                targets_BTF=targets,
             )  # fmt: skip
         else:
-            out, codes = _split_codes(
-                model(morph, rhythm, batch.valid, head="masked" if forecast else "next",
-                      features_BTF=features, **asked), asked
+            out, codes = forward_with_codes(
+                model, asked, morph, rhythm, batch.valid,
+                head="masked" if forecast else "next", features_BTF=features,
             )  # fmt: skip
             logits, recon_BTF = out if forecast else (out, None)
         real = _real_beats(batch)
