@@ -917,5 +917,9 @@ Measured (thirty-eighth session): the `nextleads` encoders were exported at step
 from its per-beat network alone (share 1, V +1: +0.012 +- 0.001 over the floor, seeds +0.011
 and +0.012, the largest margin of any round; S F1 0.510, V F1 0.912, F F1 0.106 against the
 floor's 0.451, 0.901 and 0.053), and the parent at `0.5,V=1` with V +2 (+0.004 +- 0.002).
-DS2 not yet scored: the call's device time ran out before `final` (benchmarks/README.md,
-round 69)."""
+Scored on DS2 in the thirty-ninth session from the carried selection: at 100 % accuracy
+0.957 +- 0.000, S F1 0.260 +- 0.005 (floor 0.285; record 232's S sensitivity 0.12-0.14 by
+seed, as round 62's share-1 choice), V 0.954 +- 0.002 (floor 0.959), F 0.474 +- 0.014 (floor
+0.435): under the floor on S and V; at 10 % and 1 % S 0.253 and 0.223, V 0.948 and 0.933,
+against round 63's scratch 0.600 and 0.509, 0.957 and 0.950 (benchmarks/README.md, round
+69)."""

@@ -2766,12 +2766,12 @@ def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_b
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_68_SHARES)
     assert _folds_chose(monkeypatch, 68, rounds.ROUND_68, ("pretrained",)) == [best]
     # round 69: the same recipes and shares, the twin's pretraining code mended; its
-    # committed folds chose the twin, which the ledger does not list yet
+    # committed folds chose the twin, read alone, and the ledger lists it from round 69
     assert rounds.CONFIGS == rounds.ROUND_68 and rounds.BEAT_MLP_SHARES == rounds.ROUND_68_SHARES
     (chosen_69,) = _folds_chose(monkeypatch, 69, dict(rounds.CONFIGS), ("pretrained",))
     assert model_recipes.config_of(chosen_69) == twin_name
     assert model_recipes.share_of(chosen_69) == "1"
-    assert not [e for e in ledger if e["config"] == f"pretrained: {chosen_69}"]
+    assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_69}"] == ["69"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
