@@ -233,6 +233,9 @@ def test_run_json_counts_match_the_annotation_files(tmp_path):
         (["--flutter-fraction", "1.5"], "--flutter-fraction"),
         (["--workers", "0"], "--workers"),
         (["--seed", "-1"], "--seed"),
+        (["--sick-sinus-coupling", "0.9,0.8"], "--sick-sinus-coupling"),
+        (["--sick-sinus-coupling", "0.9"], "--sick-sinus-coupling"),
+        (["--sick-sinus-ectopy", "0.5,1"], "--sick-sinus-ectopy"),
     ],
 )
 def test_bad_flags_are_one_line_errors(tmp_path, capsys, flags, flag):
@@ -284,6 +287,29 @@ def test_sick_sinus_patients_have_more_ectopic_than_sinus_beats():
     assert np.median(rr[kind == "N"]) > 1.15 and rr[kind == "N"].max() > 2.0
     assert np.median(rr[kind == "A"]) < 0.85 * np.median(rr[kind == "N"])
     assert "(SBR" not in synth_record(5.0, 250, (4, 0)).ann_aux
+
+
+def _atrial_rr(rec) -> tuple[np.ndarray, float]:
+    """RR (s) before each atrial ectopic beat whose previous beat is one too (inside a run,
+    so a share of the ectopic focus's cycle, not a pause), and the share of beats that are A."""
+    symbols = np.array(rec.ann_symbol)
+    beats = np.isin(symbols, ["N", "A"])
+    t, kind = np.asarray(rec.ann_sample)[beats] / rec.fs, symbols[beats]
+    rr = np.diff(t)
+    in_run = (kind[1:] == "A") & (kind[:-1] == "A")
+    return rr[in_run], float((kind == "A").mean())
+
+
+def test_sick_sinus_ectopy_and_coupling_ranges_shape_the_atrial_beats():
+    seed = (4, 0)  # the same patient: hr_bpm is drawn before either range is read
+    usual_rr, usual_share = _atrial_rr(synth_record(5.0, 250, seed, sick_sinus=True))
+    late_rr, _ = _atrial_rr(synth_record(5.0, 250, seed, sick_sinus=True,
+                                         sick_sinus_coupling=(0.9, 0.95)))  # fmt: skip
+    # the same sinus cycle: the ectopic RR scales with the coupling's range (0.7 -> 0.925)
+    assert np.median(late_rr) / np.median(usual_rr) == pytest.approx(0.925 / 0.7, rel=0.05)
+    _, many = _atrial_rr(synth_record(5.0, 250, seed, sick_sinus=True,
+                                      sick_sinus_ectopy=(0.93, 0.95)))  # fmt: skip
+    assert many > 0.85 > usual_share
 
 
 def _flutter_fit(rr: np.ndarray) -> tuple[np.ndarray, float]:

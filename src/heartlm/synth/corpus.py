@@ -19,7 +19,8 @@ from heartlm.errors import HeartlmError
 from heartlm.log import logger, progress
 from heartlm.outdir import staged_dir
 from heartlm.runinfo import write_run_json
-from heartlm.settings import MAX_SEED, setting
+from heartlm.settings import MAX_SEED, comma_list, setting
+from heartlm.synth.patient import SICK_SINUS_COUPLING, SICK_SINUS_ECTOPY
 from heartlm.synth.record import synth_record
 
 ADC_GAIN = 200.0  # adu per mV, as in MIT-BIH
@@ -51,6 +52,16 @@ class SynthConfig:
     sick_sinus_fraction: float = 0.0
     """share of records from a patient with a slow, pausing sinus node and atrial ectopic beats
     in the majority (a generalisation check: the usual beat is not the normal one)"""
+    sick_sinus_ectopy: list[float] = setting(
+        factory=lambda: list(SICK_SINUS_ECTOPY), parse=comma_list(float), metavar="LO,HI"
+    )
+    """range of a sick-sinus patient's share of atrial ectopic beats, drawn per patient
+    (higher: longer runs of them)"""
+    sick_sinus_coupling: list[float] = setting(
+        factory=lambda: list(SICK_SINUS_COUPLING), parse=comma_list(float), metavar="LO,HI"
+    )
+    """range of a sick-sinus patient's atrial ectopic RR as a share of the sinus cycle,
+    drawn per beat (nearer 1: less premature)"""
     flutter_fraction: float = 0.0
     """share of records with atrial flutter episodes (sawtooth flutter waves at 240-340 per
     minute, conducted 2:1 to 4:1), labelled (AFL: a regular atrium beside AFIB's chaotic one"""
@@ -99,6 +110,17 @@ class SynthConfig:
             )
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
+        _check_range("--sick-sinus-ectopy", self.sick_sinus_ectopy, 0.0, 0.98)
+        _check_range("--sick-sinus-coupling", self.sick_sinus_coupling, 0.3, 1.0)
+
+
+def _check_range(flag: str, values: list[float], lowest: float, highest: float) -> None:
+    """`values` is LO,HI with lowest <= LO <= HI <= highest."""
+    if len(values) != 2 or not lowest <= values[0] <= values[1] <= highest:
+        shown = ",".join(f"{v:g}" for v in values)
+        raise HeartlmError(
+            f"{flag} takes LO,HI with {lowest:g} <= LO <= HI <= {highest:g}, got {shown}"
+        )
 
 
 def record_name(i: int) -> str:
@@ -151,6 +173,8 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         flutter=flutter,
         bigeminy=bigeminy,
         afib_ectopy=ectopy,
+        sick_sinus_ectopy=(config.sick_sinus_ectopy[0], config.sick_sinus_ectopy[1]),
+        sick_sinus_coupling=(config.sick_sinus_coupling[0], config.sick_sinus_coupling[1]),
     )
     name = record_name(i)
     write_signal(

@@ -59,6 +59,12 @@ class Template:
         )
 
 
+SICK_SINUS_ECTOPY: tuple[float, float] = (0.55, 0.8)
+"""Range of a sick-sinus patient's share of atrial ectopic beats (drawn per patient)."""
+SICK_SINUS_COUPLING: tuple[float, float] = (0.6, 0.8)
+"""Range of a sick-sinus patient's atrial ectopic RR as a share of the sinus cycle."""
+
+
 @dataclass
 class Patient:
     """Everything about one record that is fixed before its beats are drawn."""
@@ -78,6 +84,9 @@ class Patient:
     """slow sinus rhythm with long pauses and runs of atrial ectopic beats that outnumber the
     sinus beats (as in MIT-BIH 232): every reference to 'the usual beat' is the ectopic one"""
     pause_prob: float = 0.0  # per sinus beat, sick sinus only
+    ectopic_coupling: tuple[float, float] = SICK_SINUS_COUPLING
+    """range of an atrial ectopic beat's RR as a share of the sinus cycle (sick sinus only;
+    drawn per beat)"""
     flutter: list[tuple[float, float]] = field(default_factory=list)  # AFL episodes (start, end)
     flutter_cycle_s: float = 0.25  # atrial cycle of the flutter circuit
     flutter_block: tuple[float, float, float] = (1.0, 0.0, 0.0)  # P(2:1), P(3:1), P(4:1)
@@ -110,6 +119,8 @@ def draw_patient(
     flutter: bool = False,
     bigeminy: bool = False,
     afib_ectopy: bool = False,
+    sick_sinus_ectopy: tuple[float, float] = SICK_SINUS_ECTOPY,
+    sick_sinus_coupling: tuple[float, float] = SICK_SINUS_COUPLING,
 ) -> Patient:
     u = rng.uniform
     # Ectopic burden is patchy across patients, as in MIT-BIH: many have almost none, a few many.
@@ -148,8 +159,9 @@ def draw_patient(
     if sick_sinus and not paced:  # drawn after everything else: other records stay the same
         p.sick_sinus, p.afib = True, []
         p.hr_bpm = u(38, 52)
-        p.p_ectopic["A"] = u(0.55, 0.8)
+        p.p_ectopic["A"] = u(*sick_sinus_ectopy)
         p.pause_prob = u(0.05, 0.15)
+        p.ectopic_coupling = sick_sinus_coupling
     elif flutter and not paced:  # also drawn last
         p.afib = []
         p.flutter = _afib_episodes(rng, duration_s)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heartlm.synth.noise import add_flutter_waves, add_fwaves, add_noise
-from heartlm.synth.patient import draw_patient
+from heartlm.synth.patient import SICK_SINUS_COUPLING, SICK_SINUS_ECTOPY, draw_patient
 from heartlm.synth.render import beat_waves, peak_times, render
 from heartlm.synth.rhythm import draw_beats
 
@@ -49,6 +49,8 @@ def synth_record(
     flutter: bool = False,
     bigeminy: bool = False,
     afib_ectopy: bool = False,
+    sick_sinus_ectopy: tuple[float, float] = SICK_SINUS_ECTOPY,
+    sick_sinus_coupling: tuple[float, float] = SICK_SINUS_COUPLING,
 ) -> SynthRecord:
     """Draw one patient and one recording of `minutes` at `fs` Hz.
 
@@ -58,7 +60,9 @@ def synth_record(
     flutter episodes instead of AFIB (ignored when paced or sick sinus), `bigeminy` episodes of
     ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
     sinus or flutter), `afib_ectopy` AFIB episodes with frequent ventricular ectopic beats
-    (ignored when paced, sick sinus, flutter or bigeminy). `noise` scales baseline wander,
+    (ignored when paced, sick sinus, flutter or bigeminy). `sick_sinus_ectopy` is the range
+    of a sick-sinus patient's share of atrial ectopic beats, `sick_sinus_coupling` the range
+    of their RR as a share of the sinus cycle. `noise` scales baseline wander,
     muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay, they
     are cardiac). A flag left off gives the same record as before the flag existed.
     """
@@ -68,8 +72,9 @@ def synth_record(
     duration = float(minutes) * 60.0
     n = round(duration * fs)
     patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus,
-                           flutter=flutter, bigeminy=bigeminy,
-                           afib_ectopy=afib_ectopy)  # fmt: skip
+                           flutter=flutter, bigeminy=bigeminy, afib_ectopy=afib_ectopy,
+                           sick_sinus_ectopy=sick_sinus_ectopy,
+                           sick_sinus_coupling=sick_sinus_coupling)  # fmt: skip
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
 

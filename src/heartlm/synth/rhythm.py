@@ -136,14 +136,15 @@ def _sick_sinus(
     rng: np.random.Generator, p: Patient, last: float, end: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """A slow sinus node with long pauses, interrupted by atrial ectopic beats that often come
-    in runs: each ectopic beat fires 60-80 % of a sinus cycle after the beat before it."""
+    in runs: each ectopic beat fires a share of a sinus cycle (the patient's
+    `ectopic_coupling`, 60-80 % unless asked) after the beat before it."""
     sinus_rr = 60.0 / p.hr_bpm
     n = int((end - last) / (0.6 * sinus_rr)) + 2
     ectopic = rng.uniform(size=n) < p.p_ectopic["A"]
     pause = rng.uniform(size=n) < p.pause_prob
     rr = sinus_rr * np.where(
         ectopic,
-        rng.uniform(0.6, 0.8, n),
+        rng.uniform(*p.ectopic_coupling, n),
         np.where(pause, rng.uniform(2.0, 4.5, n), rng.uniform(0.95, 1.05, n)),
     )
     t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
