@@ -923,3 +923,22 @@ seed, as round 62's share-1 choice), V 0.954 +- 0.002 (floor 0.959), F 0.474 +- 
 0.435): under the floor on S and V; at 10 % and 1 % S 0.253 and 0.223, V 0.948 and 0.933,
 against round 63's scratch 0.600 and 0.509, 0.957 and 0.950 (benchmarks/README.md, round
 69)."""
+
+
+ROUND_69 = dict(CONFIGS)
+ROUND_69_SHARES = dict(BEAT_MLP_SHARES)
+
+
+CONFIGS = {_SCRATCH_63: ROUND_64[_SCRATCH_63], _PRETRAINED_68: ROUND_69[_PRETRAINED_68]}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 70 (prepared in the thirty-ninth session): does a harder synthetic patient tell the
+readings apart that DS2's record 232 told apart? Round 69's choice (the `nextleadsmlp` twin
+read from its per-beat network alone) and round 62's (also read alone) lost 232's S beats on
+DS2, round 63's scratch choice (`0.5,V=1`) kept most of them, and the held-out sick-sinus
+patients gave every reading S sensitivity above 0.92. `select` now also scores every fold
+model at one view on model_configs.SICK_STRESS (long runs of atrial ectopic beats, and
+barely premature ones). Round 63's scratch choice and round 69's twin as they ran there, at
+the same shares: the first deterministic (its fold rows are round 63's), the second from
+pretraining that is not. Two recipes, eight fold runs, two pretraining runs: one call; the
+stress columns are read, not ranked by. If the folds choose a reading the ledger lists,
+`final` stops. Written after round 69's DS2 scores were read; the folds choose."""

@@ -156,7 +156,9 @@ def select(r: Runner) -> dict[str, Any]:
         tag = run_tag(cfg.CONFIGS[config], train_of(config, k), cfg.SELECT_FRACTION)
         return f"sel_{config}_fold{k}_s{seed}_{tag}"
 
-    def one(config: str, k: int, seed: int) -> list[tuple[str, int, dict, dict]]:
+    def one(config: str, k: int, seed: int) -> list[tuple[str, int, dict, dict, dict | None]]:
+        """Each scoring's (recipe, seed, fold report, HELD_OUT sick-sinus report, SICK_STRESS
+        report at one view or None)."""
         train, test = train_of(config, k), cfg.FOLDS[1 - k]
         name = name_of(config, k, seed)
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
@@ -171,6 +173,7 @@ def select(r: Runner) -> dict[str, Any]:
                 seed,
                 r.evaluate(name, "tok_beats", "--records", *test, *scoring),
                 r.evaluate(name, cfg.HELD_OUT["sick"], *scoring),
+                r.evaluate(name, cfg.SICK_STRESS_TOKENS, *scoring) if scoring[1] == 1 else None,
             )
             for recipe, scoring in scorings
         ]
@@ -184,7 +187,9 @@ def select(r: Runner) -> dict[str, Any]:
         return ensembled(viewed(config, views)), rep
 
     grid = [(c, k, s) for c in cfg.CONFIGS for k in (0, 1) for s in cfg.SELECT_SEEDS]
-    found = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
+    scored = [row for rows in r.parallel([lambda g=g: one(*g) for g in grid]) for row in rows]
+    found = [row[:4] for row in scored]
+    stress = [(recipe, rep) for recipe, *_, rep in scored if rep is not None]
     recipes = list(dict.fromkeys(recipe for recipe, *_ in found))
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
@@ -230,8 +235,30 @@ def select(r: Runner) -> dict[str, Any]:
     rows |= floors  # the floor last
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out,
+            "sick_stress": stress_scores(stress),
             "select_classes": list(cfg.SELECT_CLASSES), "select_rule": cfg.SELECT_RULE,
             "seed_scores": seed_scores}  # fmt: skip
+
+
+def stress_scores(found: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each SICK_STRESS folder's S sensitivity and accuracy per recipe, over the evaluations
+    of `found` (recipe, report) together, from their per-record rows."""
+    out: dict[str, dict[str, Any]] = {}
+    for folder in cfg.SICK_STRESS:
+        for recipe in dict.fromkeys(name for name, _ in found):
+            rows = [row for name, rep in found if name == recipe
+                    for row in rep.get("per_record", [])
+                    if row["record"].split("/")[0] == folder]  # fmt: skip
+            if not rows:
+                continue
+            s_beats = sum(row["S"]["support"] for row in rows)
+            beats = sum(row["n_beats"] for row in rows)
+            out.setdefault(folder, {})[recipe] = {
+                "S beats": s_beats,
+                "S Se": sum(row["S"]["se"] * row["S"]["support"] for row in rows) / max(s_beats, 1),
+                "accuracy": sum(row["accuracy"] * row["n_beats"] for row in rows) / beats,
+            }
+    return out
 
 
 def measure_voting_pairs(

@@ -332,6 +332,7 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
         "store_beats": ([mitdb, *cfg.TRAIN_SYNTHETIC], "tok_beats"),
         **{f"store_{kind}_test": ([f"synth_{kind}_test"], tokens)
            for kind, tokens in cfg.HELD_OUT.items()},
+        "store_sick_stress": (list(cfg.SICK_STRESS), cfg.SICK_STRESS_TOKENS),
         "store_afib": ([*real, "synth", *cfg.TRAIN_SYNTHETIC, *cfg.AFIB_ONLY_SYNTHETIC],
                        "tok_afib"),
     }  # fmt: skip

@@ -136,6 +136,25 @@ def _sick(results: dict[str, Any]) -> list[str]:
     return ["", SICK_TITLE, "", *table]
 
 
+def _stress(results: dict[str, Any]) -> list[str]:
+    """`select`'s harder held-out sick-sinus patients (model_configs.SICK_STRESS), when it
+    scored them: S sensitivity and accuracy of each reading, folds and seeds together."""
+    found = results.get("sick_stress")
+    if not found:
+        return []
+    folders = list(found)
+    recipes = list(dict.fromkeys(r for scores in found.values() for r in scores))
+    head = ["configuration", *(f"{f}: {c}" for f in folders for c in ("S Se", "accuracy"))]
+    lines = ["", "## Harder held-out sick-sinus patients (never trained on; one view; not in the "
+             "selection rule)", "", "| " + " | ".join(head) + " |",
+             "| " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
+    for recipe in recipes:
+        cells = [f"{found[f][recipe][c]:.3f}" if recipe in found[f] else ""
+                 for f in folders for c in ("S Se", "accuracy")]  # fmt: skip
+        lines.append("| " + " | ".join([recipe, *cells]) + " |")
+    return lines
+
+
 def _offset_probe(results: dict[str, Any]) -> list[str]:
     """V at each V offset for models trained on a fold's records and on half of them."""
     lines = ["# Class offsets against training size (MIT-BIH DS1 folds; DS2 not read)", "",
@@ -412,7 +431,7 @@ def markdown(results: dict[str, Any]) -> str:
     if stage == "pretrain":
         lines = _pretrain(results)
     elif stage == "select":
-        lines = _select(results) + _seed_scores(results) + _sick(results)
+        lines = _select(results) + _seed_scores(results) + _sick(results) + _stress(results)
     elif stage == "select_afib":
         lines = _select_afib(results)
     elif stage == "crossfit_afib":

@@ -411,7 +411,7 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     as_before = {folder for name, folder in tuned.items() if "leadcopies" not in name}
     assert copied == {model_configs.BEATS_LEADS} and as_before == {"tok_beats"}
     # ... and every model is scored on MLII alone, as the rounds before
-    assert scored == {"tok_beats", "tok_sick_test"}
+    assert scored == {"tok_beats", "tok_sick_test", model_configs.SICK_STRESS_TOKENS}
     # Its floor trains on both leads of the fold's records (a plain name takes the copy too)
     # and is scored on the same beats as the other floor: a copy is never scored.
     fold_beats = [len(fold) * BEATS for fold in model_configs.FOLDS]
@@ -2767,11 +2767,29 @@ def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_b
     assert _folds_chose(monkeypatch, 68, rounds.ROUND_68, ("pretrained",)) == [best]
     # round 69: the same recipes and shares, the twin's pretraining code mended; its
     # committed folds chose the twin, read alone, and the ledger lists it from round 69
-    assert rounds.CONFIGS == rounds.ROUND_68 and rounds.BEAT_MLP_SHARES == rounds.ROUND_68_SHARES
-    (chosen_69,) = _folds_chose(monkeypatch, 69, dict(rounds.CONFIGS), ("pretrained",))
+    assert rounds.ROUND_69 == rounds.ROUND_68 and rounds.ROUND_69_SHARES == rounds.ROUND_68_SHARES
+    (chosen_69,) = _folds_chose(monkeypatch, 69, dict(rounds.ROUND_69), ("pretrained",))
     assert model_recipes.config_of(chosen_69) == twin_name
     assert model_recipes.share_of(chosen_69) == "1"
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_69}"] == ["69"]
+
+
+def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_stress_patients():
+    """Both recipes as they ran in their rounds, at the same shares; the stress patients are
+    held out: drawn with seeds of their own and never in a training store."""
+    rounds = model_beat_rounds
+    scratch, twin = rounds._SCRATCH_63, rounds._PRETRAINED_68
+    assert {scratch: rounds.ROUND_63[scratch], twin: rounds.ROUND_69[twin]} == rounds.CONFIGS
+    assert set(map(tuple, rounds.BEAT_MLP_SHARES.values())) == {
+        tuple(rounds.ROUND_63_SHARES[scratch]), tuple(rounds.ROUND_69_SHARES[twin])}  # fmt: skip
+    patients = model_configs.PATIENTS
+    seeds = [seed for seed, _ in patients.values()]
+    assert len(set(seeds)) == len(seeds)
+    for folder in model_configs.SICK_STRESS:
+        assert folder.endswith("_test") and folder not in model_configs.TRAIN_SYNTHETIC
+        _seed, flags = patients[folder]
+        assert flags[: len(model_configs.SICK_SINUS)] == model_configs.SICK_SINUS
+        assert {"--sick-sinus-ectopy", "--sick-sinus-coupling"} & set(flags)
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
@@ -2875,6 +2893,31 @@ class _NetworkAloneFindsV(_UnderCallsV):
         return report
 
 
+def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beats():
+    runs, late = model_configs.SICK_STRESS
+
+    def row(record: str, s_beats: int, se: float, beats: int, accuracy: float) -> dict:
+        return {"record": record, "n_beats": beats, "accuracy": accuracy,
+                "S": {"support": s_beats, "se": se, "ppv": 1.0}}  # fmt: skip
+
+    first = {"per_record": [row(f"{runs}/s0000", 90, 0.5, 100, 0.6),
+                            row(f"{late}/s0000", 10, 1.0, 20, 0.5)]}  # fmt: skip
+    second = {"per_record": [row(f"{runs}/s0001", 10, 1.0, 100, 1.0),
+                             row("synth_sick_test/s0000", 50, 0.0, 60, 0.0)]}  # fmt: skip
+    scores = model_beats.stress_scores([("a", first), ("a", second), ("b", second)])
+    assert scores[runs]["a"] == {"S beats": 100, "S Se": pytest.approx(0.55),
+                                 "accuracy": pytest.approx(0.8)}  # fmt: skip
+    assert scores[late]["a"]["S Se"] == 1.0 and scores[late]["a"]["S beats"] == 10
+    assert scores[runs]["b"]["S Se"] == 1.0 and "b" not in scores[late]  # no rows, no entry
+    import model_tables
+
+    table = model_tables._stress({"sick_stress": scores})
+    assert (
+        "| a | 0.550 | 0.800 | 1.000 | 0.500 |" in table and "| b | 1.000 | 1.000 |  |  |" in table
+    )
+    assert model_tables._stress({}) == []
+
+
 def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
@@ -2888,7 +2931,13 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert result["beats"][transformer]["per_class"]["V"]["f1"] == 0.0
     assert result["configs"][alone][-2:] == ["(evaluate --beat-mlp-share", "1)"]
     shared = [a for a in runner.asked if "--beat-mlp-share" in a]
-    assert len(shared) == 2 * 2 * 2 * 2  # two shares, two folds, two seeds, DS1 and held out
+    # two shares, two folds, two seeds; DS1, the held-out patients and the stress patients
+    assert len(shared) == 2 * 2 * 2 * 3
+    assert {a[1] for a in shared} == {
+        "tok_beats",
+        "tok_sick_test",
+        model_configs.SICK_STRESS_TOKENS,
+    }
     assert all(_holds(a, ("--views", "1")) for a in shared)
     assert not any("_ensemble" in n and "_share" in n for n in result["beats"])
     (tmp_path / "select.json").write_text(json.dumps(result))
