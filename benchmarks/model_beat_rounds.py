@@ -941,4 +941,11 @@ barely premature ones). Round 63's scratch choice and round 69's twin as they ra
 the same shares: the first deterministic (its fold rows are round 63's), the second from
 pretraining that is not. Two recipes, eight fold runs, two pretraining runs: one call; the
 stress columns are read, not ranked by. If the folds choose a reading the ledger lists,
-`final` stops. Written after round 69's DS2 scores were read; the folds choose."""
+`final` stops. Written after round 69's DS2 scores were read; the folds choose. Measured
+(thirty-ninth session): scratch's fold rows are round 63's exactly; the folds chose round 69's
+twin read alone again (share 1, V +1: +0.011 +- 0.001) and round 63's scratch choice, both
+scored on DS2, so `final` stops. The new patients lowered every reading's S sensitivity from
+0.92-0.97 to 0.52-0.79; round 63's choice found more of them than round 69's on both folders
+and both seeds (long runs 0.638 against 0.554, barely premature 0.776 against 0.640; DS2's
+232: 0.60-0.66 against 0.12-0.14), and for scratch the transformer's share gained about 0.1
+over the network alone (benchmarks/README.md, round 70)."""

@@ -2774,7 +2774,9 @@ def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_b
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {chosen_69}"] == ["69"]
 
 
-def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_stress_patients():
+def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_stress_patients(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """Both recipes as they ran in their rounds, at the same shares; the stress patients are
     held out: drawn with seeds of their own and never in a training store."""
     rounds = model_beat_rounds
@@ -2790,6 +2792,21 @@ def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_str
         _seed, flags = patients[folder]
         assert flags[: len(model_configs.SICK_SINUS)] == model_configs.SICK_SINUS
         assert {"--sick-sinus-ectopy", "--sick-sinus-coupling"} & set(flags)
+    # the committed folds chose what DS2 has scored (round 63's and round 69's choices again),
+    # so `final` stops; the scratch recipe's fold rows are round 63's (deterministic)
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.BEAT_MLP_SHARES)
+    chosen = _folds_chose(monkeypatch, 70, dict(rounds.CONFIGS))
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    for init, name, round_ in zip(("pretrained", "scratch"), chosen, ("69", "63"), strict=True):
+        assert round_ in [e["round"] for e in ledger if e["config"] == f"{init}: {name}"]
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    rows_70, rows_63 = (json.loads((folder / f"select_round{n}.json").read_text())["beats"]
+                        for n in (70, 63))  # fmt: skip
+    assert all(rows_70[k]["confusion"] == rows_63[k]["confusion"] for k in rows_70
+               if k.startswith(scratch))  # fmt: skip
+    assert set(json.loads((folder / "select_round70.json").read_text())["sick_stress"]) == set(
+        model_configs.SICK_STRESS
+    )
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
