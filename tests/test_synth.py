@@ -236,6 +236,7 @@ def test_run_json_counts_match_the_annotation_files(tmp_path):
         (["--sick-sinus-coupling", "0.9,0.8"], "--sick-sinus-coupling"),
         (["--sick-sinus-coupling", "0.9"], "--sick-sinus-coupling"),
         (["--sick-sinus-ectopy", "0.5,1"], "--sick-sinus-ectopy"),
+        (["--sick-sinus-ectopy", "nan,0.9"], "--sick-sinus-ectopy"),
     ],
 )
 def test_bad_flags_are_one_line_errors(tmp_path, capsys, flags, flag):
@@ -310,6 +311,10 @@ def test_sick_sinus_ectopy_and_coupling_ranges_shape_the_atrial_beats():
     _, many = _atrial_rr(synth_record(5.0, 250, seed, sick_sinus=True,
                                       sick_sinus_ectopy=(0.93, 0.95)))  # fmt: skip
     assert many > 0.85 > usual_share
+    # the earliest coupling allowed still fills the record to its end
+    early = synth_record(5.0, 250, seed, sick_sinus=True, sick_sinus_ectopy=(0.95, 0.98),
+                         sick_sinus_coupling=(0.3, 0.35))  # fmt: skip
+    assert early.ann_sample[-1] / early.fs > 5.0 * 60 - 5
 
 
 def _flutter_fit(rr: np.ndarray) -> tuple[np.ndarray, float]:

@@ -139,7 +139,8 @@ def _sick_sinus(
     in runs: each ectopic beat fires a share of a sinus cycle (the patient's
     `ectopic_coupling`, 60-80 % unless asked) after the beat before it."""
     sinus_rr = 60.0 / p.hr_bpm
-    n = int((end - last) / (0.6 * sinus_rr)) + 2
+    shortest = min(0.6, p.ectopic_coupling[0]) * sinus_rr  # beats enough to reach `end`
+    n = int((end - last) / shortest) + 2
     ectopic = rng.uniform(size=n) < p.p_ectopic["A"]
     pause = rng.uniform(size=n) < p.pause_prob
     rr = sinus_rr * np.where(
