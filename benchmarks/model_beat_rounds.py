@@ -939,7 +939,8 @@ patients gave every reading S sensitivity above 0.92. `select` now also scores e
 model at one view on model_configs.SICK_STRESS (long runs of atrial ectopic beats, and
 barely premature ones). Round 63's scratch choice and round 69's twin as they ran there, at
 the same shares: the first deterministic (its fold rows are round 63's), the second from
-pretraining that is not. Two recipes, eight fold runs, two pretraining runs: one call; the
+pretraining that is not. Two recipes, eight fold runs, four pretraining runs (the twin's two,
+and the two `best` runs whose architecture scratch takes): one call; the
 stress columns are read, not ranked by. If the folds choose a reading the ledger lists,
 `final` stops. Written after round 69's DS2 scores were read; the folds choose. Measured
 (thirty-ninth session): scratch's fold rows are round 63's exactly; the folds chose round 69's
@@ -949,3 +950,39 @@ scored on DS2, so `final` stops. The new patients lowered every reading's S sens
 and both seeds (long runs 0.638 against 0.554, barely premature 0.776 against 0.640; DS2's
 232: 0.60-0.66 against 0.12-0.14), and for scratch the transformer's share gained about 0.1
 over the network alone (benchmarks/README.md, round 70)."""
+
+
+ROUND_70 = dict(CONFIGS)
+ROUND_70_SHARES = dict(BEAT_MLP_SHARES)
+SICK_WIDE_SUFFIX = "_sickwide"
+SICK_MORE_SUFFIX = "_sickmore"
+SICK_TRAINING = "synth_sick"
+BEATS_SICK = {
+    SICK_WIDE_SUFFIX: ("tok_beats_leads_ectopy_sickwide", ("synth_sick_wide",)),
+    SICK_MORE_SUFFIX: ("tok_beats_leads_ectopy_sickmore", (SICK_TRAINING, "synth_sick_more")),
+}
+"""Round 71: a beat configuration named with one of these suffixes trains on BEATS_ECTOPY's
+records with the sick-sinus patients (SICK_TRAINING, model_configs.TRAIN_SYNTHETIC's) replaced
+by the folders named here (model_configs.PATIENTS), in the token folder named here
+(model_recipes.beat_data)."""
+CONFIGS = {
+    _SCRATCH_63: ROUND_64[_SCRATCH_63],
+    **{f"{_SCRATCH_63}{suffix}": ROUND_64[_SCRATCH_63] for suffix in BEATS_SICK},
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 71 (prepared in the fortieth session): training patients with long ectopic runs and
+barely premature ectopic beats. Round 70's harder held-out sick-sinus patients lowered every
+reading's S sensitivity to 0.52-0.79 (from 0.92-0.97 on `synth`'s default ranges): the
+models had never been shown an atrial ectopic beat at 80-95 % of the sinus cycle, nor a
+patient with more than 80 % ectopic beats. Round 63's scratch choice as it ran there, beside
+the same flags trained with the sick-sinus patients drawn over the default and the stress
+ranges together (model_configs.SICK_SINUS_WIDE: ectopy 0.55-0.95, coupling 0.6-0.95):
+`_sickwide` replaces the 20 training patients with the same ones (seed 7) drawn over those
+ranges, `_sickmore` keeps them and adds 20 such patients. The floor beside each trains on the
+same records. Scratch only (deterministic: the parent's fold rows are round 63's, reused from
+round 70's kept answers with RESUME). SICK_STRESS's patients (seeds 14, 15) stay held out, but
+their shapes now lie inside the training ranges: for the twins they measure fit to the
+shapes, not generalisation to new ones; `synth_sick_test` (seed 8, default ranges) and the
+DS1 folds are unchanged. Three recipes, eight new fold runs (the parent's are kept answers) and
+scratch's two `best` pretraining runs: one call. Written after round 70's
+folds and round 69's DS2 scores were read (record 232); the folds choose."""

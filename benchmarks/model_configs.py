@@ -25,9 +25,11 @@ from model_beat_rounds import (
     BEAT_MLP_SHARES,
     BEATS_ECTOPY,
     BEATS_LEADS,
+    BEATS_SICK,
     CONFIGS,
     LEAD_COPIES_SUFFIX,
     OFFSET_PROBE_RECIPE,
+    SICK_TRAINING,
     VOTING_PAIRS,
 )
 from model_flags import (
@@ -75,6 +77,11 @@ assert all(a in CONFIGS and b in CONFIGS for a, b in VOTING_PAIRS.values())
 SICK_SINUS = ["--sick-sinus-fraction", 1, "--paced-fraction", 0]
 
 
+SICK_SINUS_WIDE = ["--sick-sinus-ectopy", "0.55,0.95", "--sick-sinus-coupling", "0.6,0.95"]
+"""Round 71's sick-sinus training patients (BEATS_SICK): ectopy and coupling drawn over
+`synth`'s default ranges (0.55-0.8, 0.6-0.8) and SICK_STRESS's together."""
+
+
 FLUTTER = ["--flutter-fraction", 0.5, "--afib-fraction", 0.5, "--paced-fraction", 0]
 
 
@@ -96,6 +103,8 @@ PATIENTS = {
     "synth_afib_ectopy_test": (13, AFIB_ECTOPY),
     "synth_sick_runs_test": (14, [*SICK_SINUS, "--sick-sinus-ectopy", "0.88,0.95"]),
     "synth_sick_late_test": (15, [*SICK_SINUS, "--sick-sinus-coupling", "0.85,0.95"]),
+    "synth_sick_wide": (7, [*SICK_SINUS, *SICK_SINUS_WIDE]),
+    "synth_sick_more": (16, [*SICK_SINUS, *SICK_SINUS_WIDE]),
 }
 """Synthetic patients DS1 lacks, 20 x 10 min per folder (`heartlm synth` seed, flags).
 
@@ -119,6 +128,10 @@ PATIENTS = {
   record 210's 249 AF windows over three seeds (the floor 2). That per-record table motivated
   these patients (disclosed in benchmarks/README.md); the folds decide whether they are used,
   and their held-out twin (`_test`) is a generalisation column of every AFIB table.
+- wide sick sinus (round 71, beats only; BEATS_SICK): `synth_sick_wide` is `synth_sick`'s 20
+  patients (the same seed, so every other draw is the same) with SICK_SINUS_WIDE's ranges;
+  `synth_sick_more` 20 more such patients (seed 16). The same seed keeps each patient's
+  beat shapes, rate and noise; the rhythm that follows from the new ranges differs.
 
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in
@@ -126,7 +139,7 @@ the AFIB token folder, for the configurations that name them, and (from round 46
 BEATS_ECTOPY, for the beat configurations named with BEAT_ECTOPY_SUFFIX."""
 
 
-TRAIN_SYNTHETIC = ("synth_sick", "synth_flutter")
+TRAIN_SYNTHETIC = (SICK_TRAINING, "synth_flutter")
 
 
 AFIB_ONLY_SYNTHETIC = ("synth_bigeminy", "synth_afib_ectopy")

@@ -45,25 +45,41 @@ def floor_name(
     parts = [inputs, *([f"context {context}"] if context else [])]
     if synthetic is not None and synthetic != cfg.SYNTHETIC:
         parts.append(f"synthetic {' '.join(synthetic)}")
-    if data in (cfg.BEATS_LEADS, cfg.BEATS_ECTOPY):
+    sick = {folder: suffix for suffix, (folder, _) in cfg.BEATS_SICK.items()}
+    if data in (cfg.BEATS_LEADS, cfg.BEATS_ECTOPY, *sick):
         parts.append("lead copies")
-    if data == cfg.BEATS_ECTOPY:
+    if data in (cfg.BEATS_ECTOPY, *sick):
         parts.append("ectopy patients")
+    if data in sick:
+        parts.append(f"sick sinus {sick[data].removeprefix('_sick')}")
     return f"tree floor ({', '.join(parts)})"
 
 
 def beat_data(config: str) -> str:
     """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
+    sick = [folder for suffix, (folder, _) in cfg.BEATS_SICK.items()
+            if cfg.has_suffix(config, suffix)]  # fmt: skip
+    assert len(sick) <= 1, f"{config}: names more than one set of sick-sinus patients"
+    if sick:
+        return sick[0]
     if cfg.has_suffix(config, cfg.BEAT_ECTOPY_SUFFIX):
         return cfg.BEATS_ECTOPY
     return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
 
 
+def train_synthetic(folder: str) -> tuple[str, ...]:
+    """TRAIN_SYNTHETIC as a beat token folder holds it: in a BEATS_SICK folder with its own
+    sick-sinus folders in place of SICK_TRAINING."""
+    sick = dict(cfg.BEATS_SICK.values()).get(folder, (cfg.SICK_TRAINING,))
+    return tuple(f for t in cfg.TRAIN_SYNTHETIC for f in (sick if t == cfg.SICK_TRAINING else (t,)))
+
+
 def folder_synthetic(folder: str) -> tuple[str, ...]:
     """The synthetic patient folders whose records train beside DS1's in a beat token folder:
-    TRAIN_SYNTHETIC, and in BEATS_ECTOPY the ectopy patients (AFIB_ONLY_SYNTHETIC) too."""
-    extra = cfg.AFIB_ONLY_SYNTHETIC if folder == cfg.BEATS_ECTOPY else ()
-    return (*cfg.TRAIN_SYNTHETIC, *extra)
+    train_synthetic's, and in BEATS_ECTOPY and the BEATS_SICK folders (built on it) the
+    ectopy patients (AFIB_ONLY_SYNTHETIC) too."""
+    ectopy = folder == cfg.BEATS_ECTOPY or folder in dict(cfg.BEATS_SICK.values())
+    return (*train_synthetic(folder), *(cfg.AFIB_ONLY_SYNTHETIC if ectopy else ()))
 
 
 def beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:

@@ -33,6 +33,7 @@ from model_recipes import (
     pretrain_variant,
     pretraining_run,
     recipe_flags,
+    train_synthetic,
 )
 
 import heartlm
@@ -318,9 +319,10 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
                         scale["minutes"], "--fs", 360, "--seed", scale["seed"],
                         *scale["flags"]))  # fmt: skip
     copies: list[str] = []
+    sick_beats = {folder for folder, _ in cfg.BEATS_SICK.values()}
 
     def lead_copies() -> None:
-        if {"tok_pre_leads", cfg.BEATS_LEADS, cfg.BEATS_ECTOPY} & corpora:
+        if {"tok_pre_leads", cfg.BEATS_LEADS, cfg.BEATS_ECTOPY, *sick_beats} & corpora:
             copies.extend(write_lead_copies(r, [*real, nstdb]))
 
     r.parallel([lead_copies, *(lambda a=a: r.heartlm("synth", *a, done=a[0]) for a in records)])
@@ -346,6 +348,10 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
         stores["store_beats_leads_ectopy"] = (
             [mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies, *cfg.AFIB_ONLY_SYNTHETIC],
             cfg.BEATS_ECTOPY)  # fmt: skip
+    for folder in sorted(sick_beats & corpora):  # BEATS_ECTOPY's sources, in its order
+        stores[f"store_{folder.removeprefix('tok_')}"] = (
+            [mitdb, *train_synthetic(folder), *mitdb_copies, *cfg.AFIB_ONLY_SYNTHETIC],
+            folder)  # fmt: skip
     if "tok_pre_scale" in corpora:
         stores["store_pre_scale"] = ([*pre, scale["folder"]], "tok_pre_scale")
     r.parallel([lambda store=store, sources=sources: r.heartlm(
@@ -362,7 +368,8 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
 
 def _extra_corpora() -> set[str]:
     """The PRETRAIN_CORPUS token folders that a recipe of CONFIGS or AFIB_CONFIGS starts from,
-    and the beat token folders (BEATS_LEADS, BEATS_ECTOPY) a beat recipe trains on."""
+    and the beat token folders (BEATS_LEADS, BEATS_ECTOPY, BEATS_SICK's) a beat recipe trains
+    on."""
     variants = {pretrain_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
     beats = {beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
     return {cfg.PRETRAIN_CORPUS[v] for v in variants if v in cfg.PRETRAIN_CORPUS} | beats

@@ -1856,6 +1856,23 @@ def test_prepare_builds_the_every_lead_corpus_only_for_a_recipe_that_pretrains_o
     assert with_copies[:-2] == (*beats[:-2], "leads/mitdb_V1")
     tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == "store_beats_leads")
     assert tokenize[2:] == ("--out", model_configs.BEATS_LEADS, "--codebook", "tok_pre")
+    # Round 71: a recipe on other sick-sinus patients gets BEATS_ECTOPY's sources with
+    # `synth_sick` replaced, in its own token folder with tok_pre's codes.
+    suffix = model_beat_rounds.SICK_WIDE_SUFFIX
+    folder = model_configs.BEATS_SICK[suffix][0]
+    monkeypatch.setattr(model_configs, "CONFIGS", {
+        "scratch_relative_leadcopies_ectopypatients": [],
+        f"scratch_relative_leadcopies_ectopypatients{suffix}": []})  # fmt: skip
+    made.clear()
+    model_runner.prepare(Preparing(), tmp_path / "ecg", 2)
+    ectopy = next(a for a in made if a[0] == "ingest" and "store_beats_leads_ectopy" in a)
+    sick = next(a for a in made if a[0] == "ingest" and f"store_{folder[4:]}" in a)
+    assert "synth_sick" in ectopy and "synth_sick" not in sick and "synth_sick_wide" in sick
+    assert [a if a != "synth_sick" else "synth_sick_wide" for a in ectopy] == [
+        a if a != f"store_{folder[4:]}" else "store_beats_leads_ectopy" for a in sick]  # fmt: skip
+    tokenize = next(a for a in made if a[0] == "tokenize" and a[1] == f"store_{folder[4:]}")
+    assert tokenize[2:] == ("--out", folder, "--codebook", "tok_pre")
+    assert any(a[:2] == ("synth", "synth_sick_wide") for a in made)
 
 
 @pytest.mark.parametrize(
@@ -2781,21 +2798,23 @@ def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_str
     held out: drawn with seeds of their own and never in a training store."""
     rounds = model_beat_rounds
     scratch, twin = rounds._SCRATCH_63, rounds._PRETRAINED_68
-    assert {scratch: rounds.ROUND_63[scratch], twin: rounds.ROUND_69[twin]} == rounds.CONFIGS
-    assert set(map(tuple, rounds.BEAT_MLP_SHARES.values())) == {
+    assert {scratch: rounds.ROUND_63[scratch], twin: rounds.ROUND_69[twin]} == rounds.ROUND_70
+    assert set(map(tuple, rounds.ROUND_70_SHARES.values())) == {
         tuple(rounds.ROUND_63_SHARES[scratch]), tuple(rounds.ROUND_69_SHARES[twin])}  # fmt: skip
     patients = model_configs.PATIENTS
     seeds = [seed for seed, _ in patients.values()]
-    assert len(set(seeds)) == len(seeds)
+    # a held-out folder's patients are drawn nowhere else; round 71 draws synth_sick's again
+    assert all(seeds.count(patients[f][0]) == 1 for f in patients if f.endswith("_test"))
+    assert {s for s in seeds if seeds.count(s) > 1} == {patients["synth_sick"][0]}
     for folder in model_configs.SICK_STRESS:
         assert folder.endswith("_test") and folder not in model_configs.TRAIN_SYNTHETIC
-        _seed, flags = patients[folder]
+        flags = patients[folder][1]
         assert flags[: len(model_configs.SICK_SINUS)] == model_configs.SICK_SINUS
         assert {"--sick-sinus-ectopy", "--sick-sinus-coupling"} & set(flags)
     # the committed folds chose what DS2 has scored (round 63's and round 69's choices again),
     # so `final` stops; the scratch recipe's fold rows are round 63's (deterministic)
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.BEAT_MLP_SHARES)
-    chosen = _folds_chose(monkeypatch, 70, dict(rounds.CONFIGS))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_70_SHARES)
+    chosen = _folds_chose(monkeypatch, 70, dict(rounds.ROUND_70))
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     for init, name, round_ in zip(("pretrained", "scratch"), chosen, ("69", "63"), strict=True):
         assert round_ in [e["round"] for e in ledger if e["config"] == f"{init}: {name}"]
@@ -2807,6 +2826,51 @@ def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_str
     assert set(json.loads((folder / "select_round70.json").read_text())["sick_stress"]) == set(
         model_configs.SICK_STRESS
     )
+
+
+def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_wider_ranges():
+    """The twins differ from their parent by their training patients alone: the same flags,
+    and BEATS_ECTOPY's synthetic folders with `synth_sick` replaced (the same patients drawn
+    over ranges that hold the default and the stress ones) or joined by 20 more."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    wide, more = (f"{parent}{s}" for s in (rounds.SICK_WIDE_SUFFIX, rounds.SICK_MORE_SUFFIX))
+    assert dict.fromkeys((parent, wide, more), rounds.ROUND_63[parent]) == rounds.CONFIGS
+    assert all(
+        shares == rounds.ROUND_63_SHARES[parent] for shares in rounds.BEAT_MLP_SHARES.values()
+    )
+    plain = model_recipes.folder_synthetic(model_configs.BEATS_ECTOPY)
+    assert model_recipes.beat_data(parent) == model_configs.BEATS_ECTOPY
+    by_twin = {name: model_recipes.folder_synthetic(model_recipes.beat_data(name))
+               for name in (wide, more)}  # fmt: skip
+    assert set(by_twin[wide]) == set(plain) - {"synth_sick"} | {"synth_sick_wide"}
+    assert set(by_twin[more]) == set(plain) | {"synth_sick_more"}
+    assert len({model_recipes.beat_data(n) for n in (parent, wide, more)}) == 3
+    patients = model_configs.PATIENTS
+    assert patients["synth_sick_wide"][0] == patients["synth_sick"][0]
+    assert patients["synth_sick_more"][0] not in {seed for f, (seed, _) in patients.items()
+                                                  if f != "synth_sick_more"}  # fmt: skip
+
+    def ranges(flags: list) -> dict[str, tuple[float, ...]]:
+        words = list(map(str, flags))
+        return {flag: tuple(map(float, words[i + 1].split(",")))
+                for i, flag in enumerate(words) if flag.startswith("--sick-sinus-")
+                and flag != "--sick-sinus-fraction"}  # fmt: skip
+
+    from heartlm.synth.patient import SICK_SINUS_COUPLING, SICK_SINUS_ECTOPY
+
+    defaults = {"--sick-sinus-ectopy": SICK_SINUS_ECTOPY,
+                "--sick-sinus-coupling": SICK_SINUS_COUPLING}  # fmt: skip
+    for folder in ("synth_sick_wide", "synth_sick_more"):
+        trained = ranges(patients[folder][1])
+        assert set(trained) == set(defaults)
+        for held in [defaults, *(ranges(patients[f][1]) for f in model_configs.SICK_STRESS)]:
+            for flag, (lo, hi) in held.items():
+                assert trained[flag][0] <= lo and hi <= trained[flag][1]
+    # the floors beside them name what they train on, so no two share a row
+    floors = {model_recipes.floor_name("relative", data=model_recipes.beat_data(n))
+              for n in (parent, wide, more)}  # fmt: skip
+    assert len(floors) == 3
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
