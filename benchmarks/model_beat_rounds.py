@@ -985,4 +985,10 @@ their shapes now lie inside the training ranges: for the twins they measure fit 
 shapes, not generalisation to new ones; `synth_sick_test` (seed 8, default ranges) and the
 DS1 folds are unchanged. Three recipes, eight new fold runs (the parent's are kept answers) and
 scratch's two `best` pretraining runs: one call. Written after round 70's
-folds and round 69's DS2 scores were read (record 232); the folds choose."""
+folds and round 69's DS2 scores were read (record 232); the folds choose. Measured (fortieth
+session): the folds kept the parent (`0.5,V=1` with V +1: +0.007 +- 0.001, its rows round 63's);
+each twin ranked under its own floor (`_sickwide` -0.009 +- 0.005, `_sickmore` -0.005 +- 0.006).
+Both lost DS1 S F1 (0.494 -> 0.454 and 0.477 at `0.5,V=1`, no offset), while their floors gained
+from the same patients (S 0.451 -> 0.472). On the stress patients they found S at 0.958 and 0.946
+(long runs; the parent 0.638) and 0.826 and 0.839 (barely premature; 0.776). DS2 not scored
+(benchmarks/README.md, round 71)."""

@@ -2828,7 +2828,9 @@ def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_str
     )
 
 
-def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_wider_ranges():
+def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_wider_ranges(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """The twins differ from their parent by their training patients alone: the same flags,
     and BEATS_ECTOPY's synthetic folders with `synth_sick` replaced (the same patients drawn
     over ranges that hold the default and the stress ones) or joined by 20 more."""
@@ -2871,6 +2873,19 @@ def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_
     floors = {model_recipes.floor_name("relative", data=model_recipes.beat_data(n))
               for n in (parent, wide, more)}  # fmt: skip
     assert len(floors) == 3
+    # the committed folds kept the parent (round 63's choice, scored on DS2), whose fold rows
+    # are round 63's though heartlm's source digest, and so its run names, changed
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.BEAT_MLP_SHARES)
+    [chosen] = _folds_chose(monkeypatch, 71, dict(rounds.CONFIGS), ("scratch",))
+    assert model_recipes.config_of(chosen, rounds.CONFIGS) == parent
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"]
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    rows_71, rows_63 = (json.loads((folder / f"select_round{n}.json").read_text())["beats"]
+                        for n in (71, 63))  # fmt: skip
+    parent_rows = [k for k in rows_71 if k.startswith(parent) and "_sick" not in k]
+    assert parent_rows and all(rows_71[k]["confusion"] == rows_63[k]["confusion"]
+                               for k in parent_rows)  # fmt: skip
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
