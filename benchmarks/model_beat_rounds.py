@@ -979,12 +979,13 @@ the same flags trained with the sick-sinus patients drawn over the default and t
 ranges together (model_configs.SICK_SINUS_WIDE: ectopy 0.55-0.95, coupling 0.6-0.95):
 `_sickwide` replaces the 20 training patients with the same ones (seed 7) drawn over those
 ranges, `_sickmore` keeps them and adds 20 such patients. The floor beside each trains on the
-same records. Scratch only (deterministic: the parent's fold rows are round 63's, reused from
-round 70's kept answers with RESUME). SICK_STRESS's patients (seeds 14, 15) stay held out, but
+same records. Scratch only (deterministic: the parent's fold rows are round 63's; round 70's
+kept answers were carried with RESUME, but a change to heartlm's source renamed the runs, so
+the parent was trained again). SICK_STRESS's patients (seeds 14, 15) stay held out, but
 their shapes now lie inside the training ranges: for the twins they measure fit to the
 shapes, not generalisation to new ones; `synth_sick_test` (seed 8, default ranges) and the
-DS1 folds are unchanged. Three recipes, eight new fold runs (the parent's are kept answers) and
-scratch's two `best` pretraining runs: one call. Written after round 70's
+DS1 folds are unchanged. Three recipes, twelve fold runs and scratch's two `best` pretraining
+runs: two calls (the first stopped at its limit). Written after round 70's
 folds and round 69's DS2 scores were read (record 232); the folds choose. Measured (fortieth
 session): the folds kept the parent (`0.5,V=1` with V +1: +0.007 +- 0.001, its rows round 63's);
 each twin ranked under its own floor (`_sickwide` -0.009 +- 0.005, `_sickmore` -0.005 +- 0.006).
