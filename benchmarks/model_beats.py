@@ -164,18 +164,20 @@ def select(r: Runner) -> dict[str, Any]:
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
                    "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
-        scorings = [(viewed(config, views), ["--views", views]) for views in (1, cfg.VIEWS)]
-        scorings += [(shared(config, share), ["--views", 1, "--beat-mlp-share", share])
+        scorings = [(viewed(config, views), views, []) for views in (1, cfg.VIEWS)]
+        scorings += [(shared(config, share), 1, ["--beat-mlp-share", share])
                      for share in cfg.BEAT_MLP_SHARES.get(config, ())]  # fmt: skip
         return [
             (
                 recipe,
                 seed,
-                r.evaluate(name, "tok_beats", "--records", *test, *scoring),
-                r.evaluate(name, cfg.HELD_OUT["sick"], *scoring),
-                r.evaluate(name, cfg.SICK_STRESS_TOKENS, *scoring) if scoring[1] == 1 else None,
+                r.evaluate(name, "tok_beats", "--records", *test, "--views", views, *more),
+                r.evaluate(name, cfg.HELD_OUT["sick"], "--views", views, *more),
+                r.evaluate(name, cfg.SICK_STRESS_TOKENS, "--views", views, *more)
+                if views == 1
+                else None,
             )
-            for recipe, scoring in scorings
+            for recipe, views, more in scorings
         ]
 
     def ensemble(config: str, k: int, views: int) -> tuple[str, dict[str, Any] | None]:
@@ -255,7 +257,9 @@ def stress_scores(found: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str
             beats = sum(row["n_beats"] for row in rows)
             out.setdefault(folder, {})[recipe] = {
                 "S beats": s_beats,
-                "S Se": sum(row["S"]["se"] * row["S"]["support"] for row in rows) / max(s_beats, 1),
+                "S Se": sum(row["S"]["se"] * row["S"]["support"] for row in rows) / s_beats
+                if s_beats
+                else None,
                 "accuracy": sum(row["accuracy"] * row["n_beats"] for row in rows) / beats,
             }
     return out

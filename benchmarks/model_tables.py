@@ -149,7 +149,8 @@ def _stress(results: dict[str, Any]) -> list[str]:
              "selection rule)", "", "| " + " | ".join(head) + " |",
              "| " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
     for recipe in recipes:
-        cells = [f"{found[f][recipe][c]:.3f}" if recipe in found[f] else ""
+        cells = [f"{found[f][recipe][c]:.3f}"
+                 if recipe in found[f] and found[f][recipe][c] is not None else ""
                  for f in folders for c in ("S Se", "accuracy")]  # fmt: skip
         lines.append("| " + " | ".join([recipe, *cells]) + " |")
     return lines

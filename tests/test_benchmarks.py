@@ -3005,7 +3005,13 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
                                  "accuracy": pytest.approx(0.8)}  # fmt: skip
     assert scores[late]["a"]["S Se"] == 1.0 and scores[late]["a"]["S beats"] == 10
     assert scores[runs]["b"]["S Se"] == 1.0 and "b" not in scores[late]  # no rows, no entry
+    no_s = model_beats.stress_scores(
+        [("c", {"per_record": [row(f"{late}/s0002", 0, 0.0, 30, 0.9)]})]
+    )
+    assert no_s[late]["c"]["S Se"] is None and no_s[late]["c"]["accuracy"] == pytest.approx(0.9)
     import model_tables
+
+    assert "| c |  | 0.900 |" in model_tables._stress({"sick_stress": no_s})
 
     table = model_tables._stress({"sick_stress": scores})
     assert (
