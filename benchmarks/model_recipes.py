@@ -45,11 +45,11 @@ def floor_name(
     parts = [inputs, *([f"context {context}"] if context else [])]
     if synthetic is not None and synthetic != cfg.SYNTHETIC:
         parts.append(f"synthetic {' '.join(synthetic)}")
-    sick = {folder: suffix for suffix, (folder, _) in cfg.BEATS_SICK.items()}
-    if data in (cfg.BEATS_LEADS, cfg.BEATS_ECTOPY, *sick):
+    if data == cfg.BEATS_LEADS or data in ectopy_folders():
         parts.append("lead copies")
-    if data in (cfg.BEATS_ECTOPY, *sick):
+    if data in ectopy_folders():
         parts.append("ectopy patients")
+    sick = {folder: suffix for suffix, (folder, _) in cfg.BEATS_SICK.items()}
     if data in sick:
         parts.append(f"sick sinus {sick[data].removeprefix('_sick')}")
     return f"tree floor ({', '.join(parts)})"
@@ -67,6 +67,12 @@ def beat_data(config: str) -> str:
     return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
 
 
+def ectopy_folders() -> set[str]:
+    """The beat token folders with BEATS_ECTOPY's sources: BEATS_ECTOPY and the BEATS_SICK
+    folders, which only swap its sick-sinus patients."""
+    return {cfg.BEATS_ECTOPY, *(folder for folder, _ in cfg.BEATS_SICK.values())}
+
+
 def train_synthetic(folder: str) -> tuple[str, ...]:
     """TRAIN_SYNTHETIC as a beat token folder holds it: in a BEATS_SICK folder with its own
     sick-sinus folders in place of SICK_TRAINING."""
@@ -76,10 +82,10 @@ def train_synthetic(folder: str) -> tuple[str, ...]:
 
 def folder_synthetic(folder: str) -> tuple[str, ...]:
     """The synthetic patient folders whose records train beside DS1's in a beat token folder:
-    train_synthetic's, and in BEATS_ECTOPY and the BEATS_SICK folders (built on it) the
-    ectopy patients (AFIB_ONLY_SYNTHETIC) too."""
-    ectopy = folder == cfg.BEATS_ECTOPY or folder in dict(cfg.BEATS_SICK.values())
-    return (*train_synthetic(folder), *(cfg.AFIB_ONLY_SYNTHETIC if ectopy else ()))
+    train_synthetic's, and in the ectopy_folders the ectopy patients (AFIB_ONLY_SYNTHETIC)
+    too."""
+    extra = cfg.AFIB_ONLY_SYNTHETIC if folder in ectopy_folders() else ()
+    return (*train_synthetic(folder), *extra)
 
 
 def beat_floor_kinds(configs: list[str]) -> list[tuple[str, str]]:

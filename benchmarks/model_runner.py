@@ -28,6 +28,7 @@ from model_recipes import (
     best_of_each_init,
     best_pair,
     config_of,
+    ectopy_folders,
     pair_members,
     pair_recipe_flags,
     pretrain_variant,
@@ -319,10 +320,9 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
                         scale["minutes"], "--fs", 360, "--seed", scale["seed"],
                         *scale["flags"]))  # fmt: skip
     copies: list[str] = []
-    sick_beats = {folder for folder, _ in cfg.BEATS_SICK.values()}
 
     def lead_copies() -> None:
-        if {"tok_pre_leads", cfg.BEATS_LEADS, cfg.BEATS_ECTOPY, *sick_beats} & corpora:
+        if {"tok_pre_leads", cfg.BEATS_LEADS, *ectopy_folders()} & corpora:
             copies.extend(write_lead_copies(r, [*real, nstdb]))
 
     r.parallel([lead_copies, *(lambda a=a: r.heartlm("synth", *a, done=a[0]) for a in records)])
@@ -344,11 +344,7 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
     if cfg.BEATS_LEADS in corpora:
         stores["store_beats_leads"] = ([mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies],
                                        cfg.BEATS_LEADS)  # fmt: skip
-    if cfg.BEATS_ECTOPY in corpora:  # the ectopy patients after the copies: earlier keys stay
-        stores["store_beats_leads_ectopy"] = (
-            [mitdb, *cfg.TRAIN_SYNTHETIC, *mitdb_copies, *cfg.AFIB_ONLY_SYNTHETIC],
-            cfg.BEATS_ECTOPY)  # fmt: skip
-    for folder in sorted(sick_beats & corpora):  # BEATS_ECTOPY's sources, in its order
+    for folder in sorted(ectopy_folders() & corpora):  # the ectopy patients after the copies
         stores[f"store_{folder.removeprefix('tok_')}"] = (
             [mitdb, *train_synthetic(folder), *mitdb_copies, *cfg.AFIB_ONLY_SYNTHETIC],
             folder)  # fmt: skip
