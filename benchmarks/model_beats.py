@@ -35,6 +35,8 @@ from model_recipes import (
 )
 from model_runner import Runner, run_tag
 
+from heartlm.ecg.labels import AAMI_CLASSES
+
 
 def mitdb_keys(names: Sequence[str]) -> list[str]:
     """DB/NAME of MIT-BIH records: in BEATS_LEADS a plain name also takes the record's copy,
@@ -242,9 +244,21 @@ def select(r: Runner) -> dict[str, Any]:
             "seed_scores": seed_scores}  # fmt: skip
 
 
+def _pooled_precision(rows: list[dict[str, Any]], c: int) -> float | None:
+    """Class `c`'s precision over per-record rows' confusion matrices summed (None if a row
+    has no matrix or no beat was called `c`)."""
+    if not all("confusion" in row for row in rows):
+        return None
+    pooled = np.sum([row["confusion"] for row in rows], axis=0)
+    called = int(pooled[:, c].sum())
+    return float(pooled[c, c] / called) if called else None
+
+
 def stress_scores(found: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Each SICK_STRESS folder's S sensitivity and accuracy per recipe, over the evaluations
-    of `found` (recipe, report) together, from their per-record rows."""
+    """Each SICK_STRESS folder's S sensitivity, S precision and accuracy per recipe, over the
+    evaluations of `found` (recipe, report) together, from their per-record rows (precision
+    from their confusion matrices: None where a row has none, as before round 72, or no beat
+    was called S)."""
     out: dict[str, dict[str, Any]] = {}
     for folder in cfg.SICK_STRESS:
         for recipe in dict.fromkeys(name for name, _ in found):
@@ -260,6 +274,7 @@ def stress_scores(found: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str
                 "S Se": sum(row["S"]["se"] * row["S"]["support"] for row in rows) / s_beats
                 if s_beats
                 else None,
+                "S +P": _pooled_precision(rows, AAMI_CLASSES.index("S")),
                 "accuracy": sum(row["accuracy"] * row["n_beats"] for row in rows) / beats,
             }
     return out

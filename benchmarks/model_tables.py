@@ -138,20 +138,23 @@ def _sick(results: dict[str, Any]) -> list[str]:
 
 def _stress(results: dict[str, Any]) -> list[str]:
     """`select`'s harder held-out sick-sinus patients (model_configs.SICK_STRESS), when it
-    scored them: S sensitivity and accuracy of each reading, folds and seeds together."""
+    scored them: S sensitivity, S precision (where the rows carry it) and accuracy of each
+    reading, folds and seeds together."""
     found = results.get("sick_stress")
     if not found:
         return []
     folders = list(found)
     recipes = list(dict.fromkeys(r for scores in found.values() for r in scores))
-    head = ["configuration", *(f"{f}: {c}" for f in folders for c in ("S Se", "accuracy"))]
+    scored = [scores for by_recipe in found.values() for scores in by_recipe.values()]
+    columns = [c for c in ("S Se", "S +P", "accuracy") if any(c in s for s in scored)]
+    head = ["configuration", *(f"{f}: {c}" for f in folders for c in columns)]
     lines = ["", "## Harder held-out sick-sinus patients (never trained on; one view; not in the "
              "selection rule)", "", "| " + " | ".join(head) + " |",
              "| " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
     for recipe in recipes:
         cells = [f"{found[f][recipe][c]:.3f}"
-                 if recipe in found[f] and found[f][recipe][c] is not None else ""
-                 for f in folders for c in ("S Se", "accuracy")]  # fmt: skip
+                 if recipe in found[f] and found[f][recipe].get(c) is not None else ""
+                 for f in folders for c in columns]  # fmt: skip
         lines.append("| " + " | ".join([recipe, *cells]) + " |")
     return lines
 

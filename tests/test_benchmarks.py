@@ -3001,7 +3001,7 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
     second = {"per_record": [row(f"{runs}/s0001", 10, 1.0, 100, 1.0),
                              row("synth_sick_test/s0000", 50, 0.0, 60, 0.0)]}  # fmt: skip
     scores = model_beats.stress_scores([("a", first), ("a", second), ("b", second)])
-    assert scores[runs]["a"] == {"S beats": 100, "S Se": pytest.approx(0.55),
+    assert scores[runs]["a"] == {"S beats": 100, "S Se": pytest.approx(0.55), "S +P": None,
                                  "accuracy": pytest.approx(0.8)}  # fmt: skip
     assert scores[late]["a"]["S Se"] == 1.0 and scores[late]["a"]["S beats"] == 10
     assert scores[runs]["b"]["S Se"] == 1.0 and "b" not in scores[late]  # no rows, no entry
@@ -3011,12 +3011,35 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
     assert no_s[late]["c"]["S Se"] is None and no_s[late]["c"]["accuracy"] == pytest.approx(0.9)
     import model_tables
 
-    assert "| c |  | 0.900 |" in model_tables._stress({"sick_stress": no_s})
+    assert "| c |  |  | 0.900 |" in model_tables._stress({"sick_stress": no_s})
+    # with confusion matrices (evaluate's rows from round 72) S precision pools the records:
+    # 7 of 10 S calls right over two records, where their own precisions average 0.625
+    one, two = np.zeros((5, 5), dtype=int), np.zeros((5, 5), dtype=int)
+    one[1, 1], one[0, 0] = 6, 6  # 6 of 6 calls right
+    two[1, 1], two[0, 1], two[1, 0], two[0, 0] = 1, 3, 1, 5  # 1 of 4
+    pooled = model_beats.stress_scores(
+        [("d", {"per_record": [counted(f"{runs}/s0000", one), counted(f"{runs}/s0001", two)]})]
+    )
+    assert pooled[runs]["d"]["S +P"] == pytest.approx(0.7)
+    assert pooled[runs]["d"]["S Se"] == pytest.approx(7 / 8)
+    assert pooled[runs]["d"]["accuracy"] == pytest.approx(18 / 22)
+    assert scores[runs]["a"]["S +P"] is None  # rows without a matrix give no precision
+    assert "| d | 0.875 | 0.700 | 0.818 |" in model_tables._stress({"sick_stress": pooled})
+
+    def counted(record: str, confusion: list[list[int]]) -> dict:
+        cm = np.array(confusion)
+        s_beats, found = int(cm[1].sum()), int(cm[1, 1])
+        beats = int(cm.sum())
+        return {**row(record, s_beats, found / s_beats, beats, np.trace(cm) / beats),
+                "confusion": cm.tolist()}  # fmt: skip
 
     table = model_tables._stress({"sick_stress": scores})
-    assert (
-        "| a | 0.550 | 0.800 | 1.000 | 0.500 |" in table and "| b | 1.000 | 1.000 |  |  |" in table
-    )
+    assert "| a | 0.550 |  | 0.800 | 1.000 |  | 0.500 |" in table
+    assert "| b | 1.000 |  | 1.000 |  |  |  |" in table
+    # a report written before round 72 has no precision entry: its table keeps two columns
+    older = {runs: {"e": {"S beats": 2, "S Se": 0.5, "accuracy": 0.7}}}
+    table = model_tables._stress({"sick_stress": older})
+    assert "| e | 0.500 | 0.700 |" in table and not any("S +P" in line for line in table)
     assert model_tables._stress({}) == []
 
 

@@ -164,6 +164,9 @@ def test_per_record_rows_give_each_record_its_own_s_v_and_f_counts():
     assert (a["F"]["support"], a["F"]["se"]) == (1, 0.0)
     assert (b["F"]["support"], b["F"]["se"], b["F"]["ppv"]) == (2, 0.5, 0.5)
     assert (b["V"]["support"], b["V"]["se"]) == (1, 0.0)
+    pooled = np.add(a["confusion"], b["confusion"])  # the rows' matrices sum to the whole's
+    assert pooled.tolist() == metrics.beat_report(ref, pred)["confusion"]
+    assert b["confusion"][2] == [0, 0, 0, 1, 0]  # b's V beat, called F
 
 
 def test_text_report_and_figures(tmp_path):

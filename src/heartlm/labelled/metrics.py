@@ -164,8 +164,9 @@ def macro_f1(reference: np.ndarray, predicted: np.ndarray, classes: np.ndarray) 
 def per_record_beats(
     reference: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
 ) -> list[dict]:
-    """One row per record: beats, accuracy, and Se / +P of the S, V and F classes (EC57 lists
-    S and V per record beside the gross figures; F is here because the floor leads on it)."""
+    """One row per record: beats, accuracy, Se / +P of the S, V and F classes (EC57 lists
+    S and V per record beside the gross figures; F is here because the floor leads on it),
+    and the record's confusion matrix, so that any set of records can be pooled."""
     rows = []
     for r in np.unique(record):
         keep = record == r
@@ -174,6 +175,7 @@ def per_record_beats(
         row = {"record": names[int(r)], "n_beats": int(cm.sum()), "accuracy": accuracy(cm)}
         for c in ("S", "V", "F"):
             row[c] = {k: scores[c][k] for k in ("support", "se", "ppv")}
+        row["confusion"] = cm.tolist()
         rows.append(row)
     return rows
 
