@@ -993,3 +993,27 @@ Both lost DS1 S F1 (0.494 -> 0.454 and 0.477 at `0.5,V=1`, no offset), while the
 from the same patients (S 0.451 -> 0.472). On the stress patients they found S at 0.958 and 0.946
 (long runs; the parent 0.638) and 0.826 and 0.839 (barely premature; 0.776). DS2 not scored
 (benchmarks/README.md, round 71)."""
+
+
+ROUND_71 = dict(CONFIGS)
+ROUND_71_SHARES = dict(BEAT_MLP_SHARES)
+CONTEXT_SUFFIX = "_mlpcontext"
+
+
+CONFIGS = beside_twin(_SCRATCH_63, ROUND_71[_SCRATCH_63], CONTEXT_SUFFIX, ["--beat-mlp-context"])
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 72 (prepared in the forty-first session, on the CPU; no GPU was lent): the per-beat
+network reads the transformer's state (`finetune --beat-mlp-context`, new). Round 63's
+scratch choice sums two parts' logits: the transformer's, which reads the window's rhythm,
+and the per-beat network's, which reads the beat and its two neighbours and carries V. Read
+alone, the network has lost DS2 record 232's S beats (rounds 62 and 69: S sensitivity
+0.12-0.14), and on round 70's held-out sick-sinus patients the transformer's share gained
+about 0.1 of S sensitivity over the network alone: the network is blind to the rhythm beyond
+its neighbours, and a sum only adds what each part tells alone. The twin feeds the
+transformer's state at each beat into the network's first hidden layer, beside its bins,
+so one nonlinear call reads the beat's shape and its context together, and the network's own
+loss (`--beat-mlp-loss 1`) trains the transformer under it. Round 63's scratch choice as it
+ran there (deterministic: its rows are round 63's) and the twin with that one flag more, at
+the same shares (1 is the network alone, now with context). Two recipes, eight fold runs:
+one call. Written after round 71's folds and round 69's DS2 scores were read; the folds
+choose."""

@@ -2837,9 +2837,9 @@ def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_
     rounds = model_beat_rounds
     parent = rounds._SCRATCH_63
     wide, more = (f"{parent}{s}" for s in (rounds.SICK_WIDE_SUFFIX, rounds.SICK_MORE_SUFFIX))
-    assert dict.fromkeys((parent, wide, more), rounds.ROUND_63[parent]) == rounds.CONFIGS
+    assert dict.fromkeys((parent, wide, more), rounds.ROUND_63[parent]) == rounds.ROUND_71
     assert all(
-        shares == rounds.ROUND_63_SHARES[parent] for shares in rounds.BEAT_MLP_SHARES.values()
+        shares == rounds.ROUND_63_SHARES[parent] for shares in rounds.ROUND_71_SHARES.values()
     )
     plain = model_recipes.folder_synthetic(model_configs.BEATS_ECTOPY)
     assert model_recipes.beat_data(parent) == model_configs.BEATS_ECTOPY
@@ -2875,9 +2875,9 @@ def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_
     assert len(floors) == 3
     # the committed folds kept the parent (round 63's choice, scored on DS2), whose fold rows
     # are round 63's though heartlm's source digest, and so its run names, changed
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.BEAT_MLP_SHARES)
-    [chosen] = _folds_chose(monkeypatch, 71, dict(rounds.CONFIGS), ("scratch",))
-    assert model_recipes.config_of(chosen, rounds.CONFIGS) == parent
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_71_SHARES)
+    [chosen] = _folds_chose(monkeypatch, 71, dict(rounds.ROUND_71), ("scratch",))
+    assert model_recipes.config_of(chosen, rounds.ROUND_71) == parent
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"]
     folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
@@ -2886,6 +2886,23 @@ def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_
     parent_rows = [k for k in rows_71 if k.startswith(parent) and "_sick" not in k]
     assert parent_rows and all(rows_71[k]["confusion"] == rows_63[k]["confusion"]
                                for k in parent_rows)  # fmt: skip
+
+
+def test_round_72_sets_round_63s_scratch_choice_beside_its_twin_whose_network_reads_context():
+    """The twin is the parent with `--beat-mlp-context` alone, on the parent's records, at the
+    parent's shares; scratch both (no pretraining run differs between them)."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    twin = f"{parent}{rounds.CONTEXT_SUFFIX}"
+    expected = {parent: rounds.ROUND_63[parent],
+                twin: [*rounds.ROUND_63[parent], "--beat-mlp-context"]}  # fmt: skip
+    assert expected == rounds.CONFIGS
+    shares = dict.fromkeys(rounds.CONFIGS, rounds.ROUND_63_SHARES[parent])
+    assert shares == rounds.BEAT_MLP_SHARES
+    assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
+    assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
+    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
@@ -2996,6 +3013,13 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
         return {"record": record, "n_beats": beats, "accuracy": accuracy,
                 "S": {"support": s_beats, "se": se, "ppv": 1.0}}  # fmt: skip
 
+    def counted(record: str, confusion: list[list[int]]) -> dict:
+        cm = np.array(confusion)
+        s_beats, found = int(cm[1].sum()), int(cm[1, 1])
+        beats = int(cm.sum())
+        return {**row(record, s_beats, found / s_beats, beats, np.trace(cm) / beats),
+                "confusion": cm.tolist()}  # fmt: skip
+
     first = {"per_record": [row(f"{runs}/s0000", 90, 0.5, 100, 0.6),
                             row(f"{late}/s0000", 10, 1.0, 20, 0.5)]}  # fmt: skip
     second = {"per_record": [row(f"{runs}/s0001", 10, 1.0, 100, 1.0),
@@ -3025,13 +3049,6 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
     assert pooled[runs]["d"]["accuracy"] == pytest.approx(18 / 22)
     assert scores[runs]["a"]["S +P"] is None  # rows without a matrix give no precision
     assert "| d | 0.875 | 0.700 | 0.818 |" in model_tables._stress({"sick_stress": pooled})
-
-    def counted(record: str, confusion: list[list[int]]) -> dict:
-        cm = np.array(confusion)
-        s_beats, found = int(cm[1].sum()), int(cm[1, 1])
-        beats = int(cm.sum())
-        return {**row(record, s_beats, found / s_beats, beats, np.trace(cm) / beats),
-                "confusion": cm.tolist()}  # fmt: skip
 
     table = model_tables._stress({"sick_stress": scores})
     assert "| a | 0.550 |  | 0.800 | 1.000 |  | 0.500 |" in table

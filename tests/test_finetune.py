@@ -1409,6 +1409,36 @@ def test_the_per_beat_network_is_as_deep_as_asked_and_refuses_depths_it_cannot_h
     assert _cli(*plain) == 0
 
 
+def test_the_per_beat_network_reads_the_transformers_state_when_asked(corpus, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ft_context"
+    assert _cli(*_two_steps(corpus, out, "--beat-mlp", "8", "--beat-mlp-context")) == 0
+    model = json.loads((out / "config.json").read_text())["model"]
+    assert model["beat_mlp_context"] is True
+    columns = 3 * model["n_features"] + 2 + model["d_model"]
+    assert load_file(out / "model.safetensors")["beat_mlp.hidden.weight"].shape == (8, columns)
+    assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
+
+    def refused(*flags: str) -> str:
+        assert _cli(*_two_steps(corpus, out, *flags, "--overwrite")) == 2
+        return capsys.readouterr().err
+
+    assert "not with --beat-mlp 0" in refused("--beat-mlp", "0", "--beat-mlp-context")
+    no_network = refused("--beat-mlp-context")  # the encoder has none
+    assert "has no per-beat network for --beat-mlp-context: add --beat-mlp" in no_network
+    assert "only with --task beats" in refused("--beat-mlp-context", "--task", "afib")
+    stopped = tmp_path / "ft_stopped"
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    assert _finetune(corpus, stopped, "--beat-mlp", "8", "--beat-mlp-context", *stop) == 0
+    capsys.readouterr()
+    assert _finetune(corpus, stopped, "--beat-mlp", "8", "--steps", "6", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "checkpoint model has beat_mlp_context=True, this run False (--beat-mlp-context)" in err
+    resumed = ("--beat-mlp", "8", "--beat-mlp-context", "--steps", "6", "--resume")
+    assert _finetune(corpus, stopped, *resumed) == 0
+
+
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "ft"
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")

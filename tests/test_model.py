@@ -257,6 +257,43 @@ def test_a_deeper_per_beat_network_keeps_its_first_layer_and_its_depth(tmp_path:
             _tiny(n_features=3, beat_mlp=8, beat_mlp_depth=depth)
 
 
+def test_a_per_beat_network_with_context_reads_beats_beyond_its_neighbours(tmp_path: Path):
+    morph, rhythm = _inputs()
+    x = torch.randn(2, 16, 3)
+    far = x.clone()
+    far[:, 12] += 3.0  # beat 12 lies outside beat 3's neighbourhood (beats 2-4)
+    network_of = {}
+    for context in (False, True):
+        model = _tiny(n_features=3, beat_mlp=16, beat_mlp_bins=4, beat_mlp_context=context).eval()
+        model.fit_beat_mlp_bins(torch.randn(64, 3).numpy())
+        bins = model.beat_mlp.bins.out_features
+        assert model.beat_mlp.hidden.in_features == bins + (model.cfg.d_model if context else 0)
+        alone = model(morph, rhythm, head="beat_parts", features_BTF=x)[1]
+        moved = model(morph, rhythm, head="beat_parts", features_BTF=far)[1]
+        network_of[context] = (alone[:, 3] - moved[:, 3]).abs().max().item()
+        summed = model(morph, rhythm, head="beat", features_BTF=x)
+        parts = model(morph, rhythm, head="beat_parts", features_BTF=x)
+        torch.testing.assert_close(summed, parts[0] + parts[1])
+    assert network_of[False] == 0.0 and network_of[True] > 1e-4
+    model.train()  # the network's own loss trains the transformer under it
+    model(morph, rhythm, head="beat_parts", features_BTF=x)[1].square().sum().backward()
+    assert model.blocks[0].qkv.weight.grad.abs().sum() > 0
+    model.save_pretrained(tmp_path / "ft")
+    again, _ = load_pretrained(tmp_path / "ft")
+    assert again.cfg.beat_mlp_context
+    torch.testing.assert_close(
+        again.eval()(morph, rhythm, head="beat", features_BTF=x),
+        model.eval()(morph, rhythm, head="beat", features_BTF=x),
+    )
+    with pytest.raises(HeartlmError, match="transformer's state: True, not False "
+                                           "\\(--beat-mlp-context\\)"):  # fmt: skip
+        load_pretrained(tmp_path / "ft", beat_mlp_context=False)
+    with pytest.raises(ValueError, match="beat_mlp_context feeds the per-beat network"):
+        _tiny(n_features=3, beat_mlp_context=True)
+    with pytest.raises(ValueError, match="not with beat_mlp_context"):
+        _tiny(n_features=3, beat_mlp=8, beat_codes=True, beat_mlp_context=True)
+
+
 def test_the_per_beat_network_reads_its_columns_through_bins_fitted_once(tmp_path: Path):
     model = _tiny(n_features=3)
     export_model(tmp_path, model.state_dict(), model.cfg, {})
@@ -579,3 +616,9 @@ def test_flops_count_the_per_beat_networks_hidden_layers_and_bin_maps():
                model.beat_mlp.hidden2.weight]  # fmt: skip
     added = flops_per_token(model.cfg, 16, 2) - flops_per_token(plain.cfg, 16, 2)
     assert added == 6 * sum(w.numel() for w in counted)
+    context = _tiny(n_features=3, beat_mlp=8, beat_mlp_depth=2, beat_mlp_bins=4,
+                    beat_mlp_context=True)  # fmt: skip
+    read = [context.beat_mlp.bins.weight, context.beat_mlp.hidden.weight,
+            context.beat_mlp.hidden2.weight]  # fmt: skip
+    added = flops_per_token(context.cfg, 16, 2) - flops_per_token(plain.cfg, 16, 2)
+    assert added == 6 * sum(w.numel() for w in read)

@@ -95,6 +95,10 @@ class FinetuneConfig:
     beat_mlp_depth: int | None = setting(None, metavar="N", group=TASK)
     """beats: the per-beat network's hidden layers, each WIDTH wide (1-4; default: the
     pretrained run's, else 1)"""
+    beat_mlp_context: bool = setting(False, group=TASK)
+    """beats: the per-beat network also reads the transformer's state at each beat, so the
+    rhythm the transformer sees reaches the network's own call (needs --beat-mlp WIDTH or an
+    encoder with a per-beat network)"""
     beat_mlp_loss: float = setting(0.0, metavar="W", group=TASK)
     """beats, with a per-beat network: training only, add W x that network's own
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from
@@ -190,6 +194,12 @@ class FinetuneConfig:
                              "beats")  # fmt: skip
         if self.beat_mlp_depth not in (None, 1) and self.beat_mlp == 0:
             raise ValueError("--beat-mlp-depth counts the per-beat network's layers: not with "
+                             "--beat-mlp 0")  # fmt: skip
+        if self.beat_mlp_context and self.task != "beats":
+            raise ValueError("--beat-mlp-context feeds the beat head's network: only with "
+                             "--task beats")  # fmt: skip
+        if self.beat_mlp_context and self.beat_mlp == 0:
+            raise ValueError("--beat-mlp-context feeds the per-beat network: not with "
                              "--beat-mlp 0")  # fmt: skip
         if self.beat_mlp_bins and self.beat_mlp == 0:
             raise ValueError("--beat-mlp-bins encodes the per-beat network's inputs: not with "

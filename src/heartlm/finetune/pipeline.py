@@ -80,7 +80,8 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     added = (("--local-stats", cfg.local_stats, "local_stats"),
              ("--beat-mlp", cfg.beat_mlp, "beat_mlp"),
              ("--beat-mlp-bins", cfg.beat_mlp_bins, "beat_mlp_bins"),
-             ("--beat-mlp-depth", cfg.beat_mlp_depth, "beat_mlp_depth"))  # fmt: skip
+             ("--beat-mlp-depth", cfg.beat_mlp_depth, "beat_mlp_depth"),
+             ("--beat-mlp-context", cfg.beat_mlp_context or None, "beat_mlp_context"))  # fmt: skip
     # depth 1 is a one-layer network's: it adds no weights
     asked = [
         flag for flag, value, field in added if value and (field, value) != ("beat_mlp_depth", 1)
@@ -95,7 +96,9 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         if cfg.local_stats and cfg.local_stats > positions:
             raise HeartlmError(f"--local-stats {cfg.local_stats} is wider than the model's "
                                f"{positions} positions", run)  # fmt: skip
-        shaping = [f for f in asked if f in ("--beat-mlp-bins", "--beat-mlp-depth")]
+        shaping = [
+            f for f in asked if f in ("--beat-mlp-bins", "--beat-mlp-depth", "--beat-mlp-context")
+        ]
         if shaping and not (cfg.beat_mlp or saved.get("beat_mlp")):
             raise HeartlmError(f"has no per-beat network for {shaping[0]}: add --beat-mlp WIDTH",
                                run)  # fmt: skip

@@ -77,6 +77,11 @@ class ModelConfig:
     encoding over this many quantile bins of the fine-tuning rows (`heartlm.model.piecewise`;
     0: the columns only). On the DS1 folds it lifts such a network's V sensitivity from 0.918
     to 0.932 (benchmarks/feature_scale_probe.py): a tree's thresholds, drawn by a network."""
+    beat_mlp_context: bool = False
+    """the per-beat network's first hidden layer also reads the transformer's state at the
+    beat (the final norm's output), so it calls a beat from the beat, its two neighbours and
+    the window around them: the rhythm that tells an S beat reaches the network that carries
+    V, where a sum of the two parts' logits only adds what each tells alone"""
     beat_codes: bool = False
     """the per-beat network also names each beat's morphology code from its inputs: a head
     from its last hidden layer over the vocabulary (`pretrain --beat-mlp`). It gives that
@@ -143,6 +148,12 @@ class ModelConfig:
         if self.beat_mlp and self.causal and not self.beat_codes:
             # a causal model's network only names each beat's own code (pretraining)
             raise ValueError("beat_mlp reads the beat after each one: not for a causal model")
+        if self.beat_mlp_context and not self.beat_mlp:
+            raise ValueError("beat_mlp_context feeds the per-beat network: needs beat_mlp")
+        if self.beat_mlp_context and self.beat_codes:
+            # the code head names a beat from what the network reads of it, never the state
+            raise ValueError("beat_codes pretrains the per-beat network without the "
+                             "transformer's state: not with beat_mlp_context")  # fmt: skip
         if self.beat_codes and not self.beat_mlp:
             raise ValueError("beat_codes names codes from the per-beat network: needs beat_mlp")
         if self.beat_mlp_hidden and not self.beat_mlp:

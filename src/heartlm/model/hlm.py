@@ -144,8 +144,9 @@ def beat_neighbourhood(features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
 
 def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
     """`beat_mlp`: `beat_mlp_depth` hidden layers from `beat_neighbourhood`'s columns (first
-    through a piecewise-linear encoding with `beat_mlp_bins`) to the beat classes' logits.
-    The first layer's names are those of a one-layer network, so its weights load either way."""
+    through a piecewise-linear encoding with `beat_mlp_bins`; with `beat_mlp_context`, the
+    transformer's state beside them) to the beat classes' logits. The first layer's names are
+    those of a one-layer network, so its weights load either way."""
     if not cfg.beat_mlp:
         return None
     columns = 3 * cfg.n_features + 2
@@ -153,6 +154,8 @@ def _beat_mlp(cfg: ModelConfig) -> nn.Sequential | None:
     if cfg.beat_mlp_bins:
         layers["bins"] = PiecewiseLinear(columns, cfg.beat_mlp_bins, BEAT_MLP_EMBEDDING)
         columns = layers["bins"].out_features
+    if cfg.beat_mlp_context:
+        columns += cfg.d_model
     for depth in range(1, cfg.beat_mlp_depth + 1):
         tag = "" if depth == 1 else str(depth)
         layers[f"hidden{tag}"] = nn.Linear(columns, cfg.beat_mlp)
@@ -349,6 +352,17 @@ class HeartLM(nn.Module, Pretrained):
             features_BTF = features_BTF.index_fill(-1, self.beat_mlp_hidden, 0.0)
         return features_BTF
 
+    def _beat_mlp_logits(self, near_BTC: Tensor, h_BTD: Tensor) -> Tensor:
+        """The per-beat network's logits from `beat_neighbourhood`'s rows and, with
+        `beat_mlp_context`, the transformer's state, which joins after the bins."""
+        network = self.beat_mlp
+        if not self.cfg.beat_mlp_context:
+            return network(near_BTC)
+        encoded, first = near_BTC, 0
+        if (bins := getattr(network, "bins", None)) is not None:
+            encoded, first = bins(near_BTC), 1
+        return network[first:](torch.cat([encoded, h_BTD.to(encoded.dtype)], dim=-1))
+
     def beat_codes(self, features_BTF: Tensor, valid_BT: Tensor | None) -> Tensor:
         """(B, T, padded vocab) logits of each beat's morphology code from the per-beat
         network's last hidden layer (`beat_codes`): what it reads of the beat and its two
@@ -419,7 +433,7 @@ class HeartLM(nn.Module, Pretrained):
                     raise ValueError("head 'beat_parts' needs a model with beat_mlp")
                 return self.beat_head(h)
             near = beat_neighbourhood(self._beat_mlp_view(features_BTF), valid_BT)
-            parts = self.beat_head(h), self.beat_mlp(near.to(h.dtype))
+            parts = self.beat_head(h), self._beat_mlp_logits(near.to(h.dtype), h)
             # "beat_parts": the transformer's and the per-beat network's logits, whose sum is
             # "beat"'s (a fine-tuning loss on the network alone, --beat-mlp-loss)
             return parts if head == "beat_parts" else parts[0] + parts[1]

@@ -76,6 +76,11 @@ _FIXED_ONCE_ADDED = {
     "beat_mlp": ("beat_mlp", "with a per-beat network {} wide", "--beat-mlp"),
     "beat_mlp_bins": ("beat_mlp", "with a per-beat network over {} bins", "--beat-mlp-bins"),
     "beat_mlp_depth": ("beat_mlp", "with a per-beat network {} layers deep", "--beat-mlp-depth"),
+    "beat_mlp_context": (
+        "beat_mlp",
+        "with the per-beat network reading the transformer's state: {}",
+        "--beat-mlp-context",
+    ),
 }
 """Fields a reload may not change once the weights they shape exist: field -> (the field
 whose weights they are, what the model was trained with, the flag)."""

@@ -259,8 +259,9 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
     from heartlm.model.config import ModelConfig
 
     saved, want = meta.get("model", {}), expected.get("model", {})
-    if "beat_mlp_depth" in want:  # added after some checkpoints were written: one layer then
-        saved = {"beat_mlp_depth": ModelConfig.beat_mlp_depth, **saved}
+    for late in ("beat_mlp_depth", "beat_mlp_context"):  # added after checkpoints were written
+        if late in want:
+            saved = {late: getattr(ModelConfig, late), **saved}
     if saved.get("preset") != want.get("preset"):
         raise HeartlmError(
             f"checkpoint is from preset '{saved.get('preset')}', this run uses "
@@ -290,6 +291,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "beat_mlp",
         "beat_mlp_bins",
         "beat_mlp_depth",
+        "beat_mlp_context",
         "beat_codes",
         "beat_mlp_hidden",
         "choice_critic",
@@ -302,6 +304,7 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                     "beat_mlp_bins": " (--beat-mlp-bins)",
                     "beat_mlp_hidden": " (--beat-mlp-inputs)",
                     "beat_mlp_depth": " (--beat-mlp-depth)",
+                    "beat_mlp_context": " (--beat-mlp-context)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
             raise HeartlmError(
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",

@@ -54,6 +54,8 @@ def beat_mlp_flops_per_token(cfg: ModelConfig) -> float:
     if cfg.beat_mlp_bins:
         weights += columns * cfg.beat_mlp_bins * BEAT_MLP_EMBEDDING
         columns *= 1 + BEAT_MLP_EMBEDDING
+    if cfg.beat_mlp_context:
+        columns += cfg.d_model
     weights += columns * cfg.beat_mlp + (cfg.beat_mlp_depth - 1) * cfg.beat_mlp**2
     return 6 * weights
 
