@@ -84,7 +84,7 @@ class Patient:
     """slow sinus rhythm with long pauses and runs of atrial ectopic beats that outnumber the
     sinus beats (as in MIT-BIH 232): every reference to 'the usual beat' is the ectopic one"""
     pause_prob: float = 0.0  # per sinus beat, sick sinus only
-    ectopic_coupling: tuple[float, float] = SICK_SINUS_COUPLING
+    sick_sinus_coupling: tuple[float, float] = SICK_SINUS_COUPLING
     """range of an atrial ectopic beat's RR as a share of the sinus cycle (sick sinus only;
     drawn per beat)"""
     flutter: list[tuple[float, float]] = field(default_factory=list)  # AFL episodes (start, end)
@@ -161,7 +161,7 @@ def draw_patient(
         p.hr_bpm = u(38, 52)
         p.p_ectopic["A"] = u(*sick_sinus_ectopy)
         p.pause_prob = u(0.05, 0.15)
-        p.ectopic_coupling = sick_sinus_coupling
+        p.sick_sinus_coupling = sick_sinus_coupling
     elif flutter and not paced:  # also drawn last
         p.afib = []
         p.flutter = _afib_episodes(rng, duration_s)

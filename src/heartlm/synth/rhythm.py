@@ -137,15 +137,15 @@ def _sick_sinus(
 ) -> tuple[np.ndarray, np.ndarray]:
     """A slow sinus node with long pauses, interrupted by atrial ectopic beats that often come
     in runs: each ectopic beat fires a share of a sinus cycle (the patient's
-    `ectopic_coupling`, 60-80 % unless asked) after the beat before it."""
+    `sick_sinus_coupling`, 60-80 % unless asked) after the beat before it."""
     sinus_rr = 60.0 / p.hr_bpm
-    shortest = min(0.6, p.ectopic_coupling[0]) * sinus_rr  # beats enough to reach `end`
+    shortest = min(0.6, p.sick_sinus_coupling[0]) * sinus_rr  # beats enough to reach `end`
     n = int((end - last) / shortest) + 2
     ectopic = rng.uniform(size=n) < p.p_ectopic["A"]
     pause = rng.uniform(size=n) < p.pause_prob
     rr = sinus_rr * np.where(
         ectopic,
-        rng.uniform(*p.ectopic_coupling, n),
+        rng.uniform(*p.sick_sinus_coupling, n),
         np.where(pause, rng.uniform(2.0, 4.5, n), rng.uniform(0.95, 1.05, n)),
     )
     t = last + np.cumsum(np.maximum(rr, MIN_RR_S))
