@@ -275,6 +275,14 @@ def test_a_per_beat_network_with_context_reads_beats_beyond_its_neighbours(tmp_p
         parts = model(morph, rhythm, head="beat_parts", features_BTF=x)
         torch.testing.assert_close(summed, parts[0] + parts[1])
     assert network_of[False] == 0.0 and network_of[True] > 1e-4
+    # Each beat's network reads the state at that same beat, not a neighbour's.
+    seen = {}
+    hook = model.beat_mlp.hidden.register_forward_hook(lambda m, args, out: seen.update(x=args[0]))
+    model(morph, rhythm, head="beat", features_BTF=x)
+    hook.remove()
+    state = model(morph, rhythm, head="hidden", features_BTF=x)
+    state = state[:, 1:] if model.cfg.cls_token else state
+    torch.testing.assert_close(seen["x"][..., -model.cfg.d_model :], state)
     model.train()  # the network's own loss trains the transformer under it
     model(morph, rhythm, head="beat_parts", features_BTF=x)[1].square().sum().backward()
     assert model.blocks[0].qkv.weight.grad.abs().sum() > 0
