@@ -1637,6 +1637,11 @@ def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(
     assert not torch.equal(refit, pretrained["beat_mlp.bins.edges"])
     assert _cli(*tune[:-6], "--beat-mlp", "8", "--overwrite") == 2
     assert "per-beat network 16 wide, not 8 (--beat-mlp)" in capsys.readouterr().err
+    assert _cli(*tune, "--beat-mlp-context", "--overwrite") == 2
+    assert (
+        "pretrained to name morphology codes (pretrain --beat-mlp) and reads no "
+        "transformer state" in capsys.readouterr().err
+    )
     for extra, said in ((("--beat-mlp-depth", "2"), "--beat-mlp-depth shapes the per-beat "
                          "network: add --beat-mlp WIDTH"),
                         (("--beat-mlp", "4", "--beat-mlp-bins", "1"), "--beat-mlp-bins must be"

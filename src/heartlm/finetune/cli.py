@@ -97,8 +97,8 @@ class FinetuneConfig:
     pretrained run's, else 1)"""
     beat_mlp_context: bool = setting(False, group=TASK)
     """beats: the per-beat network also reads the transformer's state at each beat, so the
-    rhythm the transformer sees reaches the network's own call (needs --beat-mlp WIDTH or an
-    encoder with a per-beat network)"""
+    rhythm the transformer sees reaches the network's own call (needs --beat-mlp WIDTH or a
+    run fine-tuned with a per-beat network; not a network from `pretrain --beat-mlp`)"""
     beat_mlp_loss: float = setting(0.0, metavar="W", group=TASK)
     """beats, with a per-beat network: training only, add W x that network's own
     class-weighted cross-entropy (its logits alone), so that it learns to call a beat from

@@ -102,6 +102,13 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         if shaping and not (cfg.beat_mlp or saved.get("beat_mlp")):
             raise HeartlmError(f"has no per-beat network for {shaping[0]}: add --beat-mlp WIDTH",
                                run)  # fmt: skip
+        if cfg.beat_mlp_context and saved.get("beat_codes"):
+            raise HeartlmError(
+                "its per-beat network was pretrained to name morphology codes (pretrain "
+                "--beat-mlp) and reads no transformer state: --beat-mlp-context needs a network "
+                "that fine-tuning adds",
+                run,
+            )
     overrides.update({field: value for _, value, field in added if value is not None})
     from heartlm.inputs import model_inputs
 
