@@ -93,6 +93,16 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def only_configs(names: list[str]) -> list[str]:
+    """Keep only `names` of CONFIGS (and their shares); the names CONFIGS lacks, changing
+    nothing then."""
+    if unknown := [n for n in names if n not in cfg.CONFIGS]:
+        return unknown
+    cfg.CONFIGS = {n: f for n, f in cfg.CONFIGS.items() if n in names}
+    cfg.BEAT_MLP_SHARES = {n: v for n, v in cfg.BEAT_MLP_SHARES.items() if n in names}
+    return []
+
+
 SELECTIONS = {"final": ("select", "select.json"), "final_afib": ("select_afib", "select_afib.json"),
               "crossfit_afib": ("select_afib", "select_afib.json")}  # fmt: skip
 """The stages that score what a selection stage chose, and the stage and file they read."""
@@ -134,9 +144,18 @@ def main() -> int:
         "--replicate", action="store_true",
         help="final stages: score a recipe that DS2_LEDGER says DS2 has scored already",
     )  # fmt: skip
+    ap.add_argument(
+        "--configs", nargs="+", metavar="NAME",
+        help="beats: train and score only these of CONFIGS (a round whose other recipes' fold "
+             "rows an earlier call measured, when device time is short)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         quick()
+    if args.configs and (unknown := only_configs(args.configs)):
+        print(f"model_study: --configs: {', '.join(unknown)} not in CONFIGS "
+              f"({', '.join(cfg.CONFIGS)})", file=sys.stderr)  # fmt: skip
+        return 2
     args.work.mkdir(parents=True, exist_ok=True)
     if stale := stale_codebook(args.work):
         print(f"model_study: {stale}", file=sys.stderr)

@@ -3589,3 +3589,21 @@ def test_pretraining_pays_reads_afib_window_f1_and_refuses_a_file_that_is_not_a_
     assert pretraining_pays.main([str(final), str(bad), "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"pretraining_pays: {bad}:")
     assert not out.exists()
+
+
+def test_configs_trains_and_scores_only_the_named_recipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """`--configs`: a round's twin alone when its parent's fold rows are known; an unknown
+    name stops before any stage runs and leaves CONFIGS as it was."""
+    table = {"parent": ["--from-scratch"], "twin": ["--from-scratch", "--beat-mlp-context"]}
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(table))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", {"parent": ["1"], "twin": ["1"]})
+    argv = ["model_study.py", "select", "--work", str(tmp_path), "--configs", "twin", "other"]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert model_study.main() == 2
+    assert "--configs: other not in CONFIGS (parent, twin)" in capsys.readouterr().err
+    assert table == model_configs.CONFIGS and not (tmp_path / "select.json").exists()
+    assert model_study.only_configs(["twin"]) == []
+    assert {"twin": table["twin"]} == model_configs.CONFIGS
+    assert model_configs.BEAT_MLP_SHARES == {"twin": ["1"]}
