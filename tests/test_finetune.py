@@ -1439,6 +1439,28 @@ def test_the_per_beat_network_reads_the_transformers_state_when_asked(corpus, tm
     assert _finetune(corpus, stopped, *resumed) == 0
 
 
+@pytest.mark.gpu
+def test_a_network_reading_context_fine_tunes_deterministically_on_a_gpu(corpus, tmp_path):
+    """Round 72 compares a twin with `--beat-mlp-context` to its parent's earlier fold rows:
+    under --deterministic two CUDA runs of the twin export the same weights."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from safetensors.torch import load_file
+
+    weights = []
+    for name in ("a", "b"):
+        argv = _two_steps(corpus, tmp_path / name, "--beat-mlp", "8", "--beat-mlp-depth", "2",
+                          "--beat-mlp-context", "--steps", "6", "--deterministic")  # fmt: skip
+        argv[argv.index("--device") + 1] = "cuda"
+        assert _cli(*argv) == 0
+        weights.append(load_file(tmp_path / name / "model.safetensors"))
+    assert weights[0].keys() == weights[1].keys()
+    for key, value in weights[0].items():
+        assert torch.equal(value, weights[1][key]), key
+    start = load_file(corpus / "pre" / "model.safetensors")
+    assert not torch.equal(weights[0]["blocks.0.qkv.weight"], start["blocks.0.qkv.weight"])
+
+
 def test_a_resume_keeps_the_per_beat_network_or_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "ft"
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
