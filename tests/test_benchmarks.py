@@ -3604,6 +3604,13 @@ def test_configs_trains_and_scores_only_the_named_recipes(
     assert model_study.main() == 2
     assert "--configs: other not in CONFIGS (parent, twin)" in capsys.readouterr().err
     assert table == model_configs.CONFIGS and not (tmp_path / "select.json").exists()
+    for stages in (["select", "final"], ["final"], ["select_afib"]):
+        monkeypatch.setattr(sys, "argv", ["model_study.py", *stages, *argv[2:6]])
+        assert model_study.main() == 2
+        assert f"--configs is for prepare, pretrain and select, not {stages[-1]}" in (
+            capsys.readouterr().err
+        )
+    assert table == model_configs.CONFIGS and not (tmp_path / "select.json").exists()
     assert model_study.only_configs(["twin"]) == []
     assert {"twin": table["twin"]} == model_configs.CONFIGS
     assert model_configs.BEAT_MLP_SHARES == {"twin": ["1"]}
