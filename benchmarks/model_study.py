@@ -152,16 +152,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         quick()
-    selecting = {"prepare", "pretrain", "select"}
-    if args.configs and (scoring := sorted(set(args.stages) - selecting)):
-        print(f"model_study: --configs is for prepare, pretrain and select, not {scoring[0]}: "
-              "a selection among some recipes would choose among those alone",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    if args.configs and (unknown := only_configs(args.configs)):
-        print(f"model_study: --configs: {', '.join(unknown)} not in CONFIGS "
-              f"({', '.join(cfg.CONFIGS)})", file=sys.stderr)  # fmt: skip
-        return 2
+    if args.configs:
+        if scoring := sorted(set(args.stages) - {"prepare", "pretrain", "select"}):
+            print(f"model_study: --configs is for prepare, pretrain and select, not "
+                  f"{scoring[0]}: a selection among some recipes would choose among those alone",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        if unknown := only_configs(args.configs):
+            print(f"model_study: --configs: {', '.join(unknown)} not in CONFIGS "
+                  f"({', '.join(cfg.CONFIGS)})", file=sys.stderr)  # fmt: skip
+            return 2
     args.work.mkdir(parents=True, exist_ok=True)
     if stale := stale_codebook(args.work):
         print(f"model_study: {stale}", file=sys.stderr)
