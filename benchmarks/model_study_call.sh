@@ -51,6 +51,7 @@ timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --
   --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1
 status=$?
 for stage in "$@"; do
+  [[ $stage == -* ]] && break  # the stages end where the options (--configs NAME...) begin
   cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
 done
 # Every fine-tuning run's finetune.json (its training and validation records, the step it
