@@ -1016,4 +1016,13 @@ loss (`--beat-mlp-loss 1`) trains the transformer under it. Round 63's scratch c
 ran there (deterministic: its rows are round 63's) and the twin with that one flag more, at
 the same shares (1 is the network alone, now with context). Two recipes, eight fold runs:
 one call. Written after round 71's folds and round 69's DS2 scores were read; the folds
-choose."""
+choose. Measured (forty-fourth session, one H100, the twin alone with `model_study.py
+--configs`; the parent's fold rows are round 63's, as round 71 reproduced): the folds keep the
+parent (`0.5,V=1` with V +1: +0.007 +- 0.001 over the floor); the twin's best row (four views,
+V +3) ranks -0.031 +- 0.010 (seeds -0.020, -0.041), under its floor at every share and offset.
+Reading context, the network no longer carries V from the beat's shape: at share 1 its fold V
+sensitivity fell from 0.937 to 0.810 (V F1 0.908 -> 0.851), and every share now reads as the
+network alone (S F1 0.441-0.442 at each; the parent's 0.440 alone and 0.494 at `0.5,V=1`),
+with F up (0.088 -> 0.248 at `0.5,V=1`) and S precision down (0.565 -> 0.434). The stress
+patients fared no better: S sensitivity 0.573 (long runs) and 0.669 (barely premature)
+against the parent's 0.638 and 0.776. DS2 not scored (benchmarks/README.md, round 72)."""

@@ -2905,6 +2905,27 @@ def test_round_72_sets_round_63s_scratch_choice_beside_its_twin_whose_network_re
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
 
 
+def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_context(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Round 72 ran the twin alone (`--configs`), so its committed file holds the twin's rows
+    only; set against the parent's rows in round 71's file (scratch is deterministic), the
+    parent ranks first by the rule in force, and the twin ranks under its floor."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    twin = f"{parent}{rounds.CONTEXT_SUFFIX}"
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.BEAT_MLP_SHARES))
+    best = {}
+    for round_, configs in ((71, rounds.ROUND_71), (72, rounds.CONFIGS)):
+        [chosen] = _folds_chose(monkeypatch, round_, dict(configs), ("scratch",))
+        selection = json.loads((folder / f"select_round{round_}.json").read_text())
+        score = model_recipes.ranked_score(selection, chosen)
+        best[model_recipes.config_of(chosen, configs)] = score
+    assert set(best) == {parent, twin}
+    assert best[parent] > 0 > best[twin]
+
+
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
     """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
     assert len(twin) == len(parent) and twin.count(flag) == 1
