@@ -2896,13 +2896,13 @@ def test_round_72_sets_round_63s_scratch_choice_beside_its_twin_whose_network_re
     twin = f"{parent}{rounds.CONTEXT_SUFFIX}"
     expected = {parent: rounds.ROUND_63[parent],
                 twin: [*rounds.ROUND_63[parent], "--beat-mlp-context"]}  # fmt: skip
-    assert expected == rounds.CONFIGS
-    shares = dict.fromkeys(rounds.CONFIGS, rounds.ROUND_63_SHARES[parent])
-    assert shares == rounds.BEAT_MLP_SHARES
+    assert expected == rounds.ROUND_72
+    shares = dict.fromkeys(rounds.ROUND_72, rounds.ROUND_63_SHARES[parent])
+    assert shares == rounds.ROUND_72_SHARES
     assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
     assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
-    assert all("--from-scratch" in flags for flags in rounds.CONFIGS.values())
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    assert all("--from-scratch" in flags for flags in rounds.ROUND_72.values())
+    _scored_at_shares_their_names_read_back(rounds.ROUND_72, rounds.ROUND_72_SHARES)
 
 
 def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_context(
@@ -2915,15 +2915,31 @@ def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_cont
     parent = rounds._SCRATCH_63
     twin = f"{parent}{rounds.CONTEXT_SUFFIX}"
     folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.BEAT_MLP_SHARES))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_72_SHARES))
     best = {}
-    for round_, configs in ((71, rounds.ROUND_71), (72, rounds.CONFIGS)):
+    for round_, configs in ((71, rounds.ROUND_71), (72, rounds.ROUND_72)):
         [chosen] = _folds_chose(monkeypatch, round_, dict(configs), ("scratch",))
         selection = json.loads((folder / f"select_round{round_}.json").read_text())
         score = model_recipes.ranked_score(selection, chosen)
         best[model_recipes.config_of(chosen, configs)] = score
     assert set(best) == {parent, twin}
     assert best[parent] > 0 > best[twin]
+
+
+def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_that_hides_codes():
+    """The twin is the parent with `--morph-dropout 0.3` alone, on the parent's records, at
+    the parent's shares; scratch both."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    twin = f"{parent}{rounds.MORPH_DROPOUT_SUFFIX}"
+    expected = {parent: rounds.ROUND_63[parent],
+                twin: [*rounds.ROUND_63[parent], "--morph-dropout", "0.3"]}  # fmt: skip
+    assert expected == rounds.CONFIGS
+    assert "--morph-dropout" not in rounds.ROUND_63[parent]
+    assert dict.fromkeys(expected, rounds.ROUND_63_SHARES[parent]) == rounds.BEAT_MLP_SHARES
+    assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
+    assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
