@@ -1030,24 +1030,3 @@ against the parent's 0.638 and 0.776. DS2 not scored (benchmarks/README.md, roun
 
 ROUND_72 = dict(CONFIGS)
 ROUND_72_SHARES = dict(BEAT_MLP_SHARES)
-MORPH_DROPOUT_SUFFIX = "_morphdrop30"
-
-
-CONFIGS = beside_twin(
-    _SCRATCH_63, ROUND_63[_SCRATCH_63], MORPH_DROPOUT_SUFFIX, ["--morph-dropout", "0.3"]
-)
-BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
-"""Round 73 (prepared in the forty-fourth session, after round 72's folds were read): codes
-hidden while fine-tuning. The issue found the morphology codes patient-specific (41 % of the
-512 used by a single DS1 record), and round 63's scratch choice feeds them to its transformer
-as tokens. `finetune --morph-dropout 0.3` replaces a random 30 % of the training beats' codes
-with MASK (and zeroes their absolute shape columns, which `--inputs relative` does not read),
-so the transformer must tell a beat from its patient-relative columns, its rhythm and its
-neighbours more often: the regulariser against memorising patients that rounds 1-3 tried
-before the patient-relative inputs and the per-beat network existed. The per-beat network
-reads columns, not codes, and is left as it is: round 72 showed the parts' division of labour
-matters (the network carries V from shape, the transformer S from rhythm). Round 63's scratch
-choice as it ran there (deterministic: its rows are round 63's, read from
-`select_round71.json`) and the twin with that one flag more, at the same shares; the twin
-alone can run with `model_study.py --configs` (about 400 s cold on one H100, round 72).
-Written after round 72's folds and round 69's DS2 scores were read; the folds choose."""

@@ -2926,22 +2926,6 @@ def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_cont
     assert best[parent] > 0 > best[twin]
 
 
-def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_that_hides_codes():
-    """The twin is the parent with `--morph-dropout 0.3` alone, on the parent's records, at
-    the parent's shares; scratch both."""
-    rounds = model_beat_rounds
-    parent = rounds._SCRATCH_63
-    twin = f"{parent}{rounds.MORPH_DROPOUT_SUFFIX}"
-    expected = {parent: rounds.ROUND_63[parent],
-                twin: [*rounds.ROUND_63[parent], "--morph-dropout", "0.3"]}  # fmt: skip
-    assert expected == rounds.CONFIGS
-    assert "--morph-dropout" not in rounds.ROUND_63[parent]
-    assert dict.fromkeys(expected, rounds.ROUND_63_SHARES[parent]) == rounds.BEAT_MLP_SHARES
-    assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
-    assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
-
-
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
     """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
     assert len(twin) == len(parent) and twin.count(flag) == 1

@@ -346,6 +346,20 @@ def test_morph_dropout_only_in_training_and_only_real_beats():
     assert drop_morphology(model, batch, 0.5, shape)[0] is morph
 
 
+@pytest.mark.parametrize("inputs", ["relative", "rhythm", "rhythm-ectopy"])
+def test_morph_dropout_is_refused_where_the_inputs_hide_what_it_drops(
+    corpus, tmp_path, capsys, inputs
+):
+    """These inputs show no beat its code or absolute shape, so the option could only change
+    the random stream; with inputs that show them it trains."""
+    out = tmp_path / inputs
+    assert _finetune(corpus, out, "--morph-dropout", "0.3", "--inputs", inputs) == 2
+    err = capsys.readouterr().err
+    assert f"--inputs {inputs} hides from every beat already" in err, err
+    assert not out.exists()
+    assert _finetune(corpus, tmp_path / "all", "--morph-dropout", "0.3", "--inputs", "all") == 0
+
+
 def test_label_smoothing_trains_against_smoothed_targets_and_validates_plainly():
     from types import SimpleNamespace
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
-from heartlm.inputs import INPUTS
+from heartlm.inputs import CODES_HIDDEN, INPUTS
 from heartlm.log import logger
 from heartlm.model.config import MAX_BEAT_MLP_BINS, MAX_BEAT_MLP_DEPTH, check_dropout
 from heartlm.settings import comma_list, setting
@@ -147,6 +147,10 @@ class FinetuneConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
+        if self.morph_dropout > 0.0 and self.inputs in CODES_HIDDEN:
+            raise ValueError(f"--morph-dropout hides codes and absolute shape columns, which "
+                             f"--inputs {self.inputs} hides from every beat already: it would "
+                             "change nothing")  # fmt: skip
         _check_loss_weight("--afib-beat-loss", self.afib_beat_loss)
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")
