@@ -532,6 +532,9 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
         ({"objective": "contrastive", "feature_weight": 0.0}, "--feature-weight must be > 0"),
         ({"objective": "contrastive", "inputs": "rhythm"}, "which --inputs rhythm hides"),
         ({"objective": "forecast", "mask_span": 2}, "--mask-span is for --objective masked"),
+        ({"objective": "next", "mask_prob": 0.3}, "--mask-prob and --mask-mode are for"),
+        ({"objective": "contrastive", "mask_mode": "mask"}, "contrastive hides no beat"),
+        ({"objective": "next", "feature_weight": 2.0}, "next predicts the code alone"),
         ({"objective": "forecast", "inputs": "relative"}, "which --inputs relative hides"),
         ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),
     ):

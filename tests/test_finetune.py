@@ -1639,6 +1639,29 @@ def test_ensemble_members_get_the_first_runs_checks(corpus, tmp_path, capsys):
     assert "trained without --afib-beat-loss" in capsys.readouterr().err  # the member's
 
 
+def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_more(corpus, tmp_path):
+    """Pretrained under `--inputs relative`, the network must not read the absolute columns
+    in a fine-tuning whose `--inputs all` shows them to the transformer again."""
+    from heartlm.inputs import hidden_columns
+    from heartlm.train.data import load_tokens
+
+    names = load_tokens(corpus / "tok").meta["features"]
+    absolute = hidden_columns(names, "relative")
+    assert absolute
+    pre = tmp_path / "pre_relative"
+    assert _cli("pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+                "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
+                "--objective", "next", "--inputs", "relative", "--beat-mlp", "8") == 0  # fmt: skip
+    saved = json.loads((pre / "config.json").read_text())["model"]
+    assert saved["beat_mlp_hidden"] == absolute == saved["absolute_columns"]
+    out = tmp_path / "ft_all"
+    assert _cli("finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
+                "--batch", "8", "--steps", "1", "--warmup", "1", "--device", "cpu",
+                "--inputs", "all", "--beat-mlp", "8") == 0  # fmt: skip
+    tuned = json.loads((out / "config.json").read_text())["model"]
+    assert tuned["absolute_columns"] == [] and tuned["beat_mlp_hidden"] == absolute
+
+
 def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(
     corpus, tmp_path, capsys
 ):

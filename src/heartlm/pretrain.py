@@ -144,6 +144,15 @@ class PretrainConfig:
             )
         if self.objective in FORECASTS and self.mask_span != 1:
             raise ValueError("--mask-span is for --objective masked")
+        defaults = field_defaults(type(self), ("mask_prob", "mask_mode", "feature_weight"))
+        if self.objective != "masked" and any(
+            getattr(self, name) != defaults[name] for name in ("mask_prob", "mask_mode")
+        ):
+            raise ValueError(f"--mask-prob and --mask-mode are for --objective masked: "
+                             f"{self.objective} hides no beat")  # fmt: skip
+        if self.objective == "next" and self.feature_weight != defaults["feature_weight"]:
+            raise ValueError("--feature-weight is for --objective masked or a forecast: next "
+                             "predicts the code alone")  # fmt: skip
         if self.objective in FORECASTS and self.feature_weight == 0:
             raise ValueError(
                 f"--objective {self.objective} predicts features: --feature-weight must be > 0"
@@ -253,7 +262,9 @@ def _resolve(cfg: PretrainConfig) -> tuple[Any, Any, Any]:
 def _beat_mlp_settings(cfg: PretrainConfig, data: Any, seen: tuple[int, ...]) -> dict[str, Any]:
     """The ModelConfig fields of `--beat-mlp` (none without it), beside the columns `seen`
     that --inputs hides from the whole model; HeartlmError where the tokens carry no beat
-    features for it to read, or --beat-mlp-inputs would show it more or leave it none."""
+    features for it to read, or --beat-mlp-inputs would show it more or leave it none. The
+    network's hidden columns name every column it must not read, those of `seen` too, so it
+    keeps its view when fine-tuning's --inputs shows the transformer more."""
     if not cfg.beat_mlp:
         return {}
     if not data.n_features:
@@ -274,7 +285,7 @@ def _beat_mlp_settings(cfg: PretrainConfig, data: Any, seen: tuple[int, ...]) ->
                            cfg.tokens / "tokens.json")  # fmt: skip
     return {"beat_mlp": cfg.beat_mlp, "beat_mlp_depth": cfg.beat_mlp_depth,
             "beat_mlp_bins": cfg.beat_mlp_bins, "beat_codes": True,
-            "beat_mlp_hidden": tuple(c for c in own if c not in seen)}  # fmt: skip
+            "beat_mlp_hidden": tuple(own)}  # fmt: skip
 
 
 def _forecast_hidden(cfg: PretrainConfig, data: Any, seen: dict[str, Any]) -> Any:

@@ -64,7 +64,8 @@ class FinetuneConfig:
     """training window stride in beats (default window / 2)"""
     select: str = setting("f1", choices=SELECT, group=TASK)
     """exported weights: the best validation F1 (beats: macro F1 of the classes with >= 10
-    validation beats; afib: window F1) or the lowest (class-weighted) validation loss"""
+    validation beats; afib: window F1) or the lowest (class-weighted) validation loss; with
+    --val-fraction 0 there is no validation and the last weights are exported"""
     max_class_weight: float = setting(20.0, group=TASK)
     """clip of the class weights"""
     class_weight_power: float = setting(0.5, metavar="A", group=TASK)
