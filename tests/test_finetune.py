@@ -662,6 +662,20 @@ def test_periodic_feature_embedding_carries_from_pretraining_to_fine_tuning(corp
         assert _evaluate_json(capsys, out, corpus / "tok")["n_beats"] > 0
 
 
+def test_evaluate_refuses_options_it_would_pass_over(corpus, tmp_path, capsys):
+    """--records with --all-records, and the WFDB reading options with a token folder: each
+    is refused with one line instead of being ignored."""
+    out = tmp_path / "ft"
+    assert _finetune(corpus, out) == 0
+    capsys.readouterr()
+    for extra, said in ((("--records", "s0000", "--all-records"), "give one"),
+                        (("--lead", "MLII"), "this is a token folder"),
+                        (("--annotations", "atr"), "this is a token folder")):  # fmt: skip
+        assert _cli("evaluate", out, corpus / "tok", *extra) == 2
+        assert said in capsys.readouterr().err
+    assert _evaluate_json(capsys, out, corpus / "tok", "--records", "s0000")["n_beats"] > 0
+
+
 def test_a_per_beat_network_is_added_to_a_pretrained_encoder_and_kept_by_evaluate(
     corpus, tmp_path, capsys
 ):

@@ -75,9 +75,15 @@ Config = EvaluateConfig
 
 def run(cfg: EvaluateConfig) -> int:
     from heartlm.evaluate.scoring import evaluate
+    from heartlm.labelled.tokens import is_token_folder
 
     if cfg.batch < 1:
         raise HeartlmError("--batch must be positive")
+    if cfg.records and cfg.all_records:
+        raise HeartlmError("--records and --all-records: give one (--records scores those alone)")
+    if (cfg.lead or cfg.annotations) and is_token_folder(Path(cfg.data)):
+        raise HeartlmError("--lead and --annotations choose how WFDB records are read; this is "
+                           "a token folder, read as it was tokenized", cfg.data)  # fmt: skip
     if cfg.afib_threshold is not None and not 0.0 < cfg.afib_threshold < 1.0:
         raise HeartlmError(
             f"--afib-threshold must be strictly between 0 and 1, not {cfg.afib_threshold}"
