@@ -233,6 +233,20 @@ def test_lr_schedules_warm_up_then_decay(kind: str, expected: list[float]):
     assert [sched(s) for s in range(8)] == pytest.approx(expected)
 
 
+def test_a_schedule_setting_of_another_schedule_is_refused():
+    """Each decay setting shapes one schedule; given with another it would change nothing."""
+    for kind, flag, value in (
+        ("step", "min_lr_ratio", 0.0),
+        ("cosine", "step_every", 5),
+        ("exponential", "step_gamma", 0.9),
+        ("cosine", "exp_gamma", 0.9),
+    ):
+        with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} shapes the"):
+            TrainConfig(steps=1, schedule=kind, **{flag: value}).validate()
+    TrainConfig(steps=1, schedule="step", step_every=5, step_gamma=0.9).validate()
+    TrainConfig(steps=1, schedule="cosine", min_lr_ratio=0.0).validate()
+
+
 def test_cosine_schedule_ends_at_the_floor():
     sched = Schedule(2.0, total_steps=104, warmup_steps=4, kind="cosine", min_lr_ratio=0.1)
     assert sched(3) == pytest.approx(2.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from heartlm.errors import HeartlmError
 from heartlm.model.hlm import ATTENTION_KERNELS
-from heartlm.settings import check_seed, setting
+from heartlm.settings import check_seed, field_defaults, setting
 
 SCHEDULES = ("cosine", "step", "exponential", "constant")
 BACKENDS = ("ddp", "fsdp", "deepspeed")
@@ -261,6 +261,14 @@ class TrainConfig:
                 raise ValueError(f"{flag} must be >= 1, not {value}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"--min-lr-ratio must be in [0, 1], not {self.min_lr_ratio}")
+        shaping = {"min_lr_ratio": "cosine", "step_every": "step", "step_gamma": "step",
+                   "exp_gamma": "exponential"}  # fmt: skip
+        defaults = field_defaults(type(self), shaping)
+        for name, schedule in shaping.items():
+            if getattr(self, name) != defaults[name] and self.schedule != schedule:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} shapes the {schedule} schedule, not --schedule "
+                                 f"{self.schedule}: it would change nothing")  # fmt: skip
 
     def check_overwrite(self, overwrite: bool) -> None:
         """A staged (--overwrite) run replaces the old one only once it exported its weights."""
