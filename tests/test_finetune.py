@@ -1653,9 +1653,28 @@ def test_ensemble_members_get_the_first_runs_checks(corpus, tmp_path, capsys):
     assert "trained without --afib-beat-loss" in capsys.readouterr().err  # the member's
 
 
+def _rewrite(folder, name: str, change) -> None:
+    """Apply `change` to every `name` file below `folder` (config.json, a checkpoint's
+    meta.json, whose manifest is then written again), as a run an older heartlm wrote."""
+    from heartlm.train.manifest import MANIFEST, write_manifest
+
+    for path in folder.rglob(name):
+        saved = json.loads(path.read_text())
+        change(saved)
+        path.write_text(json.dumps(saved))
+        if (path.parent / MANIFEST).is_file():
+            write_manifest(path.parent)
+
+
+def _rewrite_model_config(folder, name: str, **fields) -> None:
+    _rewrite(folder, name, lambda saved: saved["model"].update(fields))
+
+
 def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_more(corpus, tmp_path):
     """Pretrained under `--inputs relative`, the network must not read the absolute columns
-    in a fine-tuning whose `--inputs all` shows them to the transformer again."""
+    in a fine-tuning whose `--inputs all` shows them to the transformer again; nor from a run
+    an older heartlm wrote, which listed only the columns hidden beyond --inputs', and whose
+    checkpoints still resume."""
     from heartlm.inputs import hidden_columns
     from heartlm.train.data import load_tokens
 
@@ -1663,17 +1682,44 @@ def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_mor
     absolute = hidden_columns(names, "relative")
     assert absolute
     pre = tmp_path / "pre_relative"
-    assert _cli("pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
-                "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
-                "--objective", "next", "--inputs", "relative", "--beat-mlp", "8") == 0  # fmt: skip
+    pretrain = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+                "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu",
+                "--objective", "next", "--inputs", "relative", "--beat-mlp", "8",
+                "--ckpt-every", "2"]  # fmt: skip
+    assert _cli(*pretrain, "--stop-at", "2") == 0
+    _rewrite_model_config(pre, "meta.json", beat_mlp_hidden=[])  # an older heartlm's
+    assert _cli(*pretrain, "--resume") == 0
     saved = json.loads((pre / "config.json").read_text())["model"]
     assert saved["beat_mlp_hidden"] == absolute == saved["absolute_columns"]
-    out = tmp_path / "ft_all"
-    assert _cli("finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
-                "--batch", "8", "--steps", "1", "--warmup", "1", "--device", "cpu",
-                "--inputs", "all", "--beat-mlp", "8") == 0  # fmt: skip
-    tuned = json.loads((out / "config.json").read_text())["model"]
-    assert tuned["absolute_columns"] == [] and tuned["beat_mlp_hidden"] == absolute
+    tune = ["finetune", pre, "--data", corpus / "tok", "--window", "16", "--batch", "8",
+            "--steps", "1", "--warmup", "1", "--device", "cpu", "--inputs", "all",
+            "--beat-mlp", "8"]  # fmt: skip
+    for written_by in ("this heartlm", "an older one"):
+        if written_by == "an older one":
+            _rewrite_model_config(pre, "config.json", beat_mlp_hidden=[])
+        out = tmp_path / f"ft_all_{written_by.replace(' ', '_')}"
+        assert _cli(*tune, "--out", out) == 0
+        tuned = json.loads((out / "config.json").read_text())["model"]
+        assert tuned["absolute_columns"] == [] and tuned["beat_mlp_hidden"] == absolute
+
+
+def test_a_run_that_recorded_a_setting_now_refused_as_inert_still_resumes(corpus, tmp_path):
+    """Runs started before `--mask-prob` (pretrain `next`) and `--morph-dropout` (finetune
+    `--inputs relative`) were refused where they do nothing recorded them; a resume without
+    them (with them it is refused) compares only the settings that act."""
+    pre = tmp_path / "pre_next"
+    pretrain = ["pretrain", corpus / "tok", "--out", pre, "--preset", "tiny", "--window", "16",
+                "--batch", "8", "--steps", "4", "--warmup", "1", "--device", "cpu",
+                "--objective", "next", "--ckpt-every", "2"]  # fmt: skip
+    assert _cli(*pretrain, "--stop-at", "2") == 0
+    out = tmp_path / "ft_relative"
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    assert _finetune(corpus, out, "--inputs", "relative", *stop) == 0
+    for run, recorded in ((pre, {"mask_prob": 0.3, "feature_weight": 2.0}),
+                          (out, {"morph_dropout": 0.3})):  # fmt: skip
+        _rewrite(run, "meta.json", lambda saved, r=recorded: saved["objective_settings"].update(r))
+    assert _cli(*pretrain, "--resume") == 0
+    assert _finetune(corpus, out, "--inputs", "relative", "--steps", "6", "--resume") == 0
 
 
 def test_a_per_beat_network_pretrained_on_the_codes_is_where_fine_tuning_starts(

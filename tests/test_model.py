@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -433,9 +434,15 @@ def test_checkpoint_round_trip_and_refusal_of_another_preset_or_vocab(tmp_path: 
                "beat_mlp_hidden": (1,)}  # fmt: skip
     net_meta = {**meta, "model": network}
     net_path = ckpt.save_checkpoint(tmp_path / "net", 1, model, opt, net_meta, DistEnv(), keep=1)
-    with pytest.raises(HeartlmError, match=r"beat_mlp_hidden=\[1\], this run \(\) \(--beat-mlp"):
+    inputs_hide = sorted(relative.absolute_columns)
+    with pytest.raises(HeartlmError, match=re.escape(
+            f"reads without columns {sorted({1, *inputs_hide})}, this run's without "
+            f"{inputs_hide} (pretrain --beat-mlp-inputs")):  # fmt: skip
         unhidden = {**meta, "model": {**network, "beat_mlp_hidden": ()}}
         ckpt.check_compatible(ckpt.read_meta(net_path), unhidden, net_path)
+    # An older heartlm listed only the columns hidden beyond --inputs': the same view.
+    every = {**meta, "model": {**network, "beat_mlp_hidden": tuple(sorted({1, *inputs_hide}))}}
+    ckpt.check_compatible(ckpt.read_meta(net_path), every, net_path)
     # Keeping one checkpoint removes the older one.
     ckpt.save_checkpoint(tmp_path, 9, model, opt, meta, DistEnv(), keep=1)
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step_00000009"]

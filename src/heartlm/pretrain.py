@@ -343,9 +343,15 @@ OBJECTIVE_DEFAULTS = field_defaults(PretrainConfig, OBJECTIVE_SETTINGS)
 
 
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
-    """`cfg`'s OBJECTIVE_SETTINGS, by name; a contrastive run also records its temperature
-    (`heartlm.train.objectives.CHOICE_TEMPERATURE`), so a resume under another is refused."""
-    settings = {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
+    """`cfg`'s OBJECTIVE_SETTINGS that act on its objective, by name (masking only for
+    `masked`, the feature weight not for `next`: validate refuses them elsewhere, and a resume
+    of a run that recorded them then compares none); a contrastive run also records its
+    temperature (`heartlm.train.objectives.CHOICE_TEMPERATURE`), so a resume under another is
+    refused."""
+    inert = set() if cfg.objective == "masked" else {"mask_prob", "mask_mode"}
+    if cfg.objective == "next":
+        inert.add("feature_weight")
+    settings = {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS if name not in inert}
     if cfg.objective == "contrastive":
         from heartlm.train.objectives import CHOICE_TEMPERATURE
 

@@ -72,6 +72,7 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     """The pretrained model (or the same architecture from scratch), bidirectional, and the
     window: --window, or the task's default capped at the model's positions."""
     from heartlm.model import HeartLM, ModelConfig, load_pretrained
+    from heartlm.model.load import read_config
 
     torch.manual_seed(cfg.train.seed)
     overrides: dict[str, Any] = {"causal": False}
@@ -86,23 +87,21 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
     asked = [
         flag for flag, value, field in added if value and (field, value) != ("beat_mlp_depth", 1)
     ]
+    pretrained = read_config(run)["model"]
     if asked:  # weights added to the encoder: it must read beat features
-        from heartlm.model.load import read_config
-
-        saved = read_config(run)["model"]
-        if not saved.get("n_features"):
+        if not pretrained.get("n_features"):
             raise HeartlmError(f"{asked[0]} needs an encoder pretrained with beat features", run)
-        positions = saved.get("max_len", ModelConfig.max_len)
+        positions = pretrained.get("max_len", ModelConfig.max_len)
         if cfg.local_stats and cfg.local_stats > positions:
             raise HeartlmError(f"--local-stats {cfg.local_stats} is wider than the model's "
                                f"{positions} positions", run)  # fmt: skip
         shaping = [
             f for f in asked if f in ("--beat-mlp-bins", "--beat-mlp-depth", "--beat-mlp-context")
         ]
-        if shaping and not (cfg.beat_mlp or saved.get("beat_mlp")):
+        if shaping and not (cfg.beat_mlp or pretrained.get("beat_mlp")):
             raise HeartlmError(f"has no per-beat network for {shaping[0]}: add --beat-mlp WIDTH",
                                run)  # fmt: skip
-        if cfg.beat_mlp_context and saved.get("beat_codes"):
+        if cfg.beat_mlp_context and pretrained.get("beat_codes"):
             raise HeartlmError(
                 "its per-beat network was pretrained to name morphology codes (pretrain "
                 "--beat-mlp) and reads no transformer state: --beat-mlp-context needs a network "
@@ -116,6 +115,10 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         overrides.update(model_inputs(cfg.inputs, data.meta.get("features", [])))
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.data / "tokens.json") from None
+    if pretrained.get("beat_codes"):  # a pretrained network keeps the view it learnt with
+        overrides["beat_mlp_hidden"] = tuple(sorted(
+            {*pretrained.get("beat_mlp_hidden", ()), *pretrained.get("absolute_columns", ())}
+        ))  # fmt: skip
     check_codebook(cfg.data)
     model, saved = load_pretrained(run, vocab_size=data.vocab_size, **overrides)
     # The tokenizer's content hash identifies a vocabulary; a re-saved codebook file may differ
@@ -325,8 +328,12 @@ OBJECTIVE_DEFAULTS = field_defaults(FinetuneConfig, OBJECTIVE_SETTINGS)
 
 
 def objective_settings(cfg: FinetuneConfig) -> dict[str, Any]:
-    """`cfg`'s OBJECTIVE_SETTINGS, by name."""
-    return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS}
+    """`cfg`'s OBJECTIVE_SETTINGS that act, by name: no --morph-dropout where --inputs hides
+    what it drops (validate refuses it, and a resume of a run that recorded it compares none)."""
+    from heartlm.inputs import CODES_HIDDEN
+
+    inert = {"morph_dropout"} if cfg.inputs in CODES_HIDDEN else set()
+    return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS if name not in inert}
 
 
 def _best(cfg: FinetuneConfig, result: Any) -> dict[str, Any] | None:

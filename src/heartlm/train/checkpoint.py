@@ -218,6 +218,13 @@ def _listed(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _network_view(model: dict[str, Any]) -> set[int]:
+    """The columns a model's per-beat network reads as zero: its own hidden ones and those
+    --inputs hides from the whole model (a run written before the network's own list named
+    them all listed only the former)."""
+    return {*(model.get("beat_mlp_hidden") or ()), *(model.get("absolute_columns") or ())}
+
+
 FINETUNE_RESUME_KEYS = {
     "task": "--task",
     "from_scratch": "--from-scratch",
@@ -298,11 +305,12 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "relative_only",
         "absolute_columns",
     ):
+        if key == "beat_mlp_hidden":  # compared below, once --inputs' columns are
+            continue
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
                     "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
                     "beat_mlp_bins": " (--beat-mlp-bins)",
-                    "beat_mlp_hidden": " (--beat-mlp-inputs)",
                     "beat_mlp_depth": " (--beat-mlp-depth)",
                     "beat_mlp_context": " (--beat-mlp-context)",
                     "choice_critic": " (--objective)"}.get(key, "")  # fmt: skip
@@ -310,6 +318,15 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
                 path,
             )
+    # What the network reads: --inputs' columns hide from it too, which an older heartlm
+    # left out of its own list.
+    seen, asked = _network_view(saved), _network_view(want)
+    if saved.get("beat_mlp") and "beat_mlp_hidden" in saved and seen != asked:
+        raise HeartlmError(
+            f"checkpoint model's per-beat network reads without columns {sorted(seen)}, this "
+            f"run's without {sorted(asked)} (pretrain --beat-mlp-inputs, --inputs)",
+            path,
+        )
     _check_training_set(meta, expected, path)
     for key in ("objective", "window"):
         if key in meta and meta.get(key) != expected.get(key):
