@@ -1658,7 +1658,9 @@ def _rewrite(folder, name: str, change) -> None:
     meta.json, whose manifest is then written again), as a run an older heartlm wrote."""
     from heartlm.train.manifest import MANIFEST, write_manifest
 
-    for path in folder.rglob(name):
+    paths = list(folder.rglob(name))
+    assert paths, f"no {name} below {folder}"
+    for path in paths:
         saved = json.loads(path.read_text())
         change(saved)
         path.write_text(json.dumps(saved))
@@ -1670,7 +1672,9 @@ def _rewrite_model_config(folder, name: str, **fields) -> None:
     _rewrite(folder, name, lambda saved: saved["model"].update(fields))
 
 
-def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_more(corpus, tmp_path):
+def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_more(
+    corpus, tmp_path, capsys
+):
     """Pretrained under `--inputs relative`, the network must not read the absolute columns
     in a fine-tuning whose `--inputs all` shows them to the transformer again; nor from a run
     an older heartlm wrote, which listed only the columns hidden beyond --inputs', and whose
@@ -1692,15 +1696,23 @@ def test_a_per_beat_network_keeps_its_pretrained_view_when_fine_tuning_shows_mor
     saved = json.loads((pre / "config.json").read_text())["model"]
     assert saved["beat_mlp_hidden"] == absolute == saved["absolute_columns"]
     tune = ["finetune", pre, "--data", corpus / "tok", "--window", "16", "--batch", "8",
-            "--steps", "1", "--warmup", "1", "--device", "cpu", "--inputs", "all",
-            "--beat-mlp", "8"]  # fmt: skip
+            "--warmup", "1", "--device", "cpu", "--inputs", "all", "--beat-mlp", "8"]  # fmt: skip
     for written_by in ("this heartlm", "an older one"):
         if written_by == "an older one":
             _rewrite_model_config(pre, "config.json", beat_mlp_hidden=[])
         out = tmp_path / f"ft_all_{written_by.replace(' ', '_')}"
-        assert _cli(*tune, "--out", out) == 0
+        assert _cli(*tune, "--out", out, "--steps", "1") == 0
         tuned = json.loads((out / "config.json").read_text())["model"]
         assert tuned["absolute_columns"] == [] and tuned["beat_mlp_hidden"] == absolute
+    # a fine-tuning an older heartlm started showed its network those columns: no resume
+    from heartlm.outdir import partial_dir
+
+    out = tmp_path / "ft_all_stopped"
+    stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
+    assert _cli(*tune, "--out", out, *stop) == 0
+    _rewrite_model_config(partial_dir(out), "meta.json", beat_mlp_hidden=[])
+    assert _cli(*tune, "--out", out, "--steps", "6", "--resume") == 2
+    assert "start it again without --resume" in capsys.readouterr().err
 
 
 def test_a_run_that_recorded_a_setting_now_refused_as_inert_still_resumes(corpus, tmp_path):
@@ -1715,8 +1727,10 @@ def test_a_run_that_recorded_a_setting_now_refused_as_inert_still_resumes(corpus
     out = tmp_path / "ft_relative"
     stop = ("--steps", "6", "--ckpt-every", "2", "--stop-at", "2")
     assert _finetune(corpus, out, "--inputs", "relative", *stop) == 0
+    from heartlm.outdir import partial_dir
+
     for run, recorded in ((pre, {"mask_prob": 0.3, "feature_weight": 2.0}),
-                          (out, {"morph_dropout": 0.3})):  # fmt: skip
+                          (partial_dir(out), {"morph_dropout": 0.3})):  # fmt: skip
         _rewrite(run, "meta.json", lambda saved, r=recorded: saved["objective_settings"].update(r))
     assert _cli(*pretrain, "--resume") == 0
     assert _finetune(corpus, out, "--inputs", "relative", "--steps", "6", "--resume") == 0

@@ -322,6 +322,13 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
     # left out of its own list.
     seen, asked = _network_view(saved), _network_view(want)
     if saved.get("beat_mlp") and "beat_mlp_hidden" in saved and seen != asked:
+        if saved.get("beat_codes") and seen < asked and "task" in meta:  # a fine-tuning
+            raise HeartlmError(
+                f"this fine-tuning's per-beat network reads columns {sorted(asked - seen)} "
+                "that its pretraining hid from it (an older heartlm showed them when --inputs "
+                "showed the transformer more); start it again without --resume",
+                path,
+            )
         raise HeartlmError(
             f"checkpoint model's per-beat network reads without columns {sorted(seen)}, this "
             f"run's without {sorted(asked)} (pretrain --beat-mlp-inputs, --inputs)",
