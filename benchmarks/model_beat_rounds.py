@@ -1030,3 +1030,26 @@ against the parent's 0.638 and 0.776. DS2 not scored (benchmarks/README.md, roun
 
 ROUND_72 = dict(CONFIGS)
 ROUND_72_SHARES = dict(BEAT_MLP_SHARES)
+DOUBLE_ENCODER_LOSS_SUFFIX = "_encloss2"
+
+
+CONFIGS = {
+    _SCRATCH_63: ROUND_63[_SCRATCH_63],
+    f"{_SCRATCH_63}{DOUBLE_ENCODER_LOSS_SUFFIX}": with_value(
+        ROUND_63[_SCRATCH_63], "--beat-encoder-loss", "2"
+    ),
+}
+BEAT_MLP_SHARES = {name: _SCRATCH_SHARES for name in CONFIGS}
+"""Round 73 (prepared in the forty-fourth session, after round 72's folds were read): the
+transformer's own loss at twice the weight (`--beat-encoder-loss 2`) on round 63's scratch
+choice. That recipe reads S, N and F half from the transformer and V from the per-beat network
+alone (`0.5,V=1`), and round 72 showed the division matters: a network that reads the
+transformer's state stops carrying V. The transformer's own loss is what taught it to tell S
+from the rhythm: round 57 added it (weight 1) and gave the pretrained recipe DS2 record 232's
+S beats back; round 58 halved it and ranked level (pretrained) or under (scratch) on the
+folds. This tries the other direction: with V read from the network alone, a transformer
+trained harder on its own calls may sharpen S without costing V. Round 63's scratch choice as
+it ran there (deterministic: its fold rows are round 63's, read from `select_round71.json`)
+and the twin with that one value changed, at the same shares; the twin alone runs with
+`model_study.py --configs` (about 440 s of device time cold on one H100, round 72). Written
+after round 72's folds were read; the folds choose."""

@@ -2926,6 +2926,21 @@ def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_cont
     assert best[parent] > 0 > best[twin]
 
 
+def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_with_twice_the_encoder_loss():
+    """The twin is the parent with `--beat-encoder-loss 2` for 1 and nothing else, on the
+    parent's records, at the parent's shares; scratch both."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    twin = f"{parent}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
+    assert set(rounds.CONFIGS) == {parent, twin}
+    assert rounds.CONFIGS[parent] == rounds.ROUND_63[parent]
+    _one_value_apart(rounds.CONFIGS[parent], rounds.CONFIGS[twin], "--beat-encoder-loss", "2")
+    assert dict.fromkeys(rounds.CONFIGS, rounds.ROUND_63_SHARES[parent]) == rounds.BEAT_MLP_SHARES
+    assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
+    assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
+    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+
+
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
     """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
     assert len(twin) == len(parent) and twin.count(flag) == 1
