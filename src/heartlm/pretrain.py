@@ -111,6 +111,18 @@ class PretrainConfig:
     train: TrainConfig = setting(factory=lambda: TrainConfig(steps=1000))
     launch: LaunchConfig = setting(factory=LaunchConfig)
 
+    def inert_settings(self) -> dict[str, str]:
+        """The objective settings that do nothing for this objective, each with why (given,
+        they are refused; `objective_settings` leaves them out for a resume to compare)."""
+        inert = {}
+        if self.objective != "masked":
+            why = f"--mask-prob and --mask-mode are for --objective masked: {self.objective} "
+            inert = dict.fromkeys(("mask_prob", "mask_mode"), why + "hides no beat")
+        if self.objective == "next":
+            inert["feature_weight"] = ("--feature-weight is for --objective masked or a "
+                                       "forecast: next predicts the code alone")  # fmt: skip
+        return inert
+
     def validate(self) -> None:
         """The settings TrainConfig does not check (ValueError naming the flag)."""
         from heartlm.train.objectives import FORECASTS
@@ -144,15 +156,10 @@ class PretrainConfig:
             )
         if self.objective in FORECASTS and self.mask_span != 1:
             raise ValueError("--mask-span is for --objective masked")
-        defaults = field_defaults(type(self), ("mask_prob", "mask_mode", "feature_weight"))
-        if self.objective != "masked" and any(
-            getattr(self, name) != defaults[name] for name in ("mask_prob", "mask_mode")
-        ):
-            raise ValueError(f"--mask-prob and --mask-mode are for --objective masked: "
-                             f"{self.objective} hides no beat")  # fmt: skip
-        if self.objective == "next" and self.feature_weight != defaults["feature_weight"]:
-            raise ValueError("--feature-weight is for --objective masked or a forecast: next "
-                             "predicts the code alone")  # fmt: skip
+        inert = self.inert_settings()
+        for name, default in field_defaults(type(self), inert).items():
+            if getattr(self, name) != default:
+                raise ValueError(inert[name])
         if self.objective in FORECASTS and self.feature_weight == 0:
             raise ValueError(
                 f"--objective {self.objective} predicts features: --feature-weight must be > 0"
@@ -343,14 +350,11 @@ OBJECTIVE_DEFAULTS = field_defaults(PretrainConfig, OBJECTIVE_SETTINGS)
 
 
 def objective_settings(cfg: PretrainConfig) -> dict[str, Any]:
-    """`cfg`'s OBJECTIVE_SETTINGS that act on its objective, by name (masking only for
-    `masked`, the feature weight not for `next`: validate refuses them elsewhere, and a resume
-    of a run that recorded them then compares none); a contrastive run also records its
-    temperature (`heartlm.train.objectives.CHOICE_TEMPERATURE`), so a resume under another is
-    refused."""
-    inert = set() if cfg.objective == "masked" else {"mask_prob", "mask_mode"}
-    if cfg.objective == "next":
-        inert.add("feature_weight")
+    """`cfg`'s OBJECTIVE_SETTINGS that act on its objective (not its `inert_settings`, so a
+    resume of a run that recorded one compares none), by name; a contrastive run also records
+    its temperature (`heartlm.train.objectives.CHOICE_TEMPERATURE`), so a resume under another
+    is refused."""
+    inert = cfg.inert_settings()
     settings = {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS if name not in inert}
     if cfg.objective == "contrastive":
         from heartlm.train.objectives import CHOICE_TEMPERATURE

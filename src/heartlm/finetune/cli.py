@@ -12,7 +12,7 @@ from heartlm.errors import HeartlmError
 from heartlm.inputs import CODES_HIDDEN, INPUTS
 from heartlm.log import logger
 from heartlm.model.config import MAX_BEAT_MLP_BINS, MAX_BEAT_MLP_DEPTH, check_dropout
-from heartlm.settings import comma_list, setting
+from heartlm.settings import comma_list, field_defaults, setting
 from heartlm.train.config import LaunchConfig, TrainConfig
 
 if TYPE_CHECKING:
@@ -125,6 +125,16 @@ class FinetuneConfig:
     train: TrainConfig = setting(factory=_engine_defaults)
     launch: LaunchConfig = setting(factory=LaunchConfig)
 
+    def inert_settings(self) -> dict[str, str]:
+        """The objective settings that do nothing with these inputs, each with why (given,
+        they are refused; pipeline.objective_settings leaves them out for a resume to
+        compare)."""
+        if self.inputs not in CODES_HIDDEN:
+            return {}
+        return {"morph_dropout": f"--morph-dropout hides codes and absolute shape columns, "
+                                 f"which --inputs {self.inputs} hides from every beat already: "
+                                 "it would change nothing"}  # fmt: skip
+
     def validate(self) -> None:
         self.train.validate()
         self.launch.validate()
@@ -148,10 +158,10 @@ class FinetuneConfig:
             raise ValueError(f"--label-smoothing must be in [0, 1), not {self.label_smoothing}")
         if not 0.0 <= self.morph_dropout < 1.0:
             raise ValueError(f"--morph-dropout must be in [0, 1), not {self.morph_dropout}")
-        if self.morph_dropout > 0.0 and self.inputs in CODES_HIDDEN:
-            raise ValueError(f"--morph-dropout hides codes and absolute shape columns, which "
-                             f"--inputs {self.inputs} hides from every beat already: it would "
-                             "change nothing")  # fmt: skip
+        inert = self.inert_settings()
+        for name, default in field_defaults(type(self), inert).items():
+            if getattr(self, name) != default:
+                raise ValueError(inert[name])
         _check_loss_weight("--afib-beat-loss", self.afib_beat_loss)
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")

@@ -328,11 +328,9 @@ OBJECTIVE_DEFAULTS = field_defaults(FinetuneConfig, OBJECTIVE_SETTINGS)
 
 
 def objective_settings(cfg: FinetuneConfig) -> dict[str, Any]:
-    """`cfg`'s OBJECTIVE_SETTINGS that act, by name: no --morph-dropout where --inputs hides
-    what it drops (validate refuses it, and a resume of a run that recorded it compares none)."""
-    from heartlm.inputs import CODES_HIDDEN
-
-    inert = {"morph_dropout"} if cfg.inputs in CODES_HIDDEN else set()
+    """`cfg`'s OBJECTIVE_SETTINGS that act, by name (not its `inert_settings`, so a resume of
+    a run that recorded one compares none)."""
+    inert = cfg.inert_settings()
     return {name: getattr(cfg, name) for name in OBJECTIVE_SETTINGS if name not in inert}
 
 

@@ -300,13 +300,10 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
         "beat_mlp_depth",
         "beat_mlp_context",
         "beat_codes",
-        "beat_mlp_hidden",
         "choice_critic",
         "relative_only",
         "absolute_columns",
     ):
-        if key == "beat_mlp_hidden":  # compared below, once --inputs' columns are
-            continue
         if key in saved and _listed(saved.get(key)) != _listed(want.get(key)):
             flag = {"relative_only": " (--inputs)", "absolute_columns": " (--inputs)",
                     "local_stats": " (--local-stats)", "beat_mlp": " (--beat-mlp)",
@@ -318,8 +315,8 @@ def check_compatible(meta: dict[str, Any], expected: dict[str, Any], path: str |
                 f"checkpoint model has {key}={saved.get(key)}, this run {want.get(key)}{flag}",
                 path,
             )
-    # What the network reads: --inputs' columns hide from it too, which an older heartlm
-    # left out of its own list.
+    # What the per-beat network reads (not its own list alone: --inputs' columns hide from it
+    # too, and an older heartlm left them out of that list).
     seen, asked = _network_view(saved), _network_view(want)
     if saved.get("beat_mlp") and "beat_mlp_hidden" in saved and seen != asked:
         if saved.get("beat_codes") and seen < asked and "task" in meta:  # a fine-tuning
