@@ -535,6 +535,10 @@ def test_pretrain_feature_target_and_code_weight_reach_the_objective(tokens, tmp
         ({"objective": "next", "mask_prob": 0.3}, "--mask-prob and --mask-mode are for"),
         ({"objective": "contrastive", "mask_mode": "mask"}, "contrastive hides no beat"),
         ({"objective": "next", "feature_weight": 2.0}, "next predicts the code alone"),
+        (
+            {"code_weight": 0.0, "feature_weight": 1.0, "label_smoothing": 0.1},
+            "--code-weight 0 leaves out",
+        ),
         ({"objective": "forecast", "inputs": "relative"}, "which --inputs relative hides"),
         ({"mask_span": 17}, r"--mask-span must be in \[1, --window\]"),
     ):

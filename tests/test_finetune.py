@@ -360,6 +360,15 @@ def test_morph_dropout_is_refused_where_the_inputs_hide_what_it_drops(
     assert _finetune(corpus, tmp_path / "all", "--morph-dropout", "0.3", "--inputs", "all") == 0
 
 
+def test_max_class_weight_is_refused_where_no_class_is_weighted(corpus, tmp_path, capsys):
+    """--class-weight-power 0 weighs every class 1: a clip on the weights would do nothing."""
+    out = tmp_path / "run"
+    args = ("--class-weight-power", "0", "--max-class-weight", "5")
+    assert _finetune(corpus, out, *args) == 2
+    assert "--class-weight-power 0 sets to 1 for every class" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_label_smoothing_trains_against_smoothed_targets_and_validates_plainly():
     from types import SimpleNamespace
 

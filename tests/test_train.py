@@ -247,6 +247,17 @@ def test_a_schedule_setting_of_another_schedule_is_refused():
     TrainConfig(steps=1, schedule="cosine", min_lr_ratio=0.0).validate()
 
 
+def test_speed_settings_that_would_not_act_are_refused():
+    """--prefetch sets the DataLoader's prefetch factor, which --workers 0 has no DataLoader
+    for; --compile-mode with --no-compile compiles nothing."""
+    with pytest.raises(ValueError, match="--prefetch is the DataLoader's"):
+        TrainConfig(steps=1, prefetch=4).validate()
+    TrainConfig(steps=1, prefetch=4, workers=2).validate()
+    with pytest.raises(ValueError, match="--compile-mode with --no-compile"):
+        TrainConfig(steps=1, compile=False, compile_mode="max-autotune").validate()
+    TrainConfig(steps=1, compile_mode="max-autotune").validate()  # on by default on CUDA
+
+
 def test_cosine_schedule_ends_at_the_floor():
     sched = Schedule(2.0, total_steps=104, warmup_steps=4, kind="cosine", min_lr_ratio=0.1)
     assert sched(3) == pytest.approx(2.0)
@@ -884,6 +895,16 @@ def test_training_with_head_first_moves_only_the_heads_in_its_first_steps(
         assert not moved & encoder
     else:
         assert encoder <= moved
+
+
+def test_a_head_first_share_of_no_step_is_refused(tmp_path: Path):
+    """0.1 of 4 steps rounds to no head-only step: the run would train as without it."""
+    data = make_data([120, 90])
+    cfg = TrainConfig(steps=4, batch=8, val_every=0, ckpt_every=0, head_first=0.1)
+    sampler = WindowSampler(data, 16, 4, seed=0)
+    with pytest.raises(HeartlmError, match=r"--head-first 0\.1 of 4 steps is no step"):
+        train(cfg, tiny(data, 16), MaskedBeats(data.vocab_size), sampler, None, tmp_path,
+              DistEnv())  # fmt: skip
 
 
 def test_head_first_is_refused_in_pretraining(tmp_path: Path, capsys):

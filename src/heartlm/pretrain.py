@@ -121,6 +121,9 @@ class PretrainConfig:
         if self.objective == "next":
             inert["feature_weight"] = ("--feature-weight is for --objective masked or a "
                                        "forecast: next predicts the code alone")  # fmt: skip
+        if self.code_weight == 0:
+            inert["label_smoothing"] = ("--label-smoothing smooths the code loss, which "
+                                        "--code-weight 0 leaves out")  # fmt: skip
         return inert
 
     def validate(self) -> None:

@@ -129,11 +129,16 @@ class FinetuneConfig:
         """The objective settings that do nothing with these inputs, each with why (given,
         they are refused; pipeline.objective_settings leaves them out for a resume to
         compare)."""
-        if self.inputs not in CODES_HIDDEN:
-            return {}
-        return {"morph_dropout": f"--morph-dropout hides codes and absolute shape columns, "
-                                 f"which --inputs {self.inputs} hides from every beat already: "
-                                 "it would change nothing"}  # fmt: skip
+        inert = {}
+        if self.inputs in CODES_HIDDEN:
+            inert["morph_dropout"] = (f"--morph-dropout hides codes and absolute shape columns, "
+                                      f"which --inputs {self.inputs} hides from every beat "
+                                      "already: it would change nothing")  # fmt: skip
+        if self.class_weight_power == 0:
+            inert["max_class_weight"] = ("--max-class-weight clips class weights, which "
+                                         "--class-weight-power 0 sets to 1 for every "
+                                         "class")  # fmt: skip
+        return inert
 
     def validate(self) -> None:
         self.train.validate()

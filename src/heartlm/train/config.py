@@ -221,6 +221,12 @@ class TrainConfig:
             raise ValueError(f"--head-first must be in [0, 1), not {self.head_first}")
         if not 0.0 <= self.ema < 1.0:  # also NaN
             raise ValueError(f"--ema must be in [0, 1), not {self.ema}")
+        default_prefetch = field_defaults(type(self), ("prefetch",))["prefetch"]
+        if self.prefetch != default_prefetch and not self.workers:
+            raise ValueError("--prefetch is the DataLoader's: it needs --workers N > 0 "
+                             "(--workers 0 cuts windows on the device)")  # fmt: skip
+        if self.compile_mode is not None and self.compile is False:
+            raise ValueError("--compile-mode with --no-compile: nothing is compiled")
         self.parallel.validate()
         self._validate_numbers()
 

@@ -235,6 +235,9 @@ class Trainer:
             heads_apart=cfg.head_first > 0,
         )  # fmt: skip
         self.head_steps = int(cfg.head_first * self.total)  # below the total: F < 1
+        if cfg.head_first > 0 and self.head_steps == 0:
+            raise HeartlmError(f"--head-first {cfg.head_first:g} of {self.total} steps is no "
+                               "step: give a larger share or more steps")  # fmt: skip
         if cfg.backend == "deepspeed" and env.distributed:
             # The engine takes over this AdamW; its step stands behind self.optimizer.
             zero.check_supported(self.accum, cfg.resume)
