@@ -13,7 +13,7 @@ from scipy import signal as sps
 from heartlm.cli import main
 from heartlm.ecg.wfdbio import read_annotations, read_record
 from heartlm.qrs import Match, detect_qrs, gross, match_beats, reference_beats
-from heartlm.qrs.detector import _filtfilt, _filtfilt_two, _slope_power
+from heartlm.qrs.detector import DetectorConfig, _decide, _filtfilt, _filtfilt_two, _slope_power
 from heartlm.synth import synth_record
 
 # --- match_beats -------------------------------------------------------------------------
@@ -181,6 +181,20 @@ def test_detector_finds_the_beat_next_to_an_electrode_motion_step(fs, lag_s):
     assert match_beats(ref, detect_qrs(x, fs), fs) == Match(len(ref), 0, 0)
 
 
+@pytest.mark.parametrize(("slope", "is_beat"), [(0.3, False), (0.95, True)])
+def test_a_peak_as_steep_as_the_beats_is_no_p_wave_whatever_follows(slope, is_beat):
+    # Decisions over hand-made candidates at 100 Hz: beats of slope 1 every 0.7 s, then a
+    # peak of `slope` followed 0.3 s later by one three times steeper (a QRS, or an artefact
+    # such as LUDB 109's closing electrode step). A shallow peak there is that QRS's P wave; a
+    # peak as steep as the beats is itself a beat (LUDB 109's last beat was called a P wave).
+    fs, config = 100.0, DetectorConfig()
+    pos = np.array([50, 120, 190, 260, 330, 360], dtype=np.int64)
+    height = np.ones(len(pos))
+    steepest = np.array([1.0, 1.0, 1.0, 1.0, slope, 3.0])
+    beats = _decide(pos, height, steepest, 1.0, 0.1, 25, 36, config, fs)
+    assert beats.tolist() == [50, 120, 190, 260, *([330] if is_beat else []), 360]
+
+
 def _mitdb(shared: Path, name: str) -> tuple[np.ndarray, float, np.ndarray]:
     rec = read_record(shared / "mitdb" / name, channels=[0])
     ann = read_annotations(rec.path)
@@ -298,6 +312,18 @@ def test_cli_bad_signal_is_one_line_error_or_skip(tmp_path, capsys, kind):
     assert main(["qrs", str(tmp_path), "--json", "--skip-bad", "--workers", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gross"] is not None and [Path(s["record"]).name for s in out["skipped"]] == ["bad"]
+
+
+def test_detector_finds_the_last_beat_of_ludb_109_before_an_electrode_step(shared_ecg):
+    # LUDB 109 lead ii ends in an electrode step 0.33 s after its last beat, three times
+    # steeper than the beat: the beat was once taken for the step's P wave and missed.
+    rec = read_record(shared_ecg / "ludb" / "109", channels=[1])
+    ann = read_annotations(rec.path, "ii")
+    ref = reference_beats(ann.sample, ann.symbol)
+    det = detect_qrs(rec.signal[:, 0], rec.fs)
+    tol = 0.15 * rec.fs
+    scored = det[(det >= ref[0] - tol) & (det <= ref[-1] + tol)]
+    assert match_beats(ref, scored, rec.fs) == Match(len(ref), 0, 0)
 
 
 def test_cli_scores_ludb_inside_the_annotated_span(shared_ecg, capsys):

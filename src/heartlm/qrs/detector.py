@@ -45,6 +45,10 @@ class DetectorConfig:
     """Within this time of a beat, a peak much less steep than the beat is its T wave..."""
     t_wave_ratio: float = 0.5
     """...'much less steep' meaning a steepest slope below this fraction of the beat's."""
+    p_wave_ratio: float = 0.9
+    """A peak followed within `t_wave_s` by one twice as steep is that beat's P wave, unless
+    it is at least this fraction as steep as the last beat: then it is a QRS complex and the
+    steeper peak an artefact or the next beat (a P wave is never nearly as steep as a QRS)."""
     searchback_rr: float = 1.66
     """After this many mean RR intervals without a beat, take the best peak at half threshold."""
     flutter_trough: float = 0.25
@@ -317,7 +321,14 @@ def _decide(
     """Decide over the first `learn_s` seconds, then again from the start with the levels
     and RR intervals settled there, so that the first beats of a record are judged by
     thresholds as good as those of its later beats."""
-    rules = (refractory, t_wave, config.threshold, config.t_wave_ratio, config.searchback_rr)
+    rules = (
+        refractory,
+        t_wave,
+        config.threshold,
+        config.t_wave_ratio,
+        config.p_wave_ratio,
+        config.searchback_rr,
+    )
     k = int(np.searchsorted(pos, config.learn_s * fs))
     rr = np.full(8, fs)  # 60/min until beats are seen
     _, spk, npk, rr = _decide_jit(pos[:k], height[:k], steepest[:k], spk, npk, rr, *rules)
@@ -325,7 +336,9 @@ def _decide(
 
 
 @numba.njit(cache=True)
-def _decide_jit(pos, height, steepest, spk, npk, rr_init, refractory, t_wave, frac, t_ratio, back):
+def _decide_jit(
+    pos, height, steepest, spk, npk, rr_init, refractory, t_wave, frac, t_ratio, p_ratio, back
+):
     """Pan–Tompkins decision rules over candidate peaks: adaptive signal and noise levels,
     T-wave (and tall P-wave) rejection, search-back at half threshold after a long gap.
     Returns the beats and the final signal level, noise level and last 8 RR intervals."""
@@ -363,7 +376,10 @@ def _decide_jit(pos, height, steepest, spk, npk, rr_init, refractory, t_wave, fr
                 continue
         is_t = p - last < t_wave and steepest[i] < t_ratio * last_slope
         is_beat = h > thr and p - last > refractory and not is_t
-        if is_beat and not _steeper_follows(pos, height, steepest, i, thr, t_wave, t_ratio):
+        may_be_p = n_beats == 0 or steepest[i] < p_ratio * last_slope
+        if is_beat and not (
+            may_be_p and _steeper_follows(pos, height, steepest, i, thr, t_wave, t_ratio)
+        ):
             if n_beats > 0:
                 rr[rr_i % 8] = p - last
                 rr_i += 1
