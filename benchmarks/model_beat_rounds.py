@@ -1052,4 +1052,22 @@ trained harder on its own calls may sharpen S without costing V. Round 63's scra
 it ran there (deterministic: its fold rows are round 63's, read from `select_round71.json`)
 and the twin with that one value changed, at the same shares; the twin alone runs with
 `model_study.py --configs` (about 440 s of device time cold on one H100, round 72). Written
-after round 72's folds were read; the folds choose."""
+after round 72's folds were read; the folds choose. Measured (forty-fifth session, one H100,
+the twin alone, 349 s cold): by the rule in force (SELECT_RULE, the smallest F1 margin over
+the floor with both seeds summed) the folds choose the twin, by a hair: its best row (`0.5,V=1`
+with V +1.5) +0.0074 against the parent's (`0.5,V=1` with V +1) +0.0066. Seed by seed the
+twin is the less steady (+0.008 and -0.003 against +0.008 and +0.005). Twice the weight
+sharpens S where the transformer has its say: at `0.5,V=1` fold S F1 0.494 -> 0.520 (S +P
+0.565 -> 0.629, S Se 0.439 -> 0.443), V F1 0.898 -> 0.896, F F1 0.088 -> 0.106; the network
+alone is unchanged (share 1: S F1 0.440 -> 0.442, V F1 0.908 -> 0.909). V and F stay the
+classes nearest the floor: at the twin's best row V F1 0.908 and F F1 0.062 against the
+floor's 0.901 and 0.053. Held-out stress patients at `0.5,V=1`: S sensitivity 0.605 (long
+runs) and 0.709 (barely premature), against the parent's 0.638 and 0.776. DS2 is to be
+scored for the twin (`final` with SELECT=select_round73.json): the session's device starts
+failed before it could run. A detector change of the same session adds one LUDB beat to the
+pretraining store, which moves the codebook: that `final` runs on tokens its `select` did not
+see, and later rounds run their parent in the same call (benchmarks/README.md, round 73)."""
+
+
+ROUND_73 = dict(CONFIGS)
+ROUND_73_SHARES = dict(BEAT_MLP_SHARES)

@@ -2941,6 +2941,28 @@ def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_with_twice_the_e
     _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
 
 
+def test_round_73_s_folds_choose_the_twin_with_twice_the_encoder_loss_by_a_hair(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Round 73 ran the twin alone (`--configs`); set against the parent's rows in round 71's
+    file (scratch is deterministic), the twin ranks first by the rule in force, both above
+    their floor, by less than a thousandth."""
+    rounds = model_beat_rounds
+    parent = rounds._SCRATCH_63
+    twin = f"{parent}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_73_SHARES))
+    best = {}
+    for round_, configs in ((71, rounds.ROUND_71), (73, rounds.ROUND_73)):
+        [chosen] = _folds_chose(monkeypatch, round_, dict(configs), ("scratch",))
+        selection = json.loads((folder / f"select_round{round_}.json").read_text())
+        best[model_recipes.config_of(chosen, configs)] = model_recipes.ranked_score(
+            selection, chosen
+        )
+    assert set(best) == {parent, twin}
+    assert best[twin] > best[parent] > 0 and best[twin] - best[parent] < 0.001
+
+
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
     """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
     assert len(twin) == len(parent) and twin.count(flag) == 1
