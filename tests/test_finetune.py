@@ -578,7 +578,11 @@ def test_pretraining_reads_what_its_inputs_keep_and_fine_tuning_sets_its_own(cor
         args = ["finetune", pre, "--data", corpus / "tok", "--out", out, "--window", "16",
                 "--batch", "8", "--steps", "2", "--warmup", "1", "--device", "cpu",
                 "--inputs", inputs]  # fmt: skip
+        capsys.readouterr()
         assert _cli(*args) == 0
+        # Shown what pretraining hid (codes, absolute columns) it says so; hiding more is quiet.
+        warned = "pretrained without the morphology codes and" in capsys.readouterr().err
+        assert warned is (inputs == "all")
         tuned = json.loads((out / "config.json").read_text())
         tuned = tuned.get("model", tuned)
         assert tuned["relative_only"] is codes_hidden

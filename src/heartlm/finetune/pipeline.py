@@ -115,6 +115,8 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
         overrides.update(model_inputs(cfg.inputs, data.meta.get("features", [])))
     except ValueError as exc:
         raise HeartlmError(str(exc), cfg.data / "tokens.json") from None
+    if not cfg.from_scratch:
+        _warn_of_inputs_pretraining_hid(run, pretrained, overrides, cfg.inputs)
     if pretrained.get("beat_codes"):  # a pretrained network keeps the view it learnt with
         overrides["beat_mlp_hidden"] = tuple(sorted(
             {*pretrained.get("beat_mlp_hidden", ()), *pretrained.get("absolute_columns", ())}
@@ -141,6 +143,28 @@ def build_model(run: Path, data: Any, cfg: FinetuneConfig) -> tuple[Any, int]:
             f"--window {window} is longer than the model's {model.cfg.max_len} positions", run
         )
     return model, window
+
+
+def _warn_of_inputs_pretraining_hid(
+    run: Path, pretrained: dict[str, Any], overrides: dict[str, Any], inputs: str
+) -> None:
+    """One line when fine-tuning shows the encoder inputs its pretraining hid (finetune's
+    default --inputs all on a run pretrained with --inputs relative): its weights for them
+    were never trained. Hiding more than pretraining did is a choice, and says nothing."""
+    shown = []
+    if pretrained.get("relative_only") and not overrides["relative_only"]:
+        shown.append("the morphology codes")
+    columns = set(pretrained.get("absolute_columns", ())) - set(overrides["absolute_columns"])
+    if columns:
+        shown.append(f"{len(columns)} feature columns")
+    if shown:
+        logger.warning(
+            "%s: pretrained without %s, which --inputs %s shows it: give --inputs as in "
+            "pretraining to keep the view its weights learnt",
+            run,
+            " and ".join(shown),
+            inputs,
+        )
 
 
 def _class_weights(train_d: Any, cfg: FinetuneConfig, window: int, stride: int) -> np.ndarray:
