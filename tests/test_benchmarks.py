@@ -2914,16 +2914,27 @@ def test_round_72_s_folds_keep_the_parent_over_its_twin_whose_network_reads_cont
     rounds = model_beat_rounds
     parent = rounds._SCRATCH_63
     twin = f"{parent}{rounds.CONTEXT_SUFFIX}"
-    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_72_SHARES))
-    best = {}
-    for round_, configs in ((71, rounds.ROUND_71), (72, rounds.ROUND_72)):
-        [chosen] = _folds_chose(monkeypatch, round_, dict(configs), ("scratch",))
-        selection = json.loads((folder / f"select_round{round_}.json").read_text())
-        score = model_recipes.ranked_score(selection, chosen)
-        best[model_recipes.config_of(chosen, configs)] = score
+    best = _scratch_choice_by_the_rule(monkeypatch, 72, rounds.ROUND_72, rounds.ROUND_72_SHARES)
     assert set(best) == {parent, twin}
     assert best[parent] > 0 > best[twin]
+
+
+def _scratch_choice_by_the_rule(
+    monkeypatch: pytest.MonkeyPatch, round_: int, configs: dict, shares: dict
+) -> dict[str, float]:
+    """A twin-alone round (`--configs`) beside its parent's rows in round 71's file (scratch
+    is deterministic): each one's best scratch row, by configuration, and its score by the
+    rule in force."""
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(shares))
+    best = {}
+    for number, recipes in ((71, model_beat_rounds.ROUND_71), (round_, configs)):
+        [chosen] = _folds_chose(monkeypatch, number, dict(recipes), ("scratch",))
+        selection = json.loads((folder / f"select_round{number}.json").read_text())
+        best[model_recipes.config_of(chosen, recipes)] = model_recipes.ranked_score(
+            selection, chosen
+        )
+    return best
 
 
 def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_with_twice_the_encoder_loss():
@@ -2950,15 +2961,7 @@ def test_round_73_s_folds_choose_the_twin_with_twice_the_encoder_loss_by_a_hair(
     rounds = model_beat_rounds
     parent = rounds._SCRATCH_63
     twin = f"{parent}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
-    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_73_SHARES))
-    best = {}
-    for round_, configs in ((71, rounds.ROUND_71), (73, rounds.ROUND_73)):
-        [chosen] = _folds_chose(monkeypatch, round_, dict(configs), ("scratch",))
-        selection = json.loads((folder / f"select_round{round_}.json").read_text())
-        best[model_recipes.config_of(chosen, configs)] = model_recipes.ranked_score(
-            selection, chosen
-        )
+    best = _scratch_choice_by_the_rule(monkeypatch, 73, rounds.ROUND_73, rounds.ROUND_73_SHARES)
     assert set(best) == {parent, twin}
     assert best[twin] > best[parent] > 0 and best[twin] - best[parent] < 0.001
 
