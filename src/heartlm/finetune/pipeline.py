@@ -159,8 +159,8 @@ def _warn_of_inputs_pretraining_hid(
         shown.append(f"{len(columns)} feature columns")
     if shown:
         logger.warning(
-            "%s: pretrained without %s, which --inputs %s shows it: give --inputs as in "
-            "pretraining to keep the view its weights learnt",
+            "%s: pretrained without %s; --inputs %s shows them to weights never trained on "
+            "them (give --inputs as in pretraining to keep the view it learnt)",
             run,
             " and ".join(shown),
             inputs,
