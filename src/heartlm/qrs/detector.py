@@ -376,9 +376,8 @@ def _decide_jit(
                 continue
         is_t = p - last < t_wave and steepest[i] < t_ratio * last_slope
         is_beat = h > thr and p - last > refractory and not is_t
-        may_be_p = n_beats == 0 or steepest[i] < p_ratio * last_slope
-        if is_beat and not (
-            may_be_p and _steeper_follows(pos, height, steepest, i, thr, t_wave, t_ratio)
+        if is_beat and not _is_p_wave(
+            pos, height, steepest, i, thr, t_wave, t_ratio, p_ratio * last_slope
         ):
             if n_beats > 0:
                 rr[rr_i % 8] = p - last
@@ -398,9 +397,12 @@ def _decide_jit(
 
 
 @numba.njit(cache=True)
-def _steeper_follows(pos, height, steepest, i, thr, t_wave, t_ratio):
+def _is_p_wave(pos, height, steepest, i, thr, t_wave, t_ratio, qrs_slope):
     """The mirror of the T-wave test: a peak soon followed by a much steeper one above
-    threshold is that beat's P wave."""
+    threshold is that beat's P wave, unless it is at least `qrs_slope` steep (a fraction of
+    the last beat's steepest slope; 0 before the first beat): then it is a QRS complex."""
+    if qrs_slope > 0.0 and steepest[i] >= qrs_slope:
+        return False
     j = i + 1
     while j < len(pos) and pos[j] - pos[i] < t_wave:
         if height[j] > thr and t_ratio * steepest[j] > steepest[i]:
