@@ -1062,11 +1062,16 @@ sharpens S where the transformer has its say: at `0.5,V=1` fold S F1 0.494 -> 0.
 alone is unchanged (share 1: S F1 0.440 -> 0.442, V F1 0.908 -> 0.909). V and F stay the
 classes nearest the floor: at the twin's best row V F1 0.908 and F F1 0.062 against the
 floor's 0.901 and 0.053. Held-out stress patients at `0.5,V=1`: S sensitivity 0.605 (long
-runs) and 0.709 (barely premature), against the parent's 0.638 and 0.776. DS2 is to be
-scored for the twin (`final` with SELECT=select_round73.json): the session's device starts
-failed before it could run. A detector change of the same session adds one LUDB beat to the
-pretraining store, which moves the codebook: that `final` runs on tokens its `select` did not
-see, and later rounds run their parent in the same call (benchmarks/README.md, round 73)."""
+runs) and 0.709 (barely premature), against the parent's 0.638 and 0.776. DS2 was
+scored once for the twin (`final` with SELECT=select_round73.json) in the forty-sixth session,
+on tokens its `select` did not see (a detector change of the forty-fifth adds one LUDB beat to the
+pretraining store, which moves the codebook; later rounds run their parent in the same call):
+at 100 % accuracy 0.973 +- 0.002, S F1 0.702 +- 0.044 (seeds 0.644, 0.708, 0.753; S Se 0.584,
++P 0.889), V 0.962 +- 0.002, F 0.395 +- 0.072 against the same call's floor's 0.303, 0.961
+and 0.432: S at the goal on the mean and V above the floor by 0.001, but F under the floor
+(seed 0 0.293, seeds 1 and 2 0.456 and 0.436), as in rounds 17 and 19 (S 0.780 pooled, F
+0.406), so round 63 stays the best model above its floor on every class
+(benchmarks/README.md, round 73)."""
 
 
 ROUND_73 = dict(CONFIGS)

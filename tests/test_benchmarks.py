@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import itertools
 import json
 import re
 import shutil
@@ -2964,6 +2965,24 @@ def test_round_73_s_folds_choose_the_twin_with_twice_the_encoder_loss_by_a_hair(
     best = _scratch_choice_by_the_rule(monkeypatch, 73, rounds.ROUND_73, rounds.ROUND_73_SHARES)
     assert set(best) == {parent, twin}
     assert best[twin] > best[parent] > 0 and best[twin] - best[parent] < 0.001
+
+
+def test_round_73_s_ds2_file_scores_the_folds_choice_once_and_the_ledger_lists_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """`final` (a later call, SELECT=select_round73.json) scored the twin's best fold row, at
+    its share and offset, scratch alone, three seeds at each label share; the ledger lists
+    that recipe under round 73 and nowhere else."""
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_73_SHARES))
+    [chosen] = _folds_chose(monkeypatch, 73, dict(model_beat_rounds.ROUND_73), ("scratch",))
+    final = json.loads((folder / "final_round73.json").read_text())
+    assert list(final["config"]) == [f"scratch: {chosen}"]
+    seeded = [(r["label_fraction"], r["seed"]) for r in final["beats"]
+              if r["init"] == "scratch" and r["data"] == "tok_beats"]  # fmt: skip
+    assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == ["73"]
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
