@@ -2944,13 +2944,13 @@ def test_round_73_sets_round_63s_scratch_choice_beside_its_twin_with_twice_the_e
     rounds = model_beat_rounds
     parent = rounds._SCRATCH_63
     twin = f"{parent}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
-    assert set(rounds.CONFIGS) == {parent, twin}
-    assert rounds.CONFIGS[parent] == rounds.ROUND_63[parent]
-    _one_value_apart(rounds.CONFIGS[parent], rounds.CONFIGS[twin], "--beat-encoder-loss", "2")
-    assert dict.fromkeys(rounds.CONFIGS, rounds.ROUND_63_SHARES[parent]) == rounds.BEAT_MLP_SHARES
+    assert set(rounds.ROUND_73) == {parent, twin}
+    assert rounds.ROUND_73[parent] == rounds.ROUND_63[parent]
+    _one_value_apart(rounds.ROUND_73[parent], rounds.ROUND_73[twin], "--beat-encoder-loss", "2")
+    assert dict.fromkeys(rounds.ROUND_73, rounds.ROUND_63_SHARES[parent]) == rounds.ROUND_73_SHARES
     assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
     assert model_recipes.pretrain_variant(twin) == model_recipes.pretrain_variant(parent)
-    _scored_at_shares_their_names_read_back(rounds.CONFIGS, rounds.BEAT_MLP_SHARES)
+    _scored_at_shares_their_names_read_back(rounds.ROUND_73, rounds.ROUND_73_SHARES)
 
 
 def test_round_73_s_folds_choose_the_twin_with_twice_the_encoder_loss_by_a_hair(
@@ -2983,6 +2983,28 @@ def test_round_73_s_ds2_file_scores_the_folds_choice_once_and_the_ledger_lists_i
     assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == ["73"]
+
+
+def test_round_74_reads_round_73s_recipes_also_with_f_from_the_per_beat_network_alone():
+    """Round 73's recipes unchanged, at round 73's shares and one more that leaves S and N half
+    with the transformer and reads V and F from the network; no row at that share is a
+    recipe the ledger lists."""
+    from heartlm.ecg.labels import AAMI_CLASSES
+    from heartlm.labelled.shares import parse_shares
+
+    rounds = model_beat_rounds
+    assert rounds.CONFIGS == rounds.ROUND_74 == rounds.ROUND_73
+    assert rounds.BEAT_MLP_SHARES == rounds.ROUND_74_SHARES
+    for name, shares in rounds.ROUND_74_SHARES.items():
+        assert shares == (*rounds.ROUND_73_SHARES[name], rounds.F_FROM_NETWORK_SHARE)
+    shares = parse_shares(rounds.F_FROM_NETWORK_SHARE.split(","))
+    weights = dict(zip(AAMI_CLASSES, shares, strict=True))
+    assert weights["V"] == weights["F"] == 1 and weights["S"] == weights["N"] == 0.5
+    _scored_at_shares_their_names_read_back(rounds.ROUND_74, rounds.ROUND_74_SHARES)
+    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    scored = {e["config"].partition(": ")[2] for e in ledger}
+    new_share = {model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74}
+    assert not any(name.startswith(tuple(new_share)) for name in scored)
 
 
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
