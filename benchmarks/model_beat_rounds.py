@@ -1064,13 +1064,13 @@ classes nearest the floor: at the twin's best row V F1 0.908 and F F1 0.062 agai
 floor's 0.901 and 0.053. Held-out stress patients at `0.5,V=1`: S sensitivity 0.605 (long
 runs) and 0.709 (barely premature), against the parent's 0.638 and 0.776. DS2 was
 scored once for the twin (`final` with SELECT=select_round73.json) in the forty-sixth session,
-on tokens its `select` did not see (a detector change of the forty-fifth adds one LUDB beat to the
-pretraining store, which moves the codebook; later rounds run their parent in the same call):
-at 100 % accuracy 0.973 +- 0.002, S F1 0.702 +- 0.044 (seeds 0.644, 0.708, 0.753; S Se 0.584,
-+P 0.889), V 0.962 +- 0.002, F 0.395 +- 0.072 against the same call's floor's 0.303, 0.961
-and 0.432: S at the goal on the mean and V above the floor by 0.001, but F under the floor
-(seed 0 0.293, seeds 1 and 2 0.456 and 0.436), as in rounds 17 and 19 (S 0.780 pooled, F
-0.406), so round 63 stays the best model above its floor on every class
+on tokens its `select` did not see (a detector change of the forty-fifth adds one LUDB beat to
+the pretraining store, which moves the codebook; later rounds run their parent in the same
+call): at 100 % accuracy 0.973 +- 0.002, S F1 0.702 +- 0.044 (seeds 0.644, 0.708, 0.753; S Se
+0.584, +P 0.889), V 0.962 +- 0.002, F 0.395 +- 0.072 against the same call's floor's 0.303,
+0.961 and 0.432: S at the goal on the mean and V above the floor by 0.001 (on the mean), but F
+under the floor (seed 0 0.293, seeds 1 and 2 0.456 and 0.436), as in rounds 17 and 19 (S 0.780
+pooled, F 0.406), so round 63 stays the best model above its floor on every class
 (benchmarks/README.md, round 73)."""
 
 
@@ -1083,21 +1083,20 @@ CONFIGS = dict(ROUND_73)
 BEAT_MLP_SHARES = {name: (*_SCRATCH_SHARES, F_FROM_NETWORK_SHARE) for name in CONFIGS}
 """Round 74 (prepared in the forty-sixth session, after round 73's DS2 scores were read): round
 73's two recipes again, in one call on the tokens the forty-fifth session's detector change
-moved, each also read with F from the per-beat network alone (`--beat-mlp-share 0.5,V=1,F=1`,
-an evaluation-time share: no model is trained for it). Round 73's twin (the transformer's own
-loss at twice the weight) lifted DS2's S F1 to 0.702 +- 0.044 and lost F under the floor (0.395
-+- 0.072 against 0.432), while the recipes read from the network alone kept F above it (rounds
-62 and 69, pretrained, share 1: 0.470 +- 0.012 and 0.474 +- 0.014 on DS2) and lost S (0.269
-and 0.260): with the transformer's logits sharper,
-the half it has in F's sum may override the network's calls, which read the beat's shape
-that tells a fusion beat. The new share leaves S and N half with the transformer and reads V
-and F from the network. Both recipes at round 73's shares and this one: the parent's and the
-twin's fold rows on the new tokens rank them again, and a row at the new share is the only
-recipe the ledger does not list, so `final` scores DS2 only if the folds choose one. The
-folds' F signal is weak (DS1's F beats are almost all in 208, so one fold trains on almost
-none: fold F F1 about 0.1 for every reading), which the choice carries. Two recipes, eight fold
-runs and scratch's two `best` pretraining runs: one call of about 450-520 s on one H100.
-Written after round 73's DS2 scores were read; the folds choose."""
+moved, each also read with F from the per-beat network alone (`--beat-mlp-share 0.5,V=1,F=1`, an
+evaluation-time share: no model is trained for it). Round 73's twin (the transformer's own loss
+at twice the weight) lifted DS2's S F1 to 0.702 +- 0.044 and lost F under the floor (0.395 +-
+0.072 against 0.432), while the recipes read from the network alone kept F above it (rounds 62
+and 69, pretrained, share 1: 0.470 +- 0.012 and 0.474 +- 0.014 on DS2) and lost S (0.269 and
+0.260): with the transformer's logits sharper, the half it has in F's sum may override the
+network's calls, which read the beat's shape that tells a fusion beat. The new share leaves S
+and N half with the transformer and reads V and F from the network. Both recipes at round 73's
+shares and this one: the parent's and the twin's fold rows on the new tokens rank them again,
+and a row at the new share is the only recipe the ledger does not list, so `final` scores DS2
+only if the folds choose one. The folds' F signal is weak (DS1's F beats are almost all in 208,
+so one fold trains on almost none: fold F F1 0.06-0.19 over round 73's rows), which the choice
+carries. Two recipes, eight fold runs and scratch's two `best` pretraining runs: one call of
+about 450-520 s on one H100. Written after round 73's DS2 scores were read; the folds choose."""
 
 
 ROUND_74 = dict(CONFIGS)
