@@ -231,6 +231,7 @@ def test_run_json_counts_match_the_annotation_files(tmp_path):
         (["--minutes", "0.01"], "--minutes"),
         (["--afib-fraction", "2"], "--afib-fraction"),
         (["--flutter-fraction", "1.5"], "--flutter-fraction"),
+        (["--fusion-fraction", "-0.1"], "--fusion-fraction"),
         (["--workers", "0"], "--workers"),
         (["--seed", "-1"], "--seed"),
         (["--sick-sinus-coupling", "0.9,0.8"], "--sick-sinus-coupling"),
@@ -418,7 +419,7 @@ def test_flutter_records_have_no_afib_and_no_pacing(afib_fraction):
     kinds = np.array([record_kind(i, config) for i in range(100)])
     assert kinds.sum(axis=1).max() == 1  # at most one kind per record
     # Pacing displaces flutter, sick sinus displaces AFIB, flutter displaces AFIB.
-    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40, 0, 0]  # afib, paced, sick, flutter, …
+    assert kinds.sum(axis=0).tolist() == [40, 10, 10, 40, 0, 0, 0]  # afib, paced, sick, flutter, …
 
 
 def test_ingest_labels_flutter_beats_afl_and_not_afib(tmp_path):
@@ -526,6 +527,47 @@ def test_afib_with_ectopy_leaves_every_other_record_byte_identical(tmp_path):
     assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
     assert "afib_ectopy=True" in on[f"{name}.hea"].decode()
     assert counts["afib_ectopy_records"] == 1
+
+
+def test_fusion_leaves_every_other_record_byte_identical(tmp_path):
+    fusion = SynthConfig(**GOLDEN_CONFIG, fusion_fraction=0.25)
+    chosen = [i for i in range(4) if record_kind(i, fusion).fusion]
+    assert len(chosen) == 1 and not record_kind(chosen[0], fusion).afib
+    changed, on, counts = _changed_by(tmp_path, fusion_fraction=0.25)
+    name = f"s{chosen[0]:04d}"
+    assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
+    assert "fusion=True" in on[f"{name}.hea"].decode()
+    assert counts["fusion_records"] == 1
+
+
+def test_a_fusion_patient_s_fusion_beats_blend_its_beats_in_proportions_that_vary():
+    """Frequent F beats on the sinus schedule (not premature, as a PVC is), each one of
+    several blends whose QRS lies between the sinus beat's and the ventricular beat's."""
+    from heartlm.synth.rhythm import draw_beats
+
+    for i in range(4):
+        rng = np.random.default_rng((3, i))
+        patient = draw_patient(rng, 300.0, 2, False, False, fusion=True)
+        beats = draw_beats(rng, patient, 300.0)
+        normal, ventricular = patient.templates["N"][0], patient.templates["V"][0]
+        blends = patient.templates["F"]
+        assert len(blends) == 4 and not patient.afib
+        n = len(normal.offset)
+        shares = []
+        for blend in blends:  # the sinus beat's waves times s, then the ventricular's times 1 - s
+            share = blend.amp_KL[0, 0] / normal.amp_KL[0, 0]
+            assert np.allclose(blend.amp_KL[:n], share * normal.amp_KL)
+            assert np.allclose(blend.amp_KL[n:], (1 - share) * ventricular.amp_KL)
+            shares.append(share)
+        assert 0.2 <= min(shares) <= max(shares) <= 0.8 and len(set(np.round(shares, 6))) == 4
+        f = np.flatnonzero(beats.symbol == "F")
+        assert 0.03 < len(f) / len(beats.symbol) < 0.15
+        assert len(set(beats.variant[f].tolist())) >= 3
+        sinus = 60.0 / patient.hr_bpm
+        f = f[(f > 0) & (beats.symbol[f - 1] == "N")]
+        assert np.median(np.diff(beats.time)[f - 1]) > 0.85 * sinus
+    usual = draw_patient(np.random.default_rng((3, 0)), 300.0, 2, False, False)
+    assert len(usual.templates["F"]) == 1
 
 
 def _v_share_in_af(rec) -> tuple[float, int]:

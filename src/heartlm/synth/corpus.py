@@ -73,6 +73,10 @@ class SynthConfig:
     """share of records with AFIB episodes in which ventricular ectopic beats are frequent
     (a tenth to a quarter of the beats in AF; elsewhere the patient's usual rate), labelled
     (AFIB: the wide beats among the narrow ones make it no less AF"""
+    fusion_fraction: float = 0.0
+    """share of records from a patient with frequent ventricular ectopic beats (5-20 %) and
+    fusion beats (5-12 %, as in MIT-BIH 208 and 213), each fusion beat one of four blends of
+    the sinus and the ventricular beat (the sinus beat's share 20-80 %), in sinus rhythm"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:
@@ -108,6 +112,8 @@ class SynthConfig:
             raise HeartlmError(
                 f"--afib-ectopy-fraction must be in [0, 1], got {self.afib_ectopy_fraction:g}"
             )
+        if not 0 <= self.fusion_fraction <= 1:
+            raise HeartlmError(f"--fusion-fraction must be in [0, 1], got {self.fusion_fraction:g}")
         if self.noise < 0:
             raise HeartlmError(f"noise must be >= 0, got {self.noise:g}")
         _check_range("--sick-sinus-ectopy", self.sick_sinus_ectopy, 0.0, 0.98)
@@ -139,12 +145,14 @@ class RecordKind(NamedTuple):
     flutter: bool
     bigeminy: bool
     afib_ectopy: bool
+    fusion: bool
 
 
 def record_kind(i: int, config: SynthConfig) -> RecordKind:
     """What record i is; a paced, sick-sinus, flutter or bigeminy record has no AFIB, a paced
-    or sick-sinus record no flutter, a paced, sick-sinus or flutter record no bigeminy, and
-    an AF-with-ectopy record is none of those and not an AFIB record of the usual kind."""
+    or sick-sinus record no flutter, a paced, sick-sinus or flutter record no bigeminy, an
+    AF-with-ectopy record is none of those and not an AFIB record of the usual kind, and a
+    fusion record is none of them."""
     paced = _share(i, config.paced_fraction, 0.5)
     sick = _share(i, config.sick_sinus_fraction, 0.25) and not paced
     flutter = _share(i, config.flutter_fraction, 0.75) and not (paced or sick)
@@ -152,15 +160,18 @@ def record_kind(i: int, config: SynthConfig) -> RecordKind:
     ectopy = _share(i, config.afib_ectopy_fraction, 0.1) and not (
         paced or sick or flutter or bigeminy
     )
-    afib = _share(i, config.afib_fraction, 0.0) and not (
+    fusion = _share(i, config.fusion_fraction, 0.2) and not (
         paced or sick or flutter or bigeminy or ectopy
     )
-    return RecordKind(afib, paced, sick, flutter, bigeminy, ectopy)
+    afib = _share(i, config.afib_fraction, 0.0) and not (
+        paced or sick or flutter or bigeminy or ectopy or fusion
+    )
+    return RecordKind(afib, paced, sick, flutter, bigeminy, ectopy, fusion)
 
 
 def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     """Draw record i and write it into `folder`; returns its annotation symbol counts."""
-    afib, paced, sick, flutter, bigeminy, ectopy = record_kind(i, config)
+    afib, paced, sick, flutter, bigeminy, ectopy, fusion = record_kind(i, config)
     rec = synth_record(
         config.minutes,
         config.fs,
@@ -173,6 +184,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
         flutter=flutter,
         bigeminy=bigeminy,
         afib_ectopy=ectopy,
+        fusion=fusion,
         sick_sinus_ectopy=(config.sick_sinus_ectopy[0], config.sick_sinus_ectopy[1]),
         sick_sinus_coupling=(config.sick_sinus_coupling[0], config.sick_sinus_coupling[1]),
     )
@@ -189,6 +201,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
             + (" flutter=True" if flutter else "")
             + (" bigeminy=True" if bigeminy else "")
             + (" afib_ectopy=True" if ectopy else "")
+            + (" fusion=True" if fusion else "")
         ],
     )
     wfdb.wrann(
@@ -206,6 +219,7 @@ def write_record(folder: Path, i: int, config: SynthConfig) -> dict[str, int]:
     counts["flutter_records"] = int(flutter)
     counts["bigeminy_records"] = int(bigeminy)
     counts["afib_ectopy_records"] = int(ectopy)
+    counts["fusion_records"] = int(fusion)
     counts["afib_episodes"] = rec.ann_aux.count("(AFIB")
     counts["flutter_episodes"] = rec.ann_aux.count("(AFL")
     counts["samples"] = len(rec.signal)
@@ -318,6 +332,7 @@ def _summarise(totals: Counter[str], records: int) -> dict:
         "flutter_episodes": totals["flutter_episodes"],
         "bigeminy_records": totals["bigeminy_records"],
         "afib_ectopy_records": totals["afib_ectopy_records"],
+        "fusion_records": totals["fusion_records"],
     }
 
 

@@ -63,6 +63,14 @@ SICK_SINUS_ECTOPY: tuple[float, float] = (0.55, 0.8)
 """Range of a sick-sinus patient's share of atrial ectopic beats (drawn per patient)."""
 SICK_SINUS_COUPLING: tuple[float, float] = (0.6, 0.8)
 """Range of a sick-sinus patient's atrial ectopic RR as a share of the sinus cycle."""
+FUSION_PATIENT_V: tuple[float, float] = (0.05, 0.2)
+FUSION_PATIENT_F: tuple[float, float] = (0.05, 0.12)
+"""Ranges of a fusion patient's shares of ventricular and fusion beats (drawn per patient), as
+in MIT-BIH 208 and 213, whose fusion beats are 11-13 % of their beats."""
+FUSION_TEMPLATES = 4
+FUSION_SINUS_SHARE: tuple[float, float] = (0.2, 0.8)
+"""A fusion patient's fusion beats: this many blends, each with the sinus beat's share drawn in
+this range (the usual patient has one, at 35-65 %)."""
 
 
 @dataclass
@@ -119,6 +127,7 @@ def draw_patient(
     flutter: bool = False,
     bigeminy: bool = False,
     afib_ectopy: bool = False,
+    fusion: bool = False,
     sick_sinus_ectopy: tuple[float, float] = SICK_SINUS_ECTOPY,
     sick_sinus_coupling: tuple[float, float] = SICK_SINUS_COUPLING,
 ) -> Patient:
@@ -177,7 +186,19 @@ def draw_patient(
     elif afib_ectopy and not paced:  # also drawn last
         p.afib = _afib_episodes(rng, duration_s)
         p.afib_v = u(0.1, 0.25)
+    elif fusion and not paced:  # also drawn last
+        p.afib = []
+        p.p_ectopic["V"], p.p_ectopic["F"] = u(*FUSION_PATIENT_V), u(*FUSION_PATIENT_F)
+        p.templates["F"] = _fusions(rng, p.templates["N"][0], p.templates["V"][0])
     return p
+
+
+def _fusions(rng: np.random.Generator, normal: Template, ventricular: Template) -> list[Template]:
+    """FUSION_TEMPLATES fusion beats, each a blend of the sinus and the ventricular beat: a
+    ventricular focus that fires as the sinus impulse arrives activates part of the ventricles,
+    and how much depends on how close the two come, beat by beat."""
+    shares = np.sort(rng.uniform(*FUSION_SINUS_SHARE, FUSION_TEMPLATES))
+    return [normal.scaled(float(s)).plus(ventricular.scaled(1.0 - float(s))) for s in shares]
 
 
 def _afib_episodes(rng: np.random.Generator, duration_s: float) -> list[tuple[float, float]]:

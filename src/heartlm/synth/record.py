@@ -49,6 +49,7 @@ def synth_record(
     flutter: bool = False,
     bigeminy: bool = False,
     afib_ectopy: bool = False,
+    fusion: bool = False,
     sick_sinus_ectopy: tuple[float, float] = SICK_SINUS_ECTOPY,
     sick_sinus_coupling: tuple[float, float] = SICK_SINUS_COUPLING,
 ) -> SynthRecord:
@@ -60,7 +61,10 @@ def synth_record(
     flutter episodes instead of AFIB (ignored when paced or sick sinus), `bigeminy` episodes of
     ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
     sinus or flutter), `afib_ectopy` AFIB episodes with frequent ventricular ectopic beats
-    (ignored when paced, sick sinus, flutter or bigeminy). `sick_sinus_ectopy` is the range
+    (ignored when paced, sick sinus, flutter or bigeminy), `fusion` a patient with frequent
+    ventricular ectopic and fusion beats, the fusion beats blending the sinus and the
+    ventricular beat in proportions that vary beat by beat (ignored when paced or any of
+    those). `sick_sinus_ectopy` is the range
     of a sick-sinus patient's share of atrial ectopic beats, `sick_sinus_coupling` the range
     of their RR as a share of the sinus cycle. `noise` scales baseline wander,
     muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay, they
@@ -73,7 +77,7 @@ def synth_record(
     n = round(duration * fs)
     patient = draw_patient(rng, duration, leads, afib=afib, paced=paced, sick_sinus=sick_sinus,
                            flutter=flutter, bigeminy=bigeminy, afib_ectopy=afib_ectopy,
-                           sick_sinus_ectopy=sick_sinus_ectopy,
+                           fusion=fusion, sick_sinus_ectopy=sick_sinus_ectopy,
                            sick_sinus_coupling=sick_sinus_coupling)  # fmt: skip
     beats = draw_beats(rng, patient, duration)
     waves = beat_waves(rng, beats, patient, fs)
