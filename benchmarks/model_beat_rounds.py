@@ -1077,26 +1077,44 @@ pooled, F 0.406), so round 63 stays the best model above its floor on every clas
 ROUND_73 = dict(CONFIGS)
 ROUND_73_SHARES = dict(BEAT_MLP_SHARES)
 F_FROM_NETWORK_SHARE = "0.5,V=1,F=1"
+FUSION_SUFFIX = "_fusionpatients"
+FUSION_TRAINING = "synth_fusion"
+BEATS_FUSION = {FUSION_SUFFIX: ("tok_beats_leads_ectopy_fusion", (SICK_TRAINING, FUSION_TRAINING))}
+"""Round 74: a beat configuration named with FUSION_SUFFIX trains on BEATS_ECTOPY's records with
+the fusion patients (FUSION_TRAINING, model_configs.PATIENTS) beside the sick-sinus ones, in
+the token folder named here (model_recipes.beat_data)."""
+_TWIN_73 = f"{_SCRATCH_63}{DOUBLE_ENCODER_LOSS_SUFFIX}"
 
 
-CONFIGS = dict(ROUND_73)
+CONFIGS = beside_twin(_TWIN_73, ROUND_73[_TWIN_73], FUSION_SUFFIX, [])
 BEAT_MLP_SHARES = {name: (*_SCRATCH_SHARES, F_FROM_NETWORK_SHARE) for name in CONFIGS}
-"""Round 74 (prepared in the forty-sixth session, after round 73's DS2 scores were read): round
-73's two recipes again, in one call on the tokens the forty-fifth session's detector change
-moved, each also read with F from the per-beat network alone (`--beat-mlp-share 0.5,V=1,F=1`, an
-evaluation-time share: no model is trained for it). Round 73's twin (the transformer's own loss
-at twice the weight) lifted DS2's S F1 to 0.702 +- 0.044 and lost F under the floor (0.395 +-
-0.072 against 0.432), while the recipes read from the network alone kept F above it (rounds 62
-and 69, pretrained, share 1: 0.470 +- 0.012 and 0.474 +- 0.014 on DS2) and lost S (0.269 and
-0.260): with the transformer's logits sharper, the half it has in F's sum may override the
-network's calls, which read the beat's shape that tells a fusion beat. The new share leaves S
-and N half with the transformer and reads V and F from the network. Both recipes at round 73's
-shares and this one: the parent's and the twin's fold rows on the new tokens rank them again,
-and a row at the new share is the only recipe the ledger does not list, so `final` scores DS2
-only if the folds choose one. The folds' F signal is weak (DS1's F beats are almost all in 208,
-so one fold trains on almost none: fold F F1 0.06-0.19 over round 73's rows), which the choice
-carries. Two recipes, eight fold runs and scratch's two `best` pretraining runs: one call of
-about 450-520 s on one H100. Written after round 73's DS2 scores were read; the folds choose."""
+"""Round 74 (prepared in the forty-sixth session, after round 73's DS2 scores were read): F.
+Round 73's choice (round 63's scratch recipe with the transformer's own loss at twice the
+weight) lifted DS2's S F1 to 0.702 +- 0.044 and lost F under the floor (0.395 +- 0.072 against
+0.432; one seed found 77 of 388 F beats, the others 139 and 132). Two levers, each cheap:
+- Fusion patients (FUSION_SUFFIX): 20 synthetic patients in sinus rhythm with frequent
+  ventricular (5-20 %) and fusion beats (5-12 %), each fusion beat one of four blends of the
+  patient's sinus and ventricular beat (`synth --fusion-fraction`, new), trained beside the
+  other synthetic patients. DS1 has one patient with many F beats (208), so a fold trains on
+  almost none and the decision between F, N and V rests on one record's beats; the blends
+  teach the intermediate shapes and patient-relative columns of fusion in twenty patients.
+- F read from the per-beat network alone (`--beat-mlp-share 0.5,V=1,F=1`, an evaluation-time
+  share: no model is trained for it). The readings from the network alone kept F above the
+  floor on DS2 (rounds 62 and 69, pretrained, share 1: 0.470 +- 0.012 and 0.474 +- 0.014) and
+  lost S (0.269 and 0.260); with the transformer's logits sharper, its half of F's sum may
+  override the network, which reads the beat's shape. The new share leaves S and N half with
+  the transformer and reads V and F from the network.
+Round 73's choice as it ran there (the parent, run again in the same call on the tokens the
+forty-fifth session's detector change moved) beside the same flags trained with the fusion
+patients, both at round 73's shares and the new one; the floor beside the twin trains on the
+same records. The parent's row at `0.5,V=1` with V +1.5 is the recipe round 73 scored (the
+ledger stops `final` there); any other row is a new recipe. The folds' F signal is weak (fold F
+F1 0.06-0.19 over round 73's rows): the fusion patients are in both folds' training, so the
+folds measure how well synthetic fusion transfers to 208's and the other records' F beats. Two
+recipes, eight fold runs and scratch's two `best` pretraining runs: one call of about 450-520 s
+on one H100. A `--quick` CPU check of the plumbing found the floor's fold F F1 0.063 -> 0.166
+with the fusion patients (S 0.452 -> 0.459, V 0.906 -> 0.902; benchmarks/README.md, round 74).
+Written after round 73's DS2 scores were read; the folds choose."""
 
 
 ROUND_74 = dict(CONFIGS)

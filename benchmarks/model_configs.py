@@ -24,9 +24,11 @@ from model_beat_rounds import (
     BEAT_ECTOPY_SUFFIX,
     BEAT_MLP_SHARES,
     BEATS_ECTOPY,
+    BEATS_FUSION,
     BEATS_LEADS,
     BEATS_SICK,
     CONFIGS,
+    FUSION_TRAINING,
     LEAD_COPIES_SUFFIX,
     OFFSET_PROBE_RECIPE,
     SICK_TRAINING,
@@ -93,6 +95,10 @@ AFIB_ECTOPY = ["--afib-ectopy-fraction", 1, "--afib-fraction", 0, "--paced-fract
 """`heartlm synth` flags of the patients with AF episodes rich in ventricular ectopy."""
 
 
+FUSION = ["--fusion-fraction", 1, "--afib-fraction", 0, "--paced-fraction", 0]
+"""`heartlm synth` flags of the patients with frequent ventricular and fusion beats."""
+
+
 PATIENTS = {
     "synth_sick": (7, SICK_SINUS),
     "synth_sick_test": (8, SICK_SINUS),
@@ -105,6 +111,7 @@ PATIENTS = {
     "synth_sick_late_test": (15, [*SICK_SINUS, "--sick-sinus-coupling", "0.85,0.95"]),
     "synth_sick_wide": (7, [*SICK_SINUS, *SICK_SINUS_WIDE]),
     "synth_sick_more": (16, [*SICK_SINUS, *SICK_SINUS_WIDE]),
+    FUSION_TRAINING: (17, FUSION),
 }
 """Synthetic patients DS1 lacks, 20 x 10 min per folder (`heartlm synth` seed, flags).
 
@@ -132,6 +139,10 @@ PATIENTS = {
   patients (the same seed, so every other draw is the same) with SICK_SINUS_WIDE's ranges;
   `synth_sick_more` 20 more such patients (seed 16). The same seed keeps each patient's
   beat shapes, rate and noise; the rhythm that follows from the new ranges differs.
+- fusion (round 74, beats only; BEATS_FUSION): patients in sinus rhythm with frequent
+  ventricular (5-20 %) and fusion beats (5-12 %), each fusion beat one of four blends of the
+  patient's sinus and ventricular beat (`synth --fusion-fraction`). DS1's F beats are almost
+  all one patient's (208); round 73's DS2 F scores (under the floor) motivated them.
 
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in

@@ -52,31 +52,40 @@ def floor_name(
     sick = {folder: suffix for suffix, (folder, _) in cfg.BEATS_SICK.items()}
     if data in sick:
         parts.append(f"sick sinus {sick[data].removeprefix('_sick')}")
+    if data in {folder for folder, _ in cfg.BEATS_FUSION.values()}:
+        parts.append("fusion patients")
     return f"tree floor ({', '.join(parts)})"
+
+
+def _patients_swapped() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The beat token folders that hold BEATS_ECTOPY's sources with other folders in
+    SICK_TRAINING's place, by the configuration suffix that names them (BEATS_SICK's and
+    BEATS_FUSION's): suffix -> (token folder, the folders in SICK_TRAINING's place)."""
+    return {**cfg.BEATS_SICK, **cfg.BEATS_FUSION}
 
 
 def beat_data(config: str) -> str:
     """The token folder a beat configuration trains on (every one is scored on tok_beats)."""
-    sick = [folder for suffix, (folder, _) in cfg.BEATS_SICK.items()
-            if cfg.has_suffix(config, suffix)]  # fmt: skip
-    assert len(sick) <= 1, f"{config}: names more than one set of sick-sinus patients"
-    if sick:
-        return sick[0]
+    swapped = [folder for suffix, (folder, _) in _patients_swapped().items()
+               if cfg.has_suffix(config, suffix)]  # fmt: skip
+    assert len(swapped) <= 1, f"{config}: names more than one set of extra patients"
+    if swapped:
+        return swapped[0]
     if cfg.has_suffix(config, cfg.BEAT_ECTOPY_SUFFIX):
         return cfg.BEATS_ECTOPY
     return cfg.BEATS_LEADS if cfg.has_suffix(config, cfg.LEAD_COPIES_SUFFIX) else "tok_beats"
 
 
 def ectopy_folders() -> set[str]:
-    """The beat token folders with BEATS_ECTOPY's sources: BEATS_ECTOPY and the BEATS_SICK
-    folders, which only swap its sick-sinus patients."""
-    return {cfg.BEATS_ECTOPY, *(folder for folder, _ in cfg.BEATS_SICK.values())}
+    """The beat token folders with BEATS_ECTOPY's sources: BEATS_ECTOPY and the BEATS_SICK and
+    BEATS_FUSION folders, which only swap or add to its sick-sinus patients."""
+    return {cfg.BEATS_ECTOPY, *(folder for folder, _ in _patients_swapped().values())}
 
 
 def train_synthetic(folder: str) -> tuple[str, ...]:
-    """TRAIN_SYNTHETIC as a beat token folder holds it: in a BEATS_SICK folder with its own
-    sick-sinus folders in place of SICK_TRAINING."""
-    sick = dict(cfg.BEATS_SICK.values()).get(folder, (cfg.SICK_TRAINING,))
+    """TRAIN_SYNTHETIC as a beat token folder holds it: in a BEATS_SICK or BEATS_FUSION folder
+    with its own folders in place of SICK_TRAINING."""
+    sick = dict(_patients_swapped().values()).get(folder, (cfg.SICK_TRAINING,))
     return tuple(f for t in cfg.TRAIN_SYNTHETIC for f in (sick if t == cfg.SICK_TRAINING else (t,)))
 
 

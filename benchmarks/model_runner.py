@@ -364,8 +364,8 @@ def prepare(r: Runner, ecg: Path, synth_records: int) -> None:
 
 def _extra_corpora() -> set[str]:
     """The PRETRAIN_CORPUS token folders that a recipe of CONFIGS or AFIB_CONFIGS starts from,
-    and the beat token folders (BEATS_LEADS, BEATS_ECTOPY, BEATS_SICK's) a beat recipe trains
-    on."""
+    and the beat token folders (BEATS_LEADS, BEATS_ECTOPY, BEATS_SICK's, BEATS_FUSION's) a beat
+    recipe trains on."""
     variants = {pretrain_variant(c) for c in [*cfg.CONFIGS, *cfg.AFIB_CONFIGS]}
     beats = {beat_data(c) for c in cfg.CONFIGS} - {"tok_beats"}
     return {cfg.PRETRAIN_CORPUS[v] for v in variants if v in cfg.PRETRAIN_CORPUS} | beats

@@ -2985,22 +2985,37 @@ def test_round_73_s_ds2_file_scores_the_folds_choice_once_and_the_ledger_lists_i
     assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == ["73"]
 
 
-def test_round_74_reads_round_73s_recipes_also_with_f_from_the_per_beat_network_alone():
-    """Round 73's recipes unchanged, at round 73's shares and one more that leaves S and N half
-    with the transformer and reads V and F from the network; no row at that share is a
-    recipe the ledger lists."""
+def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_the_network():
+    """The twin differs from its parent (round 73's choice) by its training patients alone:
+    BEATS_ECTOPY's synthetic folders joined by the fusion patients, drawn with a seed of their
+    own and in no other store; both are read at round 73's shares and one more that leaves S
+    and N half with the transformer and reads V and F from the network, and no row at that
+    share is a recipe the ledger lists."""
     from heartlm.ecg.labels import AAMI_CLASSES
     from heartlm.labelled.shares import parse_shares
 
     rounds = model_beat_rounds
-    assert rounds.CONFIGS == rounds.ROUND_74 == rounds.ROUND_73
-    assert rounds.BEAT_MLP_SHARES == rounds.ROUND_74_SHARES
-    for name, shares in rounds.ROUND_74_SHARES.items():
-        assert shares == (*rounds.ROUND_73_SHARES[name], rounds.F_FROM_NETWORK_SHARE)
+    parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
+    twin = f"{parent}{rounds.FUSION_SUFFIX}"
+    assert dict.fromkeys((parent, twin), rounds.ROUND_73[parent]) == rounds.ROUND_74
+    assert rounds.CONFIGS == rounds.ROUND_74 and rounds.BEAT_MLP_SHARES == rounds.ROUND_74_SHARES
+    for shares in rounds.ROUND_74_SHARES.values():
+        assert shares == (*rounds.ROUND_73_SHARES[parent], rounds.F_FROM_NETWORK_SHARE)
     shares = parse_shares(rounds.F_FROM_NETWORK_SHARE.split(","))
     weights = dict(zip(AAMI_CLASSES, shares, strict=True))
     assert weights["V"] == weights["F"] == 1 and weights["S"] == weights["N"] == 0.5
     _scored_at_shares_their_names_read_back(rounds.ROUND_74, rounds.ROUND_74_SHARES)
+    plain = model_recipes.folder_synthetic(model_configs.BEATS_ECTOPY)
+    assert model_recipes.beat_data(parent) == model_configs.BEATS_ECTOPY
+    fused = model_recipes.folder_synthetic(model_recipes.beat_data(twin))
+    assert set(fused) == set(plain) | {rounds.FUSION_TRAINING}
+    seed, flags = model_configs.PATIENTS[rounds.FUSION_TRAINING]
+    assert "--fusion-fraction" in flags
+    assert seed not in {s for f, (s, _) in model_configs.PATIENTS.items()
+                        if f != rounds.FUSION_TRAINING}  # fmt: skip
+    floors = {model_recipes.floor_name("relative", data=model_recipes.beat_data(n))
+              for n in (parent, twin)}  # fmt: skip
+    assert len(floors) == 2 and any("fusion patients" in f for f in floors)
     ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
     scored = {e["config"].partition(": ")[2] for e in ledger}
     new_share = {model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74}
