@@ -1093,11 +1093,12 @@ Round 73's choice (round 63's scratch recipe with the transformer's own loss at 
 weight) lifted DS2's S F1 to 0.702 +- 0.044 and lost F under the floor (0.395 +- 0.072 against
 0.432; one seed found 77 of 388 F beats, the others 139 and 132). Two levers, each cheap:
 - Fusion patients (FUSION_SUFFIX): 20 synthetic patients in sinus rhythm with frequent
-  ventricular (5-20 %) and fusion beats (5-12 %), each fusion beat one of four blends of the
-  patient's sinus and ventricular beat (`synth --fusion-fraction`, new), trained beside the
-  other synthetic patients. DS1 has one patient with many F beats (208), so a fold trains on
-  almost none and the decision between F, N and V rests on one record's beats; the blends
-  teach the intermediate shapes and patient-relative columns of fusion in twenty patients.
+  ventricular (about 3-15 % of the beats) and fusion beats (5-13 %), each fusion beat one of
+  four blends of the patient's sinus and ventricular beat (`synth --fusion-fraction`, new),
+  trained beside the other synthetic patients. DS1 has one patient with many F beats (208), so a
+  fold trains on almost none and the decision between F, N and V rests on one record's beats;
+  the blends teach the intermediate shapes and patient-relative columns of fusion in twenty
+  patients.
 - F read from the per-beat network alone (`--beat-mlp-share 0.5,V=1,F=1`, an evaluation-time
   share: no model is trained for it). The readings from the network alone kept F above the
   floor on DS2 (rounds 62 and 69, pretrained, share 1: 0.470 +- 0.012 and 0.474 +- 0.014) and
@@ -1111,9 +1112,9 @@ same records. The parent's row at `0.5,V=1` with V +1.5 is the recipe round 73 s
 ledger stops `final` there); any other row is a new recipe. The folds' F signal is weak (fold F
 F1 0.06-0.19 over round 73's rows): the fusion patients are in both folds' training, so the
 folds measure how well synthetic fusion transfers to 208's and the other records' F beats. Two
-recipes, eight fold runs and scratch's two `best` pretraining runs: one call of about 450-520 s
+recipes, eight fold runs and scratch's two `best` pretraining runs: one call of 450 s or more
 on one H100. A `--quick` CPU check of the plumbing found the floor's fold F F1 0.063 -> 0.166
-with the fusion patients (S 0.452 -> 0.459, V 0.906 -> 0.902; benchmarks/README.md, round 74).
+with the fusion patients (S 0.452 -> 0.465, V 0.906 -> 0.908; benchmarks/README.md, round 74).
 Written after round 73's DS2 scores were read; the folds choose."""
 
 

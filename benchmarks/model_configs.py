@@ -140,9 +140,10 @@ PATIENTS = {
   `synth_sick_more` 20 more such patients (seed 16). The same seed keeps each patient's
   beat shapes, rate and noise; the rhythm that follows from the new ranges differs.
 - fusion (round 74, beats only; BEATS_FUSION): patients in sinus rhythm with frequent
-  ventricular (5-20 %) and fusion beats (5-12 %), each fusion beat one of four blends of the
-  patient's sinus and ventricular beat (`synth --fusion-fraction`). DS1's F beats are almost
-  all one patient's (208); round 73's DS2 F scores (under the floor) motivated them.
+  ventricular (about 3-15 % of the beats) and fusion beats (5-13 %), each fusion beat one of
+  four blends of the patient's sinus and ventricular beat (`synth --fusion-fraction`). DS1's F
+  beats are almost all one patient's (208); round 73's DS2 F scores (under the floor) motivated
+  them.
 
 The folders in TRAIN_SYNTHETIC train beside the real records in every stage; the `_test`
 ones are held-out generalisation checks, never trained on; AFIB_ONLY_SYNTHETIC ones are in

@@ -538,6 +538,11 @@ def test_fusion_leaves_every_other_record_byte_identical(tmp_path):
     assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
     assert "fusion=True" in on[f"{name}.hea"].decode()
     assert counts["fusion_records"] == 1
+    # the record is the fusion patient's: what synth_record draws for one
+    written = wfdb.rdann(str(tmp_path / "on" / name), "atr")
+    drawn = synth_record(0.5, 250, (5, chosen[0]), fusion=True)
+    assert written.symbol == drawn.ann_symbol and (written.sample == drawn.ann_sample).all()
+    assert drawn.ann_symbol != synth_record(0.5, 250, (5, chosen[0])).ann_symbol
 
 
 def test_a_fusion_patient_s_fusion_beats_blend_its_beats_in_proportions_that_vary():
@@ -552,16 +557,20 @@ def test_a_fusion_patient_s_fusion_beats_blend_its_beats_in_proportions_that_var
         normal, ventricular = patient.templates["N"][0], patient.templates["V"][0]
         blends = patient.templates["F"]
         assert len(blends) == 4 and not patient.afib
-        n = len(normal.offset)
+        r_wave = np.abs(normal.offset).argmin()  # the sinus R wave, at the beat's time
         shares = []
-        for blend in blends:  # the sinus beat's waves times s, then the ventricular's times 1 - s
-            share = blend.amp_KL[0, 0] / normal.amp_KL[0, 0]
-            assert np.allclose(blend.amp_KL[:n], share * normal.amp_KL)
-            assert np.allclose(blend.amp_KL[n:], (1 - share) * ventricular.amp_KL)
+        for blend in blends:
+            # the P wave whole, as the atria are activated as usual
+            assert np.allclose(blend.amp_KL[blend.offset == normal.offset[0]], normal.amp_KL[0])
+            r = np.flatnonzero((blend.offset == 0) & (blend.width == normal.width[r_wave]))
+            share = blend.amp_KL[r[0], 0] / normal.amp_KL[r_wave, 0]
+            assert np.isclose(np.abs(blend.amp_KL).sum() - np.abs(normal.amp_KL[0]).sum(),
+                              share * np.abs(normal.amp_KL[1:]).sum()
+                              + (1 - share) * np.abs(ventricular.amp_KL).sum())  # fmt: skip
             shares.append(share)
         assert 0.2 <= min(shares) <= max(shares) <= 0.8 and len(set(np.round(shares, 6))) == 4
         f = np.flatnonzero(beats.symbol == "F")
-        assert 0.03 < len(f) / len(beats.symbol) < 0.15
+        assert 0.04 < len(f) / len(beats.symbol) < 0.15
         assert len(set(beats.variant[f].tolist())) >= 3
         sinus = 60.0 / patient.hr_bpm
         f = f[(f > 0) & (beats.symbol[f - 1] == "N")]

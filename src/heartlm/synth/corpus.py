@@ -74,9 +74,10 @@ class SynthConfig:
     (a tenth to a quarter of the beats in AF; elsewhere the patient's usual rate), labelled
     (AFIB: the wide beats among the narrow ones make it no less AF"""
     fusion_fraction: float = 0.0
-    """share of records from a patient with frequent ventricular ectopic beats (5-20 %) and
-    fusion beats (5-12 %, as in MIT-BIH 208 and 213), each fusion beat one of four blends of
-    the sinus and the ventricular beat (the sinus beat's share 20-80 %), in sinus rhythm"""
+    """share of records from a patient in sinus rhythm with frequent ventricular ectopic beats
+    (about 3-15 % of the beats) and fusion beats (5-13 %; MIT-BIH 208 and 213: 11-13 %), each
+    fusion beat the sinus P wave and one of four blends of the sinus and the ventricular QRS and
+    T (the sinus beat's share 20-80 %)"""
 
     def validate(self) -> None:
         if not 100 <= self.fs <= 1000:

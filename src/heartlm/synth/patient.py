@@ -64,9 +64,10 @@ SICK_SINUS_ECTOPY: tuple[float, float] = (0.55, 0.8)
 SICK_SINUS_COUPLING: tuple[float, float] = (0.6, 0.8)
 """Range of a sick-sinus patient's atrial ectopic RR as a share of the sinus cycle."""
 FUSION_PATIENT_V: tuple[float, float] = (0.05, 0.2)
-FUSION_PATIENT_F: tuple[float, float] = (0.05, 0.12)
-"""Ranges of a fusion patient's shares of ventricular and fusion beats (drawn per patient), as
-in MIT-BIH 208 and 213, whose fusion beats are 11-13 % of their beats."""
+FUSION_PATIENT_F: tuple[float, float] = (0.08, 0.16)
+"""Ranges of a fusion patient's chances of a ventricular and of a fusion beat (drawn per
+patient; an ectopic beat after an ectopic beat is drawn again as sinus, so fewer are): MIT-BIH
+208 and 213's fusion beats are 11-13 % of their beats."""
 FUSION_TEMPLATES = 4
 FUSION_SINUS_SHARE: tuple[float, float] = (0.2, 0.8)
 """A fusion patient's fusion beats: this many blends, each with the sinus beat's share drawn in
@@ -106,6 +107,8 @@ class Patient:
     bigeminy_symbol: str = "V"  # "V" (ventricular) or "A" (atrial)
     bigeminy_coupling: float = 0.65  # premature beat's RR as a share of the sinus RR
     afib_v: float | None = None
+    fusion: bool = False
+    """frequent ventricular and fusion beats, the fusion beats in several blends (templates["F"])"""
     """share of ventricular ectopic beats in AFIB episodes (None: half the sinus rate's)"""
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
@@ -187,18 +190,23 @@ def draw_patient(
         p.afib = _afib_episodes(rng, duration_s)
         p.afib_v = u(0.1, 0.25)
     elif fusion and not paced:  # also drawn last
-        p.afib = []
+        p.afib, p.fusion = [], True
         p.p_ectopic["V"], p.p_ectopic["F"] = u(*FUSION_PATIENT_V), u(*FUSION_PATIENT_F)
         p.templates["F"] = _fusions(rng, p.templates["N"][0], p.templates["V"][0])
     return p
 
 
 def _fusions(rng: np.random.Generator, normal: Template, ventricular: Template) -> list[Template]:
-    """FUSION_TEMPLATES fusion beats, each a blend of the sinus and the ventricular beat: a
-    ventricular focus that fires as the sinus impulse arrives activates part of the ventricles,
-    and how much depends on how close the two come, beat by beat."""
+    """FUSION_TEMPLATES fusion beats: the sinus beat's P wave whole (the atria are activated as
+    usual), then a blend of its QRS and T with the ventricular beat's: a ventricular focus that
+    fires as the sinus impulse arrives activates part of the ventricles."""
     shares = np.sort(rng.uniform(*FUSION_SINUS_SHARE, FUSION_TEMPLATES))
-    return [normal.scaled(float(s)).plus(ventricular.scaled(1.0 - float(s))) for s in shares]
+    p_wave = _without(normal, slice(1, None))
+    ventricles = _without(normal, 0)
+    return [
+        p_wave.plus(ventricles.scaled(float(s))).plus(ventricular.scaled(1.0 - float(s)))
+        for s in shares
+    ]
 
 
 def _afib_episodes(rng: np.random.Generator, duration_s: float) -> list[tuple[float, float]]:
@@ -275,8 +283,9 @@ def _templates(rng: np.random.Generator, leads: int) -> dict[str, list[Template]
     }
 
 
-def _without(tpl: Template, wave: int) -> Template:
-    keep = np.arange(len(tpl.offset)) != wave
+def _without(tpl: Template, wave: int | slice) -> Template:
+    keep = np.ones(len(tpl.offset), dtype=bool)
+    keep[wave] = False
     return Template(
         tpl.offset[keep], tpl.width[keep], tpl.amp_KL[keep], tpl.qt[keep], tpl.spike[keep]
     )

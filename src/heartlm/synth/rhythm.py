@@ -67,7 +67,7 @@ def draw_beats(rng: np.random.Generator, p: Patient, duration_s: float) -> Beats
     segment = np.repeat(np.arange(len(times)), [len(t) for t in times]).astype(int)
     variant = rng.integers(0, len(p.templates["V"]), len(time))
     variant[symbol != "V"] = 0
-    if len(p.templates["F"]) > 1:  # a fusion patient: drawn only then, other records stay
+    if p.fusion:  # drawn only for such a patient: every other record stays the same
         fused = np.flatnonzero(symbol == "F")
         variant[fused] = rng.integers(0, len(p.templates["F"]), len(fused))
     no_p_wave = np.isin(segment, [k for k, aux in enumerate(auxes) if aux in NO_P_WAVE])
