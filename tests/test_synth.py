@@ -493,16 +493,22 @@ def test_atrial_bigeminy_resets_the_sinus_node_and_keeps_the_sinus_label():
     assert 0.98 < np.median(after) / sinus < 1.12
 
 
-def test_bigeminy_leaves_every_other_record_byte_identical(tmp_path):
-    bigeminy = SynthConfig(**GOLDEN_CONFIG, bigeminy_fraction=0.25)
-    kinds = [record_kind(i, bigeminy) for i in range(4)]
-    chosen = [i for i, k in enumerate(kinds) if k.bigeminy]
-    assert len(chosen) == 1
-    changed, on, counts = _changed_by(tmp_path, bigeminy_fraction=0.25)
+def _only_its_record_changes(tmp_path: Path, kind: str) -> int:
+    """With a quarter of the golden corpus of `kind` (a RecordKind field, `--KIND-fraction`),
+    one record is of that kind and not AFIB, and only its files change; its index."""
+    config = SynthConfig(**GOLDEN_CONFIG, **{f"{kind}_fraction": 0.25})
+    chosen = [i for i in range(4) if getattr(record_kind(i, config), kind)]
+    assert len(chosen) == 1 and not record_kind(chosen[0], config).afib
+    changed, on, counts = _changed_by(tmp_path, **{f"{kind}_fraction": 0.25})
     name = f"s{chosen[0]:04d}"
     assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
-    assert "bigeminy=True" in on[f"{name}.hea"].decode()
-    assert counts["bigeminy_records"] == 1
+    assert f"{kind}=True" in on[f"{name}.hea"].decode()
+    assert counts[f"{kind}_records"] == 1
+    return chosen[0]
+
+
+def test_bigeminy_leaves_every_other_record_byte_identical(tmp_path):
+    _only_its_record_changes(tmp_path, "bigeminy")
 
 
 def test_ingest_labels_ventricular_bigeminy_b_and_not_afib(tmp_path):
@@ -519,30 +525,16 @@ def test_ingest_labels_ventricular_bigeminy_b_and_not_afib(tmp_path):
 
 
 def test_afib_with_ectopy_leaves_every_other_record_byte_identical(tmp_path):
-    ectopy = SynthConfig(**GOLDEN_CONFIG, afib_ectopy_fraction=0.25)
-    chosen = [i for i in range(4) if record_kind(i, ectopy).afib_ectopy]
-    assert len(chosen) == 1 and not record_kind(chosen[0], ectopy).afib
-    changed, on, counts = _changed_by(tmp_path, afib_ectopy_fraction=0.25)
-    name = f"s{chosen[0]:04d}"
-    assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
-    assert "afib_ectopy=True" in on[f"{name}.hea"].decode()
-    assert counts["afib_ectopy_records"] == 1
+    _only_its_record_changes(tmp_path, "afib_ectopy")
 
 
 def test_fusion_leaves_every_other_record_byte_identical(tmp_path):
-    fusion = SynthConfig(**GOLDEN_CONFIG, fusion_fraction=0.25)
-    chosen = [i for i in range(4) if record_kind(i, fusion).fusion]
-    assert len(chosen) == 1 and not record_kind(chosen[0], fusion).afib
-    changed, on, counts = _changed_by(tmp_path, fusion_fraction=0.25)
-    name = f"s{chosen[0]:04d}"
-    assert changed == [f"{name}.atr", f"{name}.dat", f"{name}.hea"]
-    assert "fusion=True" in on[f"{name}.hea"].decode()
-    assert counts["fusion_records"] == 1
+    chosen = _only_its_record_changes(tmp_path, "fusion")
     # the record is the fusion patient's: what synth_record draws for one
-    written = wfdb.rdann(str(tmp_path / "on" / name), "atr")
-    drawn = synth_record(0.5, 250, (5, chosen[0]), fusion=True)
+    written = wfdb.rdann(str(tmp_path / "on" / f"s{chosen:04d}"), "atr")
+    drawn = synth_record(0.5, 250, (5, chosen), fusion=True)
     assert written.symbol == drawn.ann_symbol and (written.sample == drawn.ann_sample).all()
-    assert drawn.ann_symbol != synth_record(0.5, 250, (5, chosen[0])).ann_symbol
+    assert drawn.ann_symbol != synth_record(0.5, 250, (5, chosen)).ann_symbol
 
 
 def test_a_fusion_patient_s_fusion_beats_blend_its_beats_in_proportions_that_vary():
