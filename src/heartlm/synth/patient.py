@@ -107,9 +107,9 @@ class Patient:
     bigeminy_symbol: str = "V"  # "V" (ventricular) or "A" (atrial)
     bigeminy_coupling: float = 0.65  # premature beat's RR as a share of the sinus RR
     afib_v: float | None = None
+    """share of ventricular ectopic beats in AFIB episodes (None: half the sinus rate's)"""
     fusion: bool = False
     """frequent ventricular and fusion beats, the fusion beats in several blends (templates["F"])"""
-    """share of ventricular ectopic beats in AFIB episodes (None: half the sinus rate's)"""
     templates: dict[str, list[Template]] = field(default_factory=dict)
     baseline_mv: float = 0.1
     emg_mv: float = 0.02

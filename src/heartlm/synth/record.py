@@ -62,9 +62,9 @@ def synth_record(
     ventricular or atrial bigeminy or trigeminy instead of AFIB (ignored when paced, sick
     sinus or flutter), `afib_ectopy` AFIB episodes with frequent ventricular ectopic beats
     (ignored when paced, sick sinus, flutter or bigeminy), `fusion` a patient with frequent
-    ventricular ectopic and fusion beats, the fusion beats blending the sinus and the
-    ventricular beat in proportions that vary beat by beat (ignored when paced or any of
-    those). `sick_sinus_ectopy` is the range
+    ventricular ectopic and fusion beats, each fusion beat the sinus P wave and one of four
+    blends of the sinus and the ventricular QRS and T, drawn beat by beat (ignored when paced
+    or any of those). `sick_sinus_ectopy` is the range
     of a sick-sinus patient's share of atrial ectopic beats, `sick_sinus_coupling` the range
     of their RR as a share of the sinus cycle. `noise` scales baseline wander,
     muscle and powerline noise (0 gives a clean signal; f-waves and flutter waves stay, they
