@@ -2385,7 +2385,7 @@ def test_afib_round_53_runs_each_scored_choice_beside_its_weight_average():
         assert averaged == [*rounds.AFIB_ROUND_40[name], *rounds.WEIGHT_AVERAGE]
         assert "--ema" not in rounds.AFIB_ROUND_40[name]
     assert len(r53) == 2 * len(parents)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     scored = {e["config"].split(": ")[-1] for e in ledger if e["stage"] == "final_afib"}
     assert all(f"{name}_views{model_configs.VIEWS}" in scored for name in parents), (
         "each parent is a recipe DS2 has scored: the folds weigh the average against it"
@@ -2423,6 +2423,11 @@ def test_round_54_adds_one_lever_to_each_choice_of_round_53_and_pairs_the_choice
     monkeypatch.setattr(model_configs, "VOTING_PAIRS", pairs)
     assert model_recipes.pair_members("pretrained_with_scratch") == [
         ("pretrained", pretrained), ("scratch", scratch)]  # fmt: skip
+
+
+def _committed_ledger() -> list[dict]:
+    """The committed DS2 ledger (the autouse fixture sets model_ledger.DS2_LEDGER to None)."""
+    return json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
 
 
 def _folds_chose(
@@ -2692,7 +2697,7 @@ def test_round_65_trains_the_heads_first_on_round_64s_pretrained_choice(
     assert "--from-scratch" not in rounds.ROUND_65[twin_name] and len(rounds.ROUND_65) == 2
     assert rounds.ROUND_65_SHARES[chosen] == rounds.ROUND_65_SHARES[twin_name]
     _scored_at_shares_their_names_read_back(rounds.ROUND_65, rounds.ROUND_65_SHARES)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
 
 
@@ -2722,7 +2727,7 @@ def test_round_66_gives_round_63s_scratch_choice_windows_of_256_beats(
     assert all("--from-scratch" in flags for flags in rounds.ROUND_66.values())
     assert len(set(map(tuple, rounds.ROUND_66_SHARES.values()))) == 1
     _scored_at_shares_their_names_read_back(rounds.ROUND_66, rounds.ROUND_66_SHARES)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {best}"]
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_66_SHARES)
     assert _folds_chose(monkeypatch, 66, rounds.ROUND_66, ("scratch",)) == [best]
@@ -2746,7 +2751,7 @@ def test_round_67_slows_the_encoder_of_round_64s_pretrained_choice_layer_by_laye
     assert not any("--from-scratch" in flags for flags in rounds.ROUND_67.values())
     assert len(set(map(tuple, rounds.ROUND_67_SHARES.values()))) == 1
     _scored_at_shares_their_names_read_back(rounds.ROUND_67, rounds.ROUND_67_SHARES)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
     (chosen_67,) = _folds_chose(monkeypatch, 67, dict(rounds.ROUND_67), ("pretrained",))
     assert model_recipes.config_of(chosen_67) == f"{chosen}{rounds.LAYER_DECAY_SUFFIX}"
@@ -2779,7 +2784,7 @@ def test_round_68_fine_tunes_round_64s_pretrained_choice_from_a_pretrained_per_b
     assert not any("--from-scratch" in flags for flags in rounds.ROUND_68.values())
     assert len(set(map(tuple, rounds.ROUND_68_SHARES.values()))) == 1
     _scored_at_shares_their_names_read_back(rounds.ROUND_68, rounds.ROUND_68_SHARES)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert [e["round"] for e in ledger if e["config"] == f"pretrained: {best}"] == ["64"]
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_68_SHARES)
     assert _folds_chose(monkeypatch, 68, rounds.ROUND_68, ("pretrained",)) == [best]
@@ -2816,7 +2821,7 @@ def test_round_70_sets_round_63s_scratch_choice_beside_round_69s_twin_on_the_str
     # so `final` stops; the scratch recipe's fold rows are round 63's (deterministic)
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_70_SHARES)
     chosen = _folds_chose(monkeypatch, 70, dict(rounds.ROUND_70))
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     for init, name, round_ in zip(("pretrained", "scratch"), chosen, ("69", "63"), strict=True):
         assert round_ in [e["round"] for e in ledger if e["config"] == f"{init}: {name}"]
     folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
@@ -2879,7 +2884,7 @@ def test_round_71_trains_round_63s_scratch_choice_with_sick_sinus_patients_over_
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", rounds.ROUND_71_SHARES)
     [chosen] = _folds_chose(monkeypatch, 71, dict(rounds.ROUND_71), ("scratch",))
     assert model_recipes.config_of(chosen, rounds.ROUND_71) == parent
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert "63" in [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"]
     folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
     rows_71, rows_63 = (json.loads((folder / f"select_round{n}.json").read_text())["beats"]
@@ -2981,7 +2986,7 @@ def test_round_73_s_ds2_file_scores_the_folds_choice_once_and_the_ledger_lists_i
     seeded = [(r["label_fraction"], r["seed"]) for r in final["beats"]
               if r["init"] == "scratch" and r["data"] == "tok_beats"]  # fmt: skip
     assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == ["73"]
 
 
@@ -3016,7 +3021,7 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     floors = {model_recipes.floor_name("relative", data=model_recipes.beat_data(n))
               for n in (parent, twin)}  # fmt: skip
     assert len(floors) == 2 and any("fusion patients" in f for f in floors)
-    ledger = json.loads((Path(model_ledger.__file__).parent / "ds2_scored.json").read_text())
+    ledger = _committed_ledger()
     scored = {e["config"].partition(": ")[2] for e in ledger}
     new_share = {model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74}
     assert not any(name.startswith(tuple(new_share)) for name in scored)
