@@ -205,6 +205,7 @@ def main() -> int:
         "seconds": None,
         "config": {f"{init}: {name}": flags[init] for init, name in chosen.items()},
         "select_rule": cfg.SELECT_RULE,
+        "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER,
         "beats": rows,
         "afib": [],
         "floors_from": args.floors.name,

@@ -1115,7 +1115,14 @@ folds measure how well synthetic fusion transfers to 208's and the other records
 recipes, eight fold runs and scratch's two `best` pretraining runs: one call of 450 s or more
 on one H100. A `--quick` CPU check of the plumbing found the floor's fold F F1 0.063 -> 0.166
 with the fusion patients (S 0.452 -> 0.465, V 0.906 -> 0.908; benchmarks/README.md, round 74).
-Written after round 73's DS2 scores were read; the folds choose."""
+Written after round 73's DS2 scores were read; the folds choose.
+Measured (forty-seventh session, one H100): the fusion patients lifted fold F for the model
+and its floor alike (0.130 -> 0.246 and 0.059 -> 0.168 at one view) and left V, which sets the
+margin, where it was; the folds chose the parent read from the network alone with N -0.5
+(+0.007 over the floor). On DS2 (3 seeds, 100 %): F 0.490 +- 0.013 above the floor's 0.432,
+V 0.959 under its 0.961, and S 0.329 +- 0.005, the fifth network-alone choice to lose record
+232 (model_configs.S_NEEDS_TRANSFORMER, set after these scores, now bars such readings; under it
+the folds choose the parent at `0.5,V=1,F=1` with V +1)."""
 
 
 ROUND_74 = dict(CONFIGS)

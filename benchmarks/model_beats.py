@@ -402,5 +402,6 @@ def final(r: Runner) -> dict[str, Any]:
                                       seed, fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
-    rule = {"select_rule": cfg.SELECT_RULE} if cfg.FINAL == "auto" else {}
+    chosen_by = {"select_rule": cfg.SELECT_RULE, "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER}
+    rule = chosen_by if cfg.FINAL == "auto" else {}
     return {"config": configs, **rule, "beats": beat_rows, "afib": []}

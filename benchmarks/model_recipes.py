@@ -350,7 +350,19 @@ def best_selected(path: Path, init: str) -> str:
 def _best_in(selection: dict[str, Any], init: str, path: Path) -> str:
     if not (candidates := _candidates(selection, init)):
         raise SystemExit(f"{path}: the selection holds no {init} configuration")
-    return max(candidates, key=lambda name: ranked_score(selection, name))
+    kept = [name for name in candidates if not s_from_network_alone(name)]
+    return max(kept, key=lambda name: ranked_score(selection, name))
+
+
+def s_from_network_alone(name: str) -> bool:
+    """Whether cfg.S_NEEDS_TRANSFORMER keeps recipe `name` from being chosen: it is read with
+    S's share of the per-beat network 1."""
+    from heartlm.ecg.labels import AAMI_CLASSES
+    from heartlm.labelled.shares import parse_shares
+
+    if not cfg.S_NEEDS_TRANSFORMER or (share := share_of(name)) is None:
+        return False
+    return bool(parse_shares(share.split(","))[AAMI_CLASSES.index("S")] == 1.0)
 
 
 def adopt_selection(stages: Sequence[str], path: Path) -> list[str]:

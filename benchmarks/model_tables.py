@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from model_recipes import select_classes, selection_rule
+from model_recipes import s_from_network_alone, select_classes, selection_rule
 
 BEAT_COLUMNS = (
     ("accuracy", lambda r: r["accuracy"]),
@@ -221,6 +221,9 @@ def _seed_scores(results: dict[str, Any]) -> list[str]:
         values = [by_seed[s] for s in seeds]
         cells = " | ".join(f"{v:.3f}" for v in values)
         lines.append(f"| {name} | {cells} | {np.mean(values):.3f} ± {np.std(values):.3f} |")
+    if barred := [name for name in scores if s_from_network_alone(name)]:
+        lines += ["", "Not chosen, however they rank: S read from the per-beat network alone "
+                  f"(model_configs.S_NEEDS_TRANSFORMER): {', '.join(barred)}."]  # fmt: skip
     return lines
 
 
@@ -259,6 +262,17 @@ RULES = {"mean": "the mean F1 of its classes",
 """How a final file's heading names the rule (model_configs.SELECT_RULE) its choice was made by."""
 
 
+def _chosen_by(results: dict[str, Any]) -> str:
+    """How a final file's choice was made, as its heading says it (nothing where no rule made
+    it: FINAL named the configurations)."""
+    if not (rule := results.get("select_rule")):
+        return ""
+    barred = results.get("s_needs_transformer")
+    return f" (chosen on the folds by {RULES[rule]}" + (
+        ", never S from the per-beat network alone)" if barred else ")"
+    )
+
+
 def _final(results: dict[str, Any]) -> list[str]:
     g = results["goals"]
     return [
@@ -266,7 +280,7 @@ def _final(results: dict[str, Any]) -> list[str]:
         "",
         *_header(results),
         f"Configuration: {results['config']}"
-        + (f" (chosen on the folds by {RULES[r]})" if (r := results.get("select_rule")) else "")
+        + _chosen_by(results)
         + f". Goals: accuracy >= {g['accuracy']}, "
         f"V F1 >= {g['V_f1']}, S F1 >= {g['S_f1']}, AFIB F1 >= {g['afib_f1']}.",
         "",

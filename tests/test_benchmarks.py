@@ -2435,12 +2435,15 @@ def _folds_chose(
     round_: int,
     configs: dict,
     inits: tuple[str, ...] = ("pretrained", "scratch"),
+    s_needs_transformer: bool = False,
 ) -> list[str]:
     """The recipe each initialisation of `inits` is chosen by in round `round_`'s committed
-    select file, read with that round's CONFIGS."""
+    select file, read with that round's CONFIGS (and free to read S from the per-beat network
+    alone unless told otherwise, as rounds 1-74 chose)."""
     selection = (Path(model_ledger.__file__).parent
                  / f"results/h100/model_study/select_round{round_}.json")  # fmt: skip
     monkeypatch.setattr(model_configs, "CONFIGS", configs)
+    monkeypatch.setattr(model_configs, "S_NEEDS_TRANSFORMER", s_needs_transformer)
     return [model_recipes.best_selected(selection, init) for init in inits]
 
 
@@ -3027,6 +3030,58 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     assert not any(name.startswith(tuple(new_share)) for name in scored)
 
 
+def test_s_from_the_network_alone_is_a_reading_whose_s_share_is_one():
+    """S_NEEDS_TRANSFORMER bars a reading by S's share alone: a bare 1, or S=1 beside any
+    other share; not V=1 nor F=1, nor a reading with no share; and nothing when it is off."""
+    for share, alone in (("1", True), ("0,S=1", True), ("0.5,V=1,F=1", False), ("S=0,V=1", False),
+                         ("0.99", False)):  # fmt: skip
+        assert model_recipes.s_from_network_alone(f"x{_shared_suffix(share)}") is alone, share
+    assert not model_recipes.s_from_network_alone("x_views4_offsetN-1")
+
+
+def test_s_from_the_network_alone_is_barred_off_when_told(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(model_configs, "S_NEEDS_TRANSFORMER", False)
+    assert not model_recipes.s_from_network_alone(f"x{_shared_suffix('1')}")
+
+
+def _shared_suffix(share: str) -> str:
+    return model_recipes.shared("x", share).removeprefix("x")
+
+
+def test_round_74_s_folds_chose_s_from_the_network_alone_once_and_the_guard_now_bars_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Without the guard (as round 74 chose) the folds took the parent read from the network
+    alone with N -0.5, which DS2 scored once (three seeds at each label share; the ledger
+    lists it under round 74); with it, the parent at `0.5,V=1,F=1` with V +1, which DS2 has
+    not scored. The guard also changes rounds 69 and 70's pretrained choices (both S from the
+    network alone, round 69's scored on DS2) to readings that keep S with the transformer."""
+    rounds = model_beat_rounds
+    parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_74_SHARES))
+    [unguarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",))
+    assert unguarded == model_recipes.offsetted(model_recipes.shared(parent, "1"), "N", -0.5)
+    final = json.loads((folder / "final_round74.json").read_text())
+    assert list(final["config"]) == [f"scratch: {unguarded}"]
+    seeded = [(r["label_fraction"], r["seed"]) for r in final["beats"]
+              if r["init"] == "scratch" and r["data"] == "tok_beats"]  # fmt: skip
+    assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
+    ledger = _committed_ledger()
+    assert [e["round"] for e in ledger if e["config"] == f"scratch: {unguarded}"] == ["74"]
+    [guarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",), True)
+    shared = model_recipes.shared(parent, rounds.F_FROM_NETWORK_SHARE)
+    assert guarded == model_recipes.offsetted(shared, "V", 1)
+    assert not [e for e in ledger if e["config"] == f"scratch: {guarded}"]
+    for number, recipes, shares in ((69, rounds.ROUND_69, rounds.ROUND_69_SHARES),
+                                    (70, rounds.ROUND_70, rounds.ROUND_70_SHARES)):  # fmt: skip
+        monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(shares))
+        [then] = _folds_chose(monkeypatch, number, dict(recipes), ("pretrained",))
+        [now] = _folds_chose(monkeypatch, number, dict(recipes), ("pretrained",), True)
+        assert model_recipes.s_from_network_alone(then) and now != then
+        assert model_recipes.share_of(now) not in (None, "1")
+
+
 def _one_value_apart(parent: list[str], twin: list[str], flag: str, value: str) -> None:
     """`twin` is `parent` with the value after `flag` (there once) changed to `value`."""
     assert len(twin) == len(parent) and twin.count(flag) == 1
@@ -3155,8 +3210,6 @@ def test_the_stress_patients_are_read_apart_by_folder_and_weighted_by_their_beat
         [("c", {"per_record": [row(f"{late}/s0002", 0, 0.0, 30, 0.9)]})]
     )
     assert no_s[late]["c"]["S Se"] is None and no_s[late]["c"]["accuracy"] == pytest.approx(0.9)
-    import model_tables
-
     assert "| c |  |  | 0.900 |" in model_tables._stress({"sick_stress": no_s})
     # with confusion matrices (evaluate's rows from round 72) S precision pools the records:
     # 7 of 10 S calls right over two records, where their own precisions average 0.625
@@ -3205,6 +3258,13 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     assert all(_holds(a, ("--views", "1")) for a in shared)
     assert not any("_ensemble" in n and "_share" in n for n in result["beats"])
     (tmp_path / "select.json").write_text(json.dumps(result))
+    best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
+    assert model_recipes.share_of(best) != "1"  # S never from the network alone
+    barred = model_tables._seed_scores(result)[-1]
+    assert barred.startswith("Not chosen") and alone in barred and transformer not in barred
+    heading = model_tables._chosen_by({"select_rule": "floor_margin", "s_needs_transformer": True})
+    assert heading.endswith(", never S from the per-beat network alone)")
+    monkeypatch.setattr(model_configs, "S_NEEDS_TRANSFORMER", False)
     best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
     assert model_recipes.share_of(best) == "1" and model_recipes.offset_of(best) is None
     monkeypatch.setattr(model_configs, "FINAL", alone)
