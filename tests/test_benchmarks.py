@@ -2981,16 +2981,22 @@ def test_round_73_s_ds2_file_scores_the_folds_choice_once_and_the_ledger_lists_i
     """`final` (a later call, SELECT=select_round73.json) scored the twin's best fold row, at
     its share and offset, scratch alone, three seeds at each label share; the ledger lists
     that recipe under round 73 and nowhere else."""
-    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_73_SHARES))
     [chosen] = _folds_chose(monkeypatch, 73, dict(model_beat_rounds.ROUND_73), ("scratch",))
-    final = json.loads((folder / "final_round73.json").read_text())
+    _scratch_scored_once_on_ds2(73, chosen)
+
+
+def _scratch_scored_once_on_ds2(round_: int, chosen: str) -> None:
+    """Round `round_`'s DS2 file scored scratch recipe `chosen` alone, three seeds at each label
+    share, and the ledger lists that recipe under that round and nowhere else."""
+    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
+    final = json.loads((folder / f"final_round{round_}.json").read_text())
     assert list(final["config"]) == [f"scratch: {chosen}"]
     seeded = [(r["label_fraction"], r["seed"]) for r in final["beats"]
               if r["init"] == "scratch" and r["data"] == "tok_beats"]  # fmt: skip
     assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
     ledger = _committed_ledger()
-    assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == ["73"]
+    assert [e["round"] for e in ledger if e["config"] == f"scratch: {chosen}"] == [str(round_)]
 
 
 def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_the_network():
@@ -3058,17 +3064,11 @@ def test_round_74_s_folds_chose_s_from_the_network_alone_once_and_the_guard_now_
     network alone, round 69's scored on DS2) to readings that keep S with the transformer."""
     rounds = model_beat_rounds
     parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
-    folder = Path(model_ledger.__file__).parent / "results/h100/model_study"
     monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_74_SHARES))
     [unguarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",))
     assert unguarded == model_recipes.offsetted(model_recipes.shared(parent, "1"), "N", -0.5)
-    final = json.loads((folder / "final_round74.json").read_text())
-    assert list(final["config"]) == [f"scratch: {unguarded}"]
-    seeded = [(r["label_fraction"], r["seed"]) for r in final["beats"]
-              if r["init"] == "scratch" and r["data"] == "tok_beats"]  # fmt: skip
-    assert sorted(seeded) == sorted(itertools.product((0.01, 0.1, 1.0), (0, 1, 2)))
+    _scratch_scored_once_on_ds2(74, unguarded)
     ledger = _committed_ledger()
-    assert [e["round"] for e in ledger if e["config"] == f"scratch: {unguarded}"] == ["74"]
     [guarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",), True)
     shared = model_recipes.shared(parent, rounds.F_FROM_NETWORK_SHARE)
     assert guarded == model_recipes.offsetted(shared, "V", 1)
