@@ -3,7 +3,8 @@ stopped after every run was trained and scored on DS2, before the floors were fi
 
     python benchmarks/final_from_answers.py CALL/finetune_runs.tar.gz --log CALL/model_study.log \
         --pretrain CALL/pretrain.json --select select_roundNN.json \
-        --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT
+        --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT \
+        [--no-s-guard: a call of round 74 or earlier]
 
 Every transformer row is the answer the call kept for the command `final` asks (each
 fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
@@ -183,7 +184,12 @@ def main() -> int:
     ap.add_argument("--select", type=Path, required=True, help="the selection `final` read")
     ap.add_argument("--floors", type=Path, required=True, help="an earlier final file")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--no-s-guard", action="store_true",
+                    help="choose as calls before round 75 did: S may come mostly from the "
+                         "per-beat network (model_configs.S_NEEDS_TRANSFORMER off)")  # fmt: skip
     args = ap.parse_args()
+    if args.no_s_guard:
+        cfg.S_NEEDS_TRANSFORMER = False
     if best_pair(args.select):
         raise SystemExit(f"{args.select}: the folds chose a voting pair, which this does not read")
     chosen = {init: best_selected(args.select, init) for init in ("pretrained", "scratch")}

@@ -1120,9 +1120,9 @@ Measured (forty-seventh session, one H100): the fusion patients lifted fold F fo
 and its floor alike (0.130 -> 0.246 and 0.059 -> 0.168 at one view) and left V, which sets the
 margin, where it was; the folds chose the parent read from the network alone with N -0.5
 (+0.007 over the floor). On DS2 (3 seeds, 100 %): F 0.490 +- 0.013 above the floor's 0.432,
-V 0.959 under its 0.961, and S 0.329 +- 0.005, the fifth network-alone choice to lose record
-232 (model_configs.S_NEEDS_TRANSFORMER, set after these scores, now bars such readings; under it
-the folds choose the parent at `0.5,V=1,F=1` with V +1)."""
+V 0.959 under its 0.961, and S 0.329 +- 0.005, the sixth choice reading S mostly from the
+network to lose record 232 (model_configs.S_NEEDS_TRANSFORMER, set after these scores, now bars
+such readings; under it the folds choose the parent at `0.5,V=1,F=1` with V +1)."""
 
 
 ROUND_74 = dict(CONFIGS)

@@ -241,7 +241,7 @@ def select(r: Runner) -> dict[str, Any]:
             "configs": configs, "beats": rows, "sick_test": held_out,
             "sick_stress": stress_scores(stress),
             "select_classes": list(cfg.SELECT_CLASSES), "select_rule": cfg.SELECT_RULE,
-            "seed_scores": seed_scores}  # fmt: skip
+            "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER, "seed_scores": seed_scores}  # fmt: skip
 
 
 def _pooled_precision(rows: list[dict[str, Any]], c: int) -> float | None:

@@ -350,19 +350,21 @@ def best_selected(path: Path, init: str) -> str:
 def _best_in(selection: dict[str, Any], init: str, path: Path) -> str:
     if not (candidates := _candidates(selection, init)):
         raise SystemExit(f"{path}: the selection holds no {init} configuration")
-    kept = [name for name in candidates if not s_from_network_alone(name)]
+    if not (kept := [name for name in candidates if not s_mostly_from_network(name)]):
+        raise SystemExit(f"{path}: every {init} row reads S mostly from the per-beat network, "
+                         "which model_configs.S_NEEDS_TRANSFORMER bars")  # fmt: skip
     return max(kept, key=lambda name: ranked_score(selection, name))
 
 
-def s_from_network_alone(name: str) -> bool:
+def s_mostly_from_network(name: str) -> bool:
     """Whether cfg.S_NEEDS_TRANSFORMER keeps recipe `name` from being chosen: it is read with
-    S's share of the per-beat network 1."""
+    the per-beat network's share of S above the trained half."""
     from heartlm.ecg.labels import AAMI_CLASSES
-    from heartlm.labelled.shares import parse_shares
+    from heartlm.labelled.shares import TRAINED_SHARE, parse_shares
 
     if not cfg.S_NEEDS_TRANSFORMER or (share := share_of(name)) is None:
         return False
-    return bool(parse_shares(share.split(","))[AAMI_CLASSES.index("S")] == 1.0)
+    return bool(parse_shares(share.split(","))[AAMI_CLASSES.index("S")] > TRAINED_SHARE)
 
 
 def adopt_selection(stages: Sequence[str], path: Path) -> list[str]:

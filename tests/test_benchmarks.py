@@ -3036,18 +3036,31 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     assert not any(name.startswith(tuple(new_share)) for name in scored)
 
 
-def test_s_from_the_network_alone_is_a_reading_whose_s_share_is_one():
-    """S_NEEDS_TRANSFORMER bars a reading by S's share alone: a bare 1, or S=1 beside any
-    other share; not V=1 nor F=1, nor a reading with no share; and nothing when it is off."""
-    for share, alone in (("1", True), ("0,S=1", True), ("0.5,V=1,F=1", False), ("S=0,V=1", False),
-                         ("0.99", False)):  # fmt: skip
-        assert model_recipes.s_from_network_alone(f"x{_shared_suffix(share)}") is alone, share
-    assert not model_recipes.s_from_network_alone("x_views4_offsetN-1")
+def test_s_mostly_from_the_network_is_a_reading_whose_s_share_passes_the_trained_half():
+    """S_NEEDS_TRANSFORMER bars a reading by S's share alone: above 0.5, bare or S=...; not
+    V=1 nor F=1, nor the trained half, nor a reading with no share; nothing when it is off."""
+    for share, barred in (("1", True), ("0,S=1", True), ("0.75", True), ("0.5,S=0.51", True),
+                          ("0.5,V=1,F=1", False), ("S=0,V=1", False), ("0.5", False),
+                          ("1,S=0.5", False)):  # fmt: skip
+        assert model_recipes.s_mostly_from_network(f"x{_shared_suffix(share)}") is barred, share
+    assert not model_recipes.s_mostly_from_network("x_views4_offsetN-1")
 
 
-def test_s_from_the_network_alone_is_barred_off_when_told(monkeypatch: pytest.MonkeyPatch):
+def test_s_mostly_from_the_network_is_allowed_when_the_guard_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+):
     monkeypatch.setattr(model_configs, "S_NEEDS_TRANSFORMER", False)
-    assert not model_recipes.s_from_network_alone(f"x{_shared_suffix('1')}")
+    assert not model_recipes.s_mostly_from_network(f"x{_shared_suffix('1')}")
+
+
+def test_a_selection_whose_every_row_the_guard_bars_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setattr(model_configs, "CONFIGS", {"r": ["--from-scratch"]})
+    rows = {"r_share1": {}, "r_share0.75": {}}
+    (tmp_path / "select.json").write_text(json.dumps({"beats": rows}))
+    with pytest.raises(SystemExit, match="every scratch row reads S mostly from the per-beat"):
+        model_recipes._best_in({"beats": rows}, "scratch", tmp_path / "select.json")
 
 
 def _shared_suffix(share: str) -> str:
@@ -3078,7 +3091,7 @@ def test_round_74_s_folds_chose_s_from_the_network_alone_once_and_the_guard_now_
         monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(shares))
         [then] = _folds_chose(monkeypatch, number, dict(recipes), ("pretrained",))
         [now] = _folds_chose(monkeypatch, number, dict(recipes), ("pretrained",), True)
-        assert model_recipes.s_from_network_alone(then) and now != then
+        assert model_recipes.s_mostly_from_network(then) and now != then
         assert model_recipes.share_of(now) not in (None, "1")
 
 
@@ -3263,7 +3276,7 @@ def test_select_ranks_each_share_of_a_recipe_s_parts_and_final_scores_the_chosen
     barred = model_tables._seed_scores(result)[-1]
     assert barred.startswith("Not chosen") and alone in barred and transformer not in barred
     heading = model_tables._chosen_by({"select_rule": "floor_margin", "s_needs_transformer": True})
-    assert heading.endswith(", never S from the per-beat network alone)")
+    assert heading.endswith(", S at least half from the transformer)")
     monkeypatch.setattr(model_configs, "S_NEEDS_TRANSFORMER", False)
     best = model_recipes.best_selected(tmp_path / "select.json", "scratch")
     assert model_recipes.share_of(best) == "1" and model_recipes.offset_of(best) is None
