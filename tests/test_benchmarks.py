@@ -3012,7 +3012,6 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
     twin = f"{parent}{rounds.FUSION_SUFFIX}"
     assert dict.fromkeys((parent, twin), rounds.ROUND_73[parent]) == rounds.ROUND_74
-    assert rounds.CONFIGS == rounds.ROUND_74 and rounds.BEAT_MLP_SHARES == rounds.ROUND_74_SHARES
     for shares in rounds.ROUND_74_SHARES.values():
         assert shares == (*rounds.ROUND_73_SHARES[parent], rounds.F_FROM_NETWORK_SHARE)
     shares = parse_shares(rounds.F_FROM_NETWORK_SHARE.split(","))
@@ -3034,6 +3033,45 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     scored = {e["config"].partition(": ")[2] for e in ledger}
     new_share = {model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74}
     assert not any(name.startswith(tuple(new_share)) for name in scored)
+
+
+def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other_flag_the_same(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """The live round: the parent as round 74 ran it and its pretrained twin, which differs by
+    `--from-scratch` alone and starts from `nextleads` (the other leads' corpus), on the same
+    records at round 74's shares; DS2 has scored neither name. Round 75, `final` of round 74's
+    committed selection, still runs with these CONFIGS: it adopts the fusion twin, chooses the
+    guarded reading, and needs only scratch's architecture runs."""
+    rounds = model_beat_rounds
+    parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
+    twin = f"pretrained_nextleads_{parent.removeprefix('scratch_')}"
+    assert rounds.CONFIGS == rounds.ROUND_76 and rounds.BEAT_MLP_SHARES == rounds.ROUND_76_SHARES
+    assert {
+        parent: rounds.ROUND_74[parent],
+        twin: [f for f in rounds.ROUND_74[parent] if f != "--from-scratch"],
+    } == rounds.ROUND_76
+    assert rounds.ROUND_76[twin] != rounds.ROUND_76[parent]
+    assert dict.fromkeys(rounds.ROUND_76, rounds.ROUND_74_SHARES[parent]) == rounds.ROUND_76_SHARES
+    assert model_recipes.pretrain_variant(twin) == "nextleads"
+    assert model_configs.PRETRAIN_CORPUS["nextleads"] == "tok_pre_leads"
+    assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
+    _scored_at_shares_their_names_read_back(rounds.ROUND_76, rounds.ROUND_76_SHARES)
+    scored = {e["config"].partition(": ")[2] for e in _committed_ledger()}
+    assert not any(name.startswith(twin) for name in scored)
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.ROUND_76))
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(Path(model_ledger.__file__).parent / "results/h100/model_study/select_round74.json",
+                work / "select.json")  # fmt: skip
+    stages = ["prepare", "pretrain", "final"]
+    adopted = model_recipes.adopt_selection(stages, work / "select.json")
+    assert adopted == [f"{parent}{rounds.FUSION_SUFFIX}"]
+    chosen = model_recipes.best_of_each_init(work / "select.json")
+    shared = model_recipes.shared(parent, rounds.F_FROM_NETWORK_SHARE)
+    assert chosen == {"scratch": model_recipes.offsetted(shared, "V", 1)}
+    runs = model_runner.pretraining_runs(stages, work)
+    assert runs == [(model_configs.SCRATCH_VARIANT, seed) for seed in model_configs.SEEDS]
 
 
 def test_s_mostly_from_the_network_is_a_reading_whose_s_share_passes_the_trained_half():
