@@ -134,7 +134,8 @@ class TrainConfig:
     val_every: int = setting(500, group=LOG)
     """steps between validations; 0 = only at the end (finetune: once per epoch)"""
     val_batches: int | None = setting(50, group=LOG)
-    """validation batches at most (none: every validation window)"""
+    """validation loss batches at most (none: every validation window; finetune's F1, which
+    --select f1 exports by, always reads every window)"""
     log_every: int = setting(10, group=LOG)
     """steps between host syncs, where metrics rows are written"""
     ckpt_every: int = setting(1000, group=LOG)
