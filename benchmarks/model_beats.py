@@ -14,6 +14,7 @@ from model_recipes import (
     beat_floor_kinds,
     best_of_each_init,
     best_pair,
+    choice_rule,
     config_of,
     data_note,
     ensembled,
@@ -240,8 +241,8 @@ def select(r: Runner) -> dict[str, Any]:
     return {"folds": cfg.FOLDS, "label_fraction": cfg.SELECT_FRACTION, "seeds": cfg.SELECT_SEEDS,
             "configs": configs, "beats": rows, "sick_test": held_out,
             "sick_stress": stress_scores(stress),
-            "select_classes": list(cfg.SELECT_CLASSES), "select_rule": cfg.SELECT_RULE,
-            "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER, "seed_scores": seed_scores}  # fmt: skip
+            "select_classes": list(cfg.SELECT_CLASSES), **choice_rule(),
+            "seed_scores": seed_scores}  # fmt: skip
 
 
 def _pooled_precision(rows: list[dict[str, Any]], c: int) -> float | None:
@@ -402,6 +403,5 @@ def final(r: Runner) -> dict[str, Any]:
                                       seed, fraction, inputs)  # fmt: skip
                 beat_rows.append({"init": floor_name(inputs, data=folder),
                                   "label_fraction": fraction, "seed": seed, **rep})  # fmt: skip
-    chosen_by = {"select_rule": cfg.SELECT_RULE, "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER}
-    rule = chosen_by if cfg.FINAL == "auto" else {}
+    rule = choice_rule() if cfg.FINAL == "auto" else {}
     return {"config": configs, **rule, "beats": beat_rows, "afib": []}

@@ -356,6 +356,12 @@ def _best_in(selection: dict[str, Any], init: str, path: Path) -> str:
     return max(kept, key=lambda name: ranked_score(selection, name))
 
 
+def choice_rule() -> dict[str, Any]:
+    """How `final` chooses from a selection, as select and final files record it: the ranking
+    (cfg.SELECT_RULE) and whether the S guard (cfg.S_NEEDS_TRANSFORMER) is in force."""
+    return {"select_rule": cfg.SELECT_RULE, "s_needs_transformer": cfg.S_NEEDS_TRANSFORMER}
+
+
 def s_mostly_from_network(name: str) -> bool:
     """Whether cfg.S_NEEDS_TRANSFORMER keeps recipe `name` from being chosen: it is read with
     the per-beat network's share of S above the trained half."""
