@@ -46,18 +46,30 @@ if [ -n "${RESUME:-}" ]; then
     { echo "$RESUME: no kept answers (.evaluations) to continue from" >&2; exit 2; }
   echo "continuing from $RESUME: the kept answers of $(ls "$WORK/.evaluations" | wc -l) runs and floors" >&2
 fi
-# Stopped before the call's limit, so the stages that finished still come back.
-timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
-  --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1
-status=$?
+bring_back() {
+  for stage in "${STAGES[@]}"; do
+    cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
+  done
+  # Every fine-tuning run's finetune.json (its training and validation records, the step it
+  # exported), so that a score can be traced to its split without the run folders, and every
+  # evaluation's answer, so that RESUME continues a call that was cut off.
+  (cd "$WORK" && { ls -d -- */finetune.json; ls -d .evaluations; } 2>/dev/null |
+    tar czf "$DEST/finetune_runs.tar.gz" -T -)
+  tail -5 "$DEST/model_study.log"
+}
+STAGES=()
 for stage in "$@"; do
   [[ $stage == -* ]] && break  # the stages end where the options (--configs NAME...) begin
-  cp "$WORK/$stage.json" "$WORK/$stage.md" "$DEST/" 2>/dev/null && cat "$WORK/$stage.md"
+  STAGES+=("$stage")
 done
-# Every fine-tuning run's finetune.json (its training and validation records, the step it
-# exported), so that a score can be traced to its split without the run folders, and every
-# evaluation's answer, so that RESUME continues a call that was cut off.
-(cd "$WORK" && { ls -d -- */finetune.json; ls -d .evaluations; } 2>/dev/null |
-  tar czf "$DEST/finetune_runs.tar.gz" -T -)
-tail -5 "$DEST/model_study.log"
+# Stopped before the call's limit, so the stages that finished still come back; if the call
+# is stopped first (device time ran short of LIMIT_S), the stages are stopped and what they
+# finished comes back all the same.
+timeout "${LIMIT_S:-560}" python3 benchmarks/model_study.py "$@" --ecg "$ECG" --work "$WORK" \
+  --jobs "${JOBS:-8}" >"$DEST/model_study.log" 2>&1 &
+study=$!
+trap 'kill -TERM "$study" 2>/dev/null; wait "$study"; bring_back; exit 124' TERM INT
+wait "$study"
+status=$?
+bring_back
 exit $status
