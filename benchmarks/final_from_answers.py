@@ -4,7 +4,8 @@ stopped after every run was trained and scored on DS2, before the floors were fi
     python benchmarks/final_from_answers.py CALL/finetune_runs.tar.gz --log CALL/model_study.log \
         --pretrain CALL/pretrain.json --select select_roundNN.json \
         --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT \
-        [--no-s-guard: a call of round 74 or earlier]
+        [--no-s-guard: a call of round 74 or earlier] [--ds2-only: stopped before the held-out
+        patients and the seeds together were scored]
 
 Every transformer row is the answer the call kept for the command `final` asks (each
 fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
@@ -36,8 +37,8 @@ from model_beats import mitdb_keys, sum_reports
 from model_recipes import (
     beat_data,
     beat_floor_kinds,
+    best_of_each_init,
     best_pair,
-    best_selected,
     choice_rule,
     config_of,
     floor_name,
@@ -118,11 +119,12 @@ def _scored_as(words: list[str], recipe: str) -> bool:
 
 def transformer_rows(
     answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str],
-    commands: list[str],
+    commands: list[str], ds2_only: bool = False,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """`final`'s rows of each initialisation's chosen recipe, in its order: each run (DS2, with
     its held-out patients), then each label share's seeds together; SystemExit where a run,
-    an answer or the seeds together are missing or not one."""
+    an answer or the seeds together are missing or not one. `ds2_only`: each run's DS2 row
+    alone, for a call stopped before it scored the held-out patients and the seeds together."""
     runs, together = [], []
     for init, recipe in chosen.items():
         for fraction in cfg.FRACTIONS:
@@ -140,11 +142,14 @@ def transformer_rows(
                         if run == seeds[seed] and _scored_as(w, recipe)]  # fmt: skip
                 ds2 = [rep for w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
                 sick = [rep for w, rep in mine if cfg.HELD_OUT["sick"] in w]
-                if len(ds2) != 1 or len(sick) != 1:
+                if len(ds2) != 1 or (len(sick) != 1 and not ds2_only):
                     raise SystemExit(f"{seeds[seed]}: {len(ds2)} DS2 and {len(sick)} held-out "
                                      f"answers scored as {recipe}, not one each")  # fmt: skip
+                held_out = {} if ds2_only else {"sick_test": sum_reports(sick)}
                 runs.append({"init": init, "label_fraction": fraction, "seed": seed, **ds2[0],
-                             "sick_test": sum_reports(sick)})  # fmt: skip
+                             **held_out})  # fmt: skip
+            if ds2_only:
+                continue
             first, *more = (seeds[s] for s in cfg.SEEDS)
             pooled = [rep for run, w, rep in answers if run == first and _scored_as(w, recipe)
                       and "--ensemble" in w and w[w.index("--ensemble") + 1 :] == more]  # fmt: skip
@@ -188,12 +193,15 @@ def main() -> int:
     ap.add_argument("--no-s-guard", action="store_true",
                     help="choose as calls before round 75 did: S may come mostly from the "
                          "per-beat network (model_configs.S_NEEDS_TRANSFORMER off)")  # fmt: skip
+    ap.add_argument("--ds2-only", action="store_true",
+                    help="each run's DS2 row alone: the call was stopped before it scored the "
+                         "held-out patients and the seeds together")  # fmt: skip
     args = ap.parse_args()
     if args.no_s_guard:
         cfg.S_NEEDS_TRANSFORMER = False
     if best_pair(args.select):
         raise SystemExit(f"{args.select}: the folds chose a voting pair, which this does not read")
-    chosen = {init: best_selected(args.select, init) for init in ("pretrained", "scratch")}
+    chosen = best_of_each_init(args.select)
     flags = {init: recipe_flags(name) for init, name in chosen.items()}
     call = json.loads(args.pretrain.read_text())
     if call.get("codebook_version") != CODEBOOK_VERSION:
@@ -202,7 +210,8 @@ def main() -> int:
     commands = logged_commands(args.log.read_text())
     kept = kept_answers(args.answers)
     answers, fitted = _answers(kept), kept_floors(kept)
-    rows = transformer_rows(answers, chosen, commands) + floor_rows(floors, chosen, fitted)
+    rows = transformer_rows(answers, chosen, commands, args.ds2_only)
+    rows += floor_rows(floors, chosen, fitted)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
                                 "pretrain", "pretrain_variants", "pretrain_corpus", "finetune")},
@@ -216,6 +225,7 @@ def main() -> int:
         "afib": [],
         "floors_from": args.floors.name,
         "floors_checked": len(fitted),
+        "ds2_only": args.ds2_only,
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1122,7 +1122,14 @@ margin, where it was; the folds chose the parent read from the network alone wit
 (+0.007 over the floor). On DS2 (3 seeds, 100 %): F 0.490 +- 0.013 above the floor's 0.432,
 V 0.959 under its 0.961, and S 0.329 +- 0.005, the sixth choice reading S mostly from the
 network to lose record 232 (model_configs.S_NEEDS_TRANSFORMER, set after these scores, now bars
-such readings; under it the folds choose the parent at `0.5,V=1,F=1` with V +1)."""
+such readings; under it the folds choose the parent at `0.5,V=1,F=1` with V +1).
+
+Round 75 (forty-eighth session) scored that choice: `final` of `select_round74.json` under the
+guard, stopped by the session's device time after every DS2 answer (written by
+`final_from_answers.py --ds2-only` with round 74's floor rows). Its models are round 73's, read
+with F and V from the network: S 0.702 +- 0.043, V 0.962 +- 0.001 (floor 0.961), F 0.445 +-
+0.034 (floor 0.432), accuracy 0.973; every beat goal on the mean of three seeds, seed 0 under
+S 0.70 and under its floor on F."""
 
 
 ROUND_74 = dict(CONFIGS)
@@ -1135,7 +1142,7 @@ CONFIGS = {
     _PRETRAINED_76: [f for f in ROUND_74[_TWIN_73] if f != "--from-scratch"],
 }
 BEAT_MLP_SHARES = {name: ROUND_74_SHARES[_TWIN_73] for name in CONFIGS}
-"""Round 76 (prepared in the forty-seventh session, not yet run): does pretraining pay on the
+"""Round 76 (prepared in the forty-seventh session, not yet run, live): does pretraining pay on the
 recipe as it stands? The Done-when asks the pretrained model to lead scratch at 10 % and 1 % of
 DS1's labels by more than the seed spread on S, V and AFIB F1. Round 64 set the `nextleads`
 encoder beside round 63's scratch recipe, every other flag the same: on DS2 it led on S at 10 %

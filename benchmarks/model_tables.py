@@ -55,9 +55,14 @@ def _header(results: dict[str, Any]) -> list[str]:
         "",
         *(
             [
-                f"Stopped by the call's limit after its last evaluation; written from its kept "
-                f"answers by `{results['assembled']}`, the floor rows from "
-                f"`{results['floors_from']}` (the same floor: the "
+                (
+                    "Stopped by the call's limit after each run's DS2 evaluation, before the "
+                    "held-out patients and the seeds together were scored"
+                    if results.get("ds2_only")
+                    else "Stopped by the call's limit after its last evaluation"
+                )
+                + f"; written from its kept answers by `{results['assembled']}`, the floor "
+                f"rows from `{results['floors_from']}` (the same floor: the "
                 f"{results.get('floors_checked', 0)} fit(s) the call finished equal their "
                 "rows there).",
                 "",

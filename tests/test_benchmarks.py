@@ -9,6 +9,7 @@ import io
 import itertools
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -3003,8 +3004,8 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     """The twin differs from its parent (round 73's choice) by its training patients alone:
     BEATS_ECTOPY's synthetic folders joined by the fusion patients, drawn with a seed of their
     own and in no other store; both are read at round 73's shares and one more that leaves S
-    and N half with the transformer and reads V and F from the network, and no row at that
-    share is a recipe the ledger lists."""
+    and N half with the transformer and reads V and F from the network; the ledger lists no
+    recipe at that share but round 75's."""
     from heartlm.ecg.labels import AAMI_CLASSES
     from heartlm.labelled.shares import parse_shares
 
@@ -3029,10 +3030,10 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
     floors = {model_recipes.floor_name("relative", data=model_recipes.beat_data(n))
               for n in (parent, twin)}  # fmt: skip
     assert len(floors) == 2 and any("fusion patients" in f for f in floors)
-    ledger = _committed_ledger()
-    scored = {e["config"].partition(": ")[2] for e in ledger}
-    new_share = {model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74}
-    assert not any(name.startswith(tuple(new_share)) for name in scored)
+    new_share = tuple(model_recipes.shared(n, rounds.F_FROM_NETWORK_SHARE) for n in rounds.ROUND_74)
+    at_new_share = [e["round"] for e in _committed_ledger()
+                    if e["config"].partition(": ")[2].startswith(new_share)]  # fmt: skip
+    assert at_new_share == ["75"]  # none before round 74; round 75 scored its guarded choice
 
 
 def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other_flag_the_same(
@@ -3110,8 +3111,8 @@ def test_round_74_s_folds_chose_s_from_the_network_alone_once_and_the_guard_now_
 ):
     """Without the guard (as round 74 chose) the folds took the parent read from the network
     alone with N -0.5, which DS2 scored once (three seeds at each label share; the ledger
-    lists it under round 74); with it, the parent at `0.5,V=1,F=1` with V +1, which DS2 has
-    not scored. The guard also changes rounds 69 and 70's pretrained choices (both S from the
+    lists it under round 74); with it, the parent at `0.5,V=1,F=1` with V +1, which round 75
+    scored once. The guard also changes rounds 69 and 70's pretrained choices (both S from the
     network alone, round 69's scored on DS2) to readings that keep S with the transformer."""
     rounds = model_beat_rounds
     parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
@@ -3119,11 +3120,10 @@ def test_round_74_s_folds_chose_s_from_the_network_alone_once_and_the_guard_now_
     [unguarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",))
     assert unguarded == model_recipes.offsetted(model_recipes.shared(parent, "1"), "N", -0.5)
     _scratch_scored_once_on_ds2(74, unguarded)
-    ledger = _committed_ledger()
     [guarded] = _folds_chose(monkeypatch, 74, dict(rounds.ROUND_74), ("scratch",), True)
     shared = model_recipes.shared(parent, rounds.F_FROM_NETWORK_SHARE)
     assert guarded == model_recipes.offsetted(shared, "V", 1)
-    assert not [e for e in ledger if e["config"] == f"scratch: {guarded}"]
+    _scratch_scored_once_on_ds2(75, guarded)  # round 75: `final` of this selection, guarded
     for number, recipes, shares in ((69, rounds.ROUND_69, rounds.ROUND_69_SHARES),
                                     (70, rounds.ROUND_70, rounds.ROUND_70_SHARES)):  # fmt: skip
         monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(shares))
@@ -3534,6 +3534,40 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
                                             chosen, commands)  # fmt: skip
     with pytest.raises(SystemExit, match="0 runs fine-tuned as"):
         final_from_answers.transformer_rows(found, chosen, commands[1:])
+    # stopped before the held-out patients and the seeds together: each run's DS2 row alone
+    ds2 = [a for a in found if sick not in a[1] and "--ensemble" not in a[1]]
+    with pytest.raises(SystemExit, match="1 DS2 and 0 held-out answers"):
+        final_from_answers.transformer_rows(ds2, chosen, commands)
+    rows = final_from_answers.transformer_rows(ds2, chosen, commands, ds2_only=True)
+    assert [(r["init"], r["seed"], r["accuracy"]) for r in rows] == [
+        ("scratch", 0, 0.9), ("scratch", 1, 0.7)]  # fmt: skip
+    assert not any("sick_test" in r for r in rows)
+    with pytest.raises(SystemExit, match="seed 1: 0 runs fine-tuned as"):  # a DS2 answer missing
+        final_from_answers.transformer_rows(
+            [a for a in ds2 if a[0] != runs[1]], chosen, commands, ds2_only=True)  # fmt: skip
+
+
+def test_round_75_s_ds2_file_is_what_its_kept_answers_and_round_74_s_floor_rebuild(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Round 75's call was stopped after every run's DS2 answer; the committed final file is
+    the one `final_from_answers.py --ds2-only` writes from the committed answers, log and
+    selection, with round 74's floor rows (the same floor)."""
+    repo = Path(model_ledger.__file__).parent.parent
+    committed = json.loads((repo / "benchmarks/results/h100/model_study/final_round75.json")
+                           .read_text())  # fmt: skip
+    words = shlex.split(committed["assembled"])
+    assert words[1] == "benchmarks/final_from_answers.py" and "--ds2-only" in words
+    words[words.index("--out") + 1] = str(tmp_path)
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(model_beat_rounds.ROUND_74))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_74_SHARES))
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(sys, "argv", words[1:])
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert final_from_answers.main() == 0
+    rebuilt = json.loads((tmp_path / "final.json").read_text())
+    assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
+    assert committed["ds2_only"] and committed["s_needs_transformer"]
 
 
 def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
