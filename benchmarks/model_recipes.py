@@ -399,8 +399,8 @@ def adopt_selection(stages: Sequence[str], path: Path) -> list[str]:
 
 
 def best_of_each_init(path: Path) -> dict[str, str]:
-    """best_selected for each initialisation the selection holds a configuration of (round
-    61's held scratch recipes only)."""
+    """best_selected for each initialisation the selection holds a configuration of (a
+    selection of one initialisation: round 61's held scratch recipes, round 74's)."""
     selection = _read_selection(path)
     return {init: _best_in(selection, init, path) for init in ("pretrained", "scratch")
             if _candidates(selection, init)}  # fmt: skip
