@@ -3832,8 +3832,47 @@ def test_pretraining_pays_only_where_its_lead_exceeds_both_seed_spreads(tmp_path
     out = tmp_path / "pays.md"
     assert pretraining_pays.main([str(final), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| 7 | beats | 10% | V F1 | 0.960 ± 0.000 | 0.940 ± 0.000 | +0.020 | yes |" in text
-    assert "at every fraction and metric compared: none." in text
+    row = "| 7 | beats | 10% | V F1 | 0.960 ± 0.000 | 0.940 ± 0.000 | +0.020 | yes | - | - |"
+    assert row in text
+    assert "(the issue's reading) at every fraction and metric compared: none." in text
+
+
+def test_pretraining_pays_paired_by_seed_where_the_label_draw_makes_the_spread(tmp_path: Path):
+    """S: each seed's pretrained run leads its scratch run (0.80 / 0.52 / 0.66 against 0.75 /
+    0.50 / 0.63: differences 0.05, 0.02, 0.03), though the draw spreads both far more than the
+    lead (0.114 and 0.102 against 0.033): pays paired, not by the issue's reading. V: 0.95 at
+    every seed against 0.90 / 0.90 / 0.96, a lead of 0.030 over spreads of 0 and 0.028, but
+    seed 2 trails: pays by the issue's reading, not paired. Rows without seeds (early rounds)
+    have no paired reading."""
+    rows = []
+    for seed, (pre_s, scr_s, pre_v, scr_v) in enumerate(((0.80, 0.75, 0.95, 0.90),
+                                                         (0.52, 0.50, 0.95, 0.90),
+                                                         (0.66, 0.63, 0.95, 0.96))):  # fmt: skip
+        rows.append({**_scored_row("pretrained", 0.1, pre_s, pre_v), "seed": seed})
+        rows.append({**_scored_row("scratch", 0.1, scr_s, scr_v), "seed": seed})
+    final = tmp_path / "final_round9.json"
+    final.write_text(json.dumps({"beats": rows}))
+    got = {c.metric: c for c in pretraining_pays.comparisons(final)}
+    assert got["S"].differences == pytest.approx((0.05, 0.02, 0.03))
+    assert got["S"].paired[0] == pytest.approx(0.1 / 3)
+    assert got["S"].pays_paired and not got["S"].pays
+    assert got["V"].lead == pytest.approx(0.03) and got["V"].pays and not got["V"].pays_paired
+    unseeded = tmp_path / "final_round2.json"
+    unseeded.write_text(json.dumps({"beats": [_scored_row(i, 0.1, 0.5, 0.9)
+                                              for i in ("pretrained", "scratch")]}))  # fmt: skip
+    (plain, _) = pretraining_pays.comparisons(unseeded)
+    assert plain.paired is None and not plain.pays_paired
+    out = tmp_path / "pays.md"
+    assert pretraining_pays.main([str(final), str(unseeded), "--out", str(out)]) == 0
+    text = out.read_text()
+    paired = (
+        "| 9 | beats | 10% | S F1 | 0.660 ± 0.114 | 0.627 ± 0.102 | +0.033 | no | +0.033 ± 0.012"
+    )
+    unseeded_row = (
+        "| 2 | beats | 10% | S F1 | 0.500 ± 0.000 | 0.500 ± 0.000 | +0.000 | no | - | - |"
+    )
+    assert f"{paired} | yes |" in text and unseeded_row in text
+    assert "(paired by seed) at every fraction and metric compared: none." in text
 
 
 def test_pretraining_pays_reads_afib_window_f1_and_refuses_a_file_that_is_not_a_final(
