@@ -12,8 +12,9 @@ them.
 
 A second reading pairs the runs by seed. `finetune --label-fraction` draws the labelled beats
 from the training seed (heartlm.labelled.windows.keep_label_fraction), so seed s of either
-initialisation learns from the same labels, and much of a spread at 10 % and 1 % is the draw
-(round 75's scratch S F1 at 10 %: 0.42 / 0.75 / 0.70, record 232 found at 0.30 / 0.81 / 0.77).
+initialisation learns from the same labels, and pairing takes the draw out of a spread that
+is wide at 10 % and 1 % (round 75's scratch S F1 at 10 %: 0.42 / 0.75 / 0.70 by seed, DS2
+record 232 found at 0.30 / 0.81 / 0.77).
 "Pays, paired": the pretrained run leads its seed's scratch run at every seed, and the mean of
 those differences exceeds their spread. The issue's test is the first reading; the second
 says whether a verdict hangs on the draw.
