@@ -5,7 +5,8 @@ stopped after every run was trained and scored on DS2, before the floors were fi
         --pretrain CALL/pretrain.json --select select_roundNN.json \
         --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT \
         [--no-s-guard: a call of round 74 or earlier] [--ds2-only: stopped before the held-out
-        patients and the seeds together were scored]
+        patients and the seeds together were scored] [--partial: stopped before some runs'
+        DS2 answers too]
 
 Every transformer row is the answer the call kept for the command `final` asks (each
 fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
@@ -119,18 +120,24 @@ def _scored_as(words: list[str], recipe: str) -> bool:
 
 def transformer_rows(
     answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str],
-    commands: list[str], ds2_only: bool = False,
+    commands: list[str], ds2_only: bool = False, unscored: list[str] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """`final`'s rows of each initialisation's chosen recipe, in its order: each run (DS2, with
     its held-out patients), then each label share's seeds together; SystemExit where a run,
     an answer or the seeds together are missing or not one. `ds2_only`: each run's DS2 row
-    alone, for a call stopped before it scored the held-out patients and the seeds together."""
+    alone, for a call stopped before it scored the held-out patients and the seeds together.
+    `unscored` (a list, with `ds2_only`): a run the call trained but did not score on DS2 is
+    named there instead of refused, for a call stopped before every DS2 answer."""
     runs, together = [], []
+    trained = {run for run, _, _ in answers}
+    if unscored is not None:  # a run stopped before any answer is named by its fine-tuning
+        trained |= {w[w.index("--out") + 1] for c in commands
+                    if (w := shlex.split(c))[1] == "finetune" and "--out" in w}  # fmt: skip
     for init, recipe in chosen.items():
         for fraction in cfg.FRACTIONS:
             seeds = {}
             for seed in cfg.SEEDS:
-                names = {run for run, _, _ in answers
+                names = {run for run in trained
                          if (m := RUN.match(run)) and (m["init"], float(m["fraction"]),
                                                        int(m["seed"])) == (init, fraction, seed)
                          and trained_as(commands, run, init, recipe)}  # fmt: skip
@@ -142,6 +149,9 @@ def transformer_rows(
                         if run == seeds[seed] and _scored_as(w, recipe)]  # fmt: skip
                 ds2 = [rep for w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
                 sick = [rep for w, rep in mine if cfg.HELD_OUT["sick"] in w]
+                if not ds2 and unscored is not None and ds2_only:
+                    unscored.append(seeds[seed])
+                    continue
                 if len(ds2) != 1 or (len(sick) != 1 and not ds2_only):
                     raise SystemExit(f"{seeds[seed]}: {len(ds2)} DS2 and {len(sick)} held-out "
                                      f"answers scored as {recipe}, not one each")  # fmt: skip
@@ -196,7 +206,12 @@ def main() -> int:
     ap.add_argument("--ds2-only", action="store_true",
                     help="each run's DS2 row alone: the call was stopped before it scored the "
                          "held-out patients and the seeds together")  # fmt: skip
+    ap.add_argument("--partial", action="store_true",
+                    help="with --ds2-only: the runs the call trained and did not score on DS2 "
+                         "are listed as unscored, their rows left out")  # fmt: skip
     args = ap.parse_args()
+    if args.partial and not args.ds2_only:
+        raise SystemExit("--partial reads DS2 rows alone: add --ds2-only")
     if args.no_s_guard:
         cfg.S_NEEDS_TRANSFORMER = False
     if best_pair(args.select):
@@ -210,7 +225,8 @@ def main() -> int:
     commands = logged_commands(args.log.read_text())
     kept = kept_answers(args.answers)
     answers, fitted = _answers(kept), kept_floors(kept)
-    rows = transformer_rows(answers, chosen, commands, args.ds2_only)
+    unscored: list[str] | None = [] if args.partial else None
+    rows = transformer_rows(answers, chosen, commands, args.ds2_only, unscored)
     rows += floor_rows(floors, chosen, fitted)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
@@ -226,6 +242,7 @@ def main() -> int:
         "floors_from": args.floors.name,
         "floors_checked": len(fitted),
         "ds2_only": args.ds2_only,
+        **({} if unscored is None else {"unscored": unscored}),
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

@@ -56,8 +56,13 @@ def _header(results: dict[str, Any]) -> list[str]:
         *(
             [
                 (
-                    "Stopped by the call's limit after each run's DS2 evaluation, before the "
-                    "held-out patients and the seeds together were scored"
+                    "Stopped by the call's limit before these runs were scored on DS2: "
+                    + ", ".join(results["unscored"])
+                    + " (trained; their rows are not here), and before the held-out patients "
+                    "and the seeds together were scored"
+                    if results.get("unscored")
+                    else "Stopped by the call's limit after each run's DS2 evaluation, before "
+                    "the held-out patients and the seeds together were scored"
                     if results.get("ds2_only")
                     else "Stopped by the call's limit after its last evaluation"
                 )

@@ -3041,9 +3041,9 @@ def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other
 ):
     """The live round: the parent as round 74 ran it and its pretrained twin, which differs by
     `--from-scratch` alone and starts from `nextleads` (the other leads' corpus), on the same
-    records at round 74's shares; DS2 has scored neither name. Round 75, `final` of round 74's
-    committed selection, still runs with these CONFIGS: it adopts the fusion twin, chooses the
-    guarded reading, and needs only scratch's architecture runs."""
+    records at round 74's shares; DS2 scored the twin first in round 76. Round 75, `final` of
+    round 74's committed selection, still runs with these CONFIGS: it adopts the fusion twin,
+    chooses the guarded reading, and needs only scratch's architecture runs."""
     rounds = model_beat_rounds
     parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
     twin = f"pretrained_nextleads_{parent.removeprefix('scratch_')}"
@@ -3058,8 +3058,9 @@ def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other
     assert model_configs.PRETRAIN_CORPUS["nextleads"] == "tok_pre_leads"
     assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
     _scored_at_shares_their_names_read_back(rounds.ROUND_76, rounds.ROUND_76_SHARES)
-    scored = {e["config"].partition(": ")[2] for e in _committed_ledger()}
-    assert not any(name.startswith(twin) for name in scored)
+    twin_rounds = {e["round"] for e in _committed_ledger()
+                   if e["config"].partition(": ")[2].startswith(twin)}  # fmt: skip
+    assert twin_rounds == {"76"}  # its own (partial) final, no earlier round
     monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.ROUND_76))
     work = tmp_path / "work"
     work.mkdir()
@@ -3568,6 +3569,43 @@ def test_round_75_s_ds2_file_is_what_its_kept_answers_and_round_74_s_floor_rebui
     rebuilt = json.loads((tmp_path / "final.json").read_text())
     assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
     assert committed["ds2_only"] and committed["s_needs_transformer"]
+
+
+def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what_it_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Round 76's call trained all nine pretrained runs and was stopped after four DS2
+    answers (10 % at every seed, 100 % at seed 1): `--partial` writes those rows and names
+    the five runs left unscored; without it the file is refused, as it is without
+    `--ds2-only`."""
+    repo = Path(model_ledger.__file__).parent.parent
+    committed = json.loads((repo / "benchmarks/results/h100/model_study/final_round76.json")
+                           .read_text())  # fmt: skip
+    words = shlex.split(committed["assembled"])
+    assert words[1] == "benchmarks/final_from_answers.py" and "--partial" in words
+    words[words.index("--out") + 1] = str(tmp_path)
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(model_beat_rounds.ROUND_76))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_76_SHARES))
+    monkeypatch.chdir(repo)
+
+    def run(argv: list[str]) -> int:
+        monkeypatch.setattr(sys, "argv", argv)
+        with contextlib.redirect_stdout(io.StringIO()):
+            return final_from_answers.main()
+
+    assert run(words[1:]) == 0
+    rebuilt = json.loads((tmp_path / "final.json").read_text())
+    assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
+    scored = sorted((r["label_fraction"], r["seed"]) for r in committed["beats"]
+                    if r["init"] == "pretrained")  # fmt: skip
+    assert scored == [(0.1, 0), (0.1, 1), (0.1, 2), (1.0, 1)]
+    assert len(committed["unscored"]) == 5 and all(
+        n.startswith(("ft_beats_pretrained_0.01_", "ft_beats_pretrained_1_s"))
+        for n in committed["unscored"])  # fmt: skip
+    with pytest.raises(SystemExit, match="seed 0: 0 runs fine-tuned as"):
+        run([w for w in words[1:] if w != "--partial"])
+    with pytest.raises(SystemExit, match="--partial reads DS2 rows alone"):
+        run([w for w in words[1:] if w != "--ds2-only"])
 
 
 def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
