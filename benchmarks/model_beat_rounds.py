@@ -1158,7 +1158,13 @@ encoder, at round 74's shares. Scratch repeats on the same tokens (round 71 repr
 `nextleads`' two pretraining runs. The folds, at 100 % of the labels, decide whether `final`
 scores the twin; `final` then scores it at 100 %, 10 % and 1 % (three seeds each) beside
 scratch's DS2 rows of round 75 (round 74's selection under the guard). Written after round
-74's DS2 scores were read; the folds choose."""
+74's DS2 scores were read; the folds choose.
+Measured (forty-ninth session, one H100): on the folds the twin's guarded reading ranks
++0.003 +- 0.004 over its floor (the parent +0.004 +- 0.003). `final` was stopped by device
+time after four DS2 answers (final_from_answers.py --partial): at 10 % of the labels the
+pretrained S F1 is 0.707 +- 0.025 against scratch's 0.621 +- 0.144 (inside that spread),
+V 0.955 against 0.958 (trails), every seed finding record 232's S beats at 0.76-0.84; 1 %
+and two seeds of 100 % are not scored."""
 
 
 ROUND_76 = dict(CONFIGS)
