@@ -16,7 +16,9 @@
 # recorded even where CONFIGS has moved on to a later round), SELECT_AFIB (the
 # same for `select_afib.json`: `final_afib` and `crossfit_afib`), RESUME (the
 # finetune_runs.tar.gz of an earlier call of the same commit that its time limit cut off: the
-# runs it scored are not trained again, model_runner.Runner.evaluate).
+# runs it scored are not trained again, model_runner.Runner.evaluate). A call cut off by its
+# limit is continued best by the same command at once, while the machine is warm (about 30 s):
+# WORK still holds its trained runs (round 76's `select` finished in 45 s so).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
