@@ -16,6 +16,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -3548,44 +3549,20 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
             [a for a in ds2 if a[0] != runs[1]], chosen, commands, ds2_only=True)  # fmt: skip
 
 
-def test_round_75_s_ds2_file_is_what_its_kept_answers_and_round_74_s_floor_rebuild(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-):
-    """Round 75's call was stopped after every run's DS2 answer; the committed final file is
-    the one `final_from_answers.py --ds2-only` writes from the committed answers, log and
-    selection, with round 74's floor rows (the same floor)."""
+def _assembled_final(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, round_no: int, configs: dict, shares: dict
+) -> tuple[dict, list[str], Callable[[list[str]], int]]:
+    """A committed final file that `final_from_answers.py` wrote, the command that wrote it
+    (writing into `tmp_path`) and a runner of such arguments, under CONFIGS `configs` in the
+    repository; the command, run again, must write the committed rows."""
     repo = Path(model_ledger.__file__).parent.parent
-    committed = json.loads((repo / "benchmarks/results/h100/model_study/final_round75.json")
-                           .read_text())  # fmt: skip
+    path = repo / f"benchmarks/results/h100/model_study/final_round{round_no}.json"
+    committed = json.loads(path.read_text())
     words = shlex.split(committed["assembled"])
-    assert words[1] == "benchmarks/final_from_answers.py" and "--ds2-only" in words
+    assert words[1] == "benchmarks/final_from_answers.py"
     words[words.index("--out") + 1] = str(tmp_path)
-    monkeypatch.setattr(model_configs, "CONFIGS", dict(model_beat_rounds.ROUND_74))
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_74_SHARES))
-    monkeypatch.chdir(repo)
-    monkeypatch.setattr(sys, "argv", words[1:])
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert final_from_answers.main() == 0
-    rebuilt = json.loads((tmp_path / "final.json").read_text())
-    assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
-    assert committed["ds2_only"] and committed["s_needs_transformer"]
-
-
-def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what_it_lacks(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-):
-    """Round 76's call trained all nine pretrained runs and was stopped after four DS2
-    answers (10 % at every seed, 100 % at seed 1): `--partial` writes those rows and names
-    the five runs left unscored; without it the file is refused, as it is without
-    `--ds2-only`."""
-    repo = Path(model_ledger.__file__).parent.parent
-    committed = json.loads((repo / "benchmarks/results/h100/model_study/final_round76.json")
-                           .read_text())  # fmt: skip
-    words = shlex.split(committed["assembled"])
-    assert words[1] == "benchmarks/final_from_answers.py" and "--partial" in words
-    words[words.index("--out") + 1] = str(tmp_path)
-    monkeypatch.setattr(model_configs, "CONFIGS", dict(model_beat_rounds.ROUND_76))
-    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_76_SHARES))
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(configs))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(shares))
     monkeypatch.chdir(repo)
 
     def run(argv: list[str]) -> int:
@@ -3596,6 +3573,33 @@ def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what
     assert run(words[1:]) == 0
     rebuilt = json.loads((tmp_path / "final.json").read_text())
     assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
+    return committed, words[1:], run
+
+
+def test_round_75_s_ds2_file_is_what_its_kept_answers_and_round_74_s_floor_rebuild(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Round 75's call was stopped after every run's DS2 answer; the committed final file is
+    the one `final_from_answers.py --ds2-only` writes from the committed answers, log and
+    selection, with round 74's floor rows (the same floor)."""
+    rounds = model_beat_rounds
+    committed, argv, _ = _assembled_final(monkeypatch, tmp_path, 75, rounds.ROUND_74,
+                                          rounds.ROUND_74_SHARES)  # fmt: skip
+    assert "--ds2-only" in argv and "--partial" not in argv
+    assert committed["ds2_only"] and committed["s_needs_transformer"]
+
+
+def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what_it_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Round 76's call trained all nine pretrained runs and was stopped after four DS2
+    answers (10 % at every seed, 100 % at seed 1): `--partial` writes those rows and names
+    the five runs left unscored; without it the file is refused, as it is without
+    `--ds2-only`."""
+    rounds = model_beat_rounds
+    committed, argv, run = _assembled_final(monkeypatch, tmp_path, 76, rounds.ROUND_76,
+                                            rounds.ROUND_76_SHARES)  # fmt: skip
+    assert "--partial" in argv
     scored = sorted((r["label_fraction"], r["seed"]) for r in committed["beats"]
                     if r["init"] == "pretrained")  # fmt: skip
     assert scored == [(0.1, 0), (0.1, 1), (0.1, 2), (1.0, 1)]
@@ -3603,9 +3607,9 @@ def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what
         n.startswith(("ft_beats_pretrained_0.01_", "ft_beats_pretrained_1_s"))
         for n in committed["unscored"])  # fmt: skip
     with pytest.raises(SystemExit, match="seed 0: 0 runs fine-tuned as"):
-        run([w for w in words[1:] if w != "--partial"])
+        run([w for w in argv if w != "--partial"])
     with pytest.raises(SystemExit, match="--partial reads DS2 rows alone"):
-        run([w for w in words[1:] if w != "--ds2-only"])
+        run([w for w in argv if w != "--ds2-only"])
 
 
 def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
