@@ -1142,22 +1142,22 @@ CONFIGS = {
     _PRETRAINED_76: [f for f in ROUND_74[_TWIN_73] if f != "--from-scratch"],
 }
 BEAT_MLP_SHARES = {name: ROUND_74_SHARES[_TWIN_73] for name in CONFIGS}
-"""Round 76 (prepared in the forty-seventh session, not yet run, live): does pretraining pay on the
-recipe as it stands? The Done-when asks the pretrained model to lead scratch at 10 % and 1 % of
-DS1's labels by more than the seed spread on S, V and AFIB F1. Round 64 set the `nextleads`
-encoder beside round 63's scratch recipe, every other flag the same: on DS2 it led on S at 10 %
-(0.693 +- 0.006 against 0.600 +- 0.123) and 1 % (0.647 +- 0.039 against 0.509 +- 0.180), inside
-scratch's spread, tied on V and trailed on F, and at 100 % trailed on S. Since then the recipe
-weighs the transformer's own loss twice (round 73), the part that pretraining starts; F may be
-read from the per-beat network (round 74's share `0.5,V=1,F=1`); and `final` keeps at least
-half of S with the transformer (model_configs.S_NEEDS_TRANSFORMER), where the encoder acts.
-Round 73's choice as it ran in round 74 (the parent) beside the same flags from the `nextleads`
-encoder, at round 74's shares. Scratch repeats on the same tokens (round 71 reproduced round
-63's fold rows to the last digit), so a call may train the twin alone (`model_study.py
---configs`) and set it against the parent's rows in `select_round74.json`: four fold runs and
-`nextleads`' two pretraining runs. The folds, at 100 % of the labels, decide whether `final`
-scores the twin; `final` then scores it at 100 %, 10 % and 1 % (three seeds each) beside
-scratch's DS2 rows of round 75 (round 74's selection under the guard). Written after round
+"""Round 76 (prepared in the forty-seventh session, run in the forty-ninth, live): does pretraining
+pay on the recipe as it stands? The Done-when asks the pretrained model to lead scratch at 10 %
+and 1 % of DS1's labels by more than the seed spread on S, V and AFIB F1. Round 64 set the
+`nextleads` encoder beside round 63's scratch recipe, every other flag the same: on DS2 it led on
+S at 10 % (0.693 +- 0.006 against 0.600 +- 0.123) and 1 % (0.647 +- 0.039 against 0.509 +-
+0.180), inside scratch's spread, tied on V and trailed on F, and at 100 % trailed on S. Since
+then the recipe weighs the transformer's own loss twice (round 73), the part that pretraining
+starts; F may be read from the per-beat network (round 74's share `0.5,V=1,F=1`); and `final`
+keeps at least half of S with the transformer (model_configs.S_NEEDS_TRANSFORMER), where the
+encoder acts. Round 73's choice as it ran in round 74 (the parent) beside the same flags from the
+`nextleads` encoder, at round 74's shares. Scratch repeats on the same tokens (round 71
+reproduced round 63's fold rows to the last digit), so a call may train the twin alone
+(`model_study.py --configs`) and set it against the parent's rows in `select_round74.json`: four
+fold runs and `nextleads`' two pretraining runs. The folds, at 100 % of the labels, decide
+whether `final` scores the twin; `final` then scores it at 100 %, 10 % and 1 % (three seeds each)
+beside scratch's DS2 rows of round 75 (round 74's selection under the guard). Written after round
 74's DS2 scores were read; the folds choose.
 Measured (forty-ninth session, one H100): on the folds the twin's guarded reading ranks
 +0.003 +- 0.004 over its floor (the parent +0.004 +- 0.003). `final` was stopped by device

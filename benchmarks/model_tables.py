@@ -43,6 +43,17 @@ AFIB_COLUMNS = (
 )
 
 
+def _stopped_where(results: dict[str, Any]) -> str:
+    """Where a call that final_from_answers.py read was stopped, by what it lacks."""
+    if not results.get("ds2_only"):
+        return "after its last evaluation"
+    before = "before the held-out patients and the seeds together were scored"
+    if unscored := results.get("unscored"):
+        return (f"before these runs were scored on DS2: {', '.join(unscored)} (trained; their "
+                f"rows are not here), and {before}")  # fmt: skip
+    return f"after each run's DS2 evaluation, {before}"
+
+
 def _header(results: dict[str, Any]) -> list[str]:
     machine = ", ".join(f"{k} {v}" for k, v in results["machine"].items())
     soft = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
@@ -55,18 +66,8 @@ def _header(results: dict[str, Any]) -> list[str]:
         "",
         *(
             [
-                (
-                    "Stopped by the call's limit before these runs were scored on DS2: "
-                    + ", ".join(results["unscored"])
-                    + " (trained; their rows are not here), and before the held-out patients "
-                    "and the seeds together were scored"
-                    if results.get("unscored")
-                    else "Stopped by the call's limit after each run's DS2 evaluation, before "
-                    "the held-out patients and the seeds together were scored"
-                    if results.get("ds2_only")
-                    else "Stopped by the call's limit after its last evaluation"
-                )
-                + f"; written from its kept answers by `{results['assembled']}`, the floor "
+                f"Stopped by the call's limit {_stopped_where(results)}; written from its "
+                f"kept answers by `{results['assembled']}`, the floor "
                 f"rows from `{results['floors_from']}` (the same floor: the "
                 f"{results.get('floors_checked', 0)} fit(s) the call finished equal their "
                 "rows there).",
