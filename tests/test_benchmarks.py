@@ -50,6 +50,7 @@ import model_tables
 import pool_rounds
 import pretraining_pays
 import profile_step
+import searchback_shape_probe
 import tree_floor
 
 
@@ -3962,3 +3963,23 @@ def test_configs_trains_and_scores_only_the_named_recipes(
     assert model_study.only_configs(["twin"]) == []
     assert {"twin": table["twin"]} == model_configs.CONFIGS
     assert model_configs.BEAT_MLP_SHARES == {"twin": ["1"]}
+
+
+def test_searchback_shape_probe_likeness_tells_a_beat_from_its_mirror_image():
+    from heartlm.qrs import detect_qrs
+    from heartlm.synth import synth_record
+
+    fs = 360.0
+    x = synth_record(1.0, fs, 5).signal[:, 0].copy()
+    beats = detect_qrs(x, fs)
+    probe = beats[len(beats) // 2]
+    half = round(0.1 * fs)
+    mirrored = x.copy()
+    mirrored[probe - half : probe + half] = 2 * np.median(x) - x[probe - half : probe + half]
+    own = searchback_shape_probe.likeness(x, fs, beats, np.array([probe]))[0]
+    flipped = searchback_shape_probe.likeness(mirrored, fs, beats, np.array([probe]))[0]
+    assert own > 0.9 and flipped < 0.0, (own, flipped)
+    edge = searchback_shape_probe.likeness(x, fs, beats, np.array([2]))[0]
+    assert edge == 1.0  # no window fits at the record's edge: the beat is kept
+    # The lowest threshold drops nothing: the probe's "off" and its detector agree there.
+    assert np.array_equal(searchback_shape_probe.shape_checked(-1.5)(x, fs), beats)
