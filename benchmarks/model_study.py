@@ -149,9 +149,20 @@ def main() -> int:
         help="beats: train and score only these of CONFIGS (a round whose other recipes' fold "
              "rows an earlier call measured, when device time is short)",
     )  # fmt: skip
+    ap.add_argument(
+        "--fractions", type=float, nargs="+", metavar="SHARE",
+        help=f"final stages: score only these of FRACTIONS {cfg.FRACTIONS} (a round whose other "
+             "shares an earlier call scored, when device time is short)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         quick()
+    if args.fractions:
+        if unknown := sorted(set(args.fractions) - set(cfg.FRACTIONS)):
+            print(f"model_study: --fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
+                  f"{cfg.FRACTIONS}", file=sys.stderr)  # fmt: skip
+            return 2
+        cfg.FRACTIONS = tuple(f for f in cfg.FRACTIONS if f in args.fractions)
     if args.configs:
         if scoring := sorted(set(args.stages) - {"prepare", "pretrain", "select"}):
             print(f"model_study: --configs is for prepare, pretrain and select, not "

@@ -19,6 +19,8 @@
 # runs it scored are not trained again, model_runner.Runner.evaluate). A call cut off by its
 # limit is continued best by the same command at once, while the machine is warm (about 30 s):
 # WORK still holds its trained runs (round 76's `select` finished in 45 s so).
+# A `final` that the session's device time cannot hold whole scores one label share at a time:
+#   bash benchmarks/model_study_call.sh prepare pretrain final --fractions 0.01
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}

@@ -3983,3 +3983,20 @@ def test_searchback_shape_probe_likeness_tells_a_beat_from_its_mirror_image():
     assert edge == 1.0  # no window fits at the record's edge: the beat is kept
     # The lowest threshold drops nothing: the probe's "off" and its detector agree there.
     assert np.array_equal(searchback_shape_probe.shape_checked(-1.5)(x, fs), beats)
+
+
+def test_fractions_narrows_the_final_stages_to_the_named_label_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """`--fractions`: a round's unscored share alone; a share outside FRACTIONS stops before
+    any stage runs and leaves FRACTIONS as it was."""
+    monkeypatch.setattr(model_configs, "FRACTIONS", (1.0, 0.1, 0.01))
+    argv = ["model_study.py", "final", "--work", str(tmp_path), "--fractions"]
+    monkeypatch.setattr(sys, "argv", [*argv, "0.01", "0.5"])
+    assert model_study.main() == 2
+    assert "--fractions: 0.5 not in FRACTIONS (1.0, 0.1, 0.01)" in capsys.readouterr().err
+    assert model_configs.FRACTIONS == (1.0, 0.1, 0.01)
+    monkeypatch.setattr(sys, "argv", [*argv, "0.01", "1.0"])
+    assert model_study.main() == 2  # no select.json in the work folder: nothing is trained
+    assert "no select.json" in capsys.readouterr().err
+    assert model_configs.FRACTIONS == (1.0, 0.01)
