@@ -6,9 +6,11 @@ the tables print them) on S and V F1 (beats) or window F1 (AFIB)?
     python benchmarks/pretraining_pays.py benchmarks/results/h100/model_study/final*_round*.json \
         --out benchmarks/results/pretraining_pays.md
 
-Only pairs scored in one file are compared: a round that scored one initialisation (round 62's
-pretrained rows against round 61's scratch) is left out, though its README section compares
-them.
+Pairs scored in one file are compared, and the rounds of SCRATCH_FROM: a round that trained
+only the pretrained twin of an earlier round's recipe, with the same code and tokens, is
+compared with that round's scratch rows. Other rounds that scored one initialisation (round
+62's pretrained rows against round 61's scratch) are left out, though their README sections
+compare them.
 
 A second reading pairs the runs by seed. `finetune --label-fraction` draws the labelled beats
 from the training seed (heartlm.labelled.windows.keep_label_fraction), so seed s of either
@@ -35,6 +37,10 @@ from pool_rounds import round_label, scores_of
 from heartlm.outdir import atomic_write_text
 
 FRACTIONS = (0.1, 0.01)
+SCRATCH_FROM = {"76": "75"}
+"""round -> the round whose scratch rows it is compared with: round 76 is round 75's recipe
+from the `nextleads` encoder, `src/heartlm` unchanged between them (ce32669), so both
+initialisations learn from the same tokens and, seed by seed, the same labelled beats."""
 METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
 """task -> the metric's name in the table -> its column in pool_rounds.scores_of."""
 
@@ -71,14 +77,24 @@ class Comparison:
         return paired is not None and min(self.differences) > 0 and paired[0] > paired[1]
 
 
-def comparisons(path: Path) -> list[Comparison]:
+def comparisons(path: Path, scratch_path: Path | None = None) -> list[Comparison]:
     """Every (task, fraction, metric) at which `path` scored both initialisations (a file of
-    the early rounds holds beats and AFIB rows together)."""
+    the early rounds holds beats and AFIB rows together); with `scratch_path`, its pretrained
+    rows against that file's scratch rows."""
     result = json.loads(path.read_text())
+    rows = {task: result.get(task) or [] for task in ("beats", "afib")}
+    if scratch_path is not None:
+        other = json.loads(scratch_path.read_text())
+        if other.get("codebook_version") != result.get("codebook_version"):
+            raise ValueError(f"its scratch rows' file {scratch_path} has another codebook")
+        for task in rows:
+            rows[task] = [r for r in rows[task] if r["init"] != "scratch"] + [
+                r for r in other.get(task) or [] if r["init"] == "scratch"
+            ]
     out = []
     for task in ("beats", "afib"):
         values: dict[tuple[str, float, str], list[tuple[int | None, float]]] = defaultdict(list)
-        for row in result.get(task) or []:
+        for row in rows[task]:
             if "ensemble" in row or row["init"] not in ("pretrained", "scratch"):
                 continue
             scores = scores_of(row, task)
@@ -144,6 +160,16 @@ def markdown(rows: list[Comparison]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _scratch_file(path: Path, finals: list[Path]) -> Path | None:
+    """The file among `finals` that holds the scratch rows of `path`'s round (SCRATCH_FROM):
+    the same name with the other round's number."""
+    number = round_label(path)
+    if number not in SCRATCH_FROM:
+        return None
+    partner = path.with_name(path.name.replace(f"round{number}", f"round{SCRATCH_FROM[number]}"))
+    return partner if partner in finals else None
+
+
 def _yes(pays: bool) -> str:
     return "yes" if pays else "no"
 
@@ -156,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Comparison] = []
     for path in args.finals:
         try:
-            rows += comparisons(path)
+            rows += comparisons(path, _scratch_file(path, args.finals))
         except OSError as exc:
             print(f"pretraining_pays: {path}: cannot read it ({exc.strerror})", file=sys.stderr)
             return 2

@@ -4000,3 +4000,46 @@ def test_fractions_narrows_the_final_stages_to_the_named_label_shares(
     assert model_study.main() == 2  # no select.json in the work folder: nothing is trained
     assert "no select.json" in capsys.readouterr().err
     assert model_configs.FRACTIONS == (1.0, 0.01)
+
+
+def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """SCRATCH_FROM: round 6 trained only the pretrained twin of round 5's recipe, so its
+    rows are compared with round 5's scratch rows (round 5's own pretrained rows, if any,
+    are not its); alone, or beside a file of another codebook, it is not compared."""
+    monkeypatch.setattr(pretraining_pays, "SCRATCH_FROM", {"6": "5"})
+    parent, twin = tmp_path / "final_round5.json", tmp_path / "final_round6.json"
+    scratch = [{**_scored_row("scratch", 0.1, s, 0.9), "seed": k} for k, s in enumerate((0.5, 0.7))]
+    parent.write_text(
+        json.dumps(
+            {
+                "codebook_version": 2,
+                "beats": [
+                    *scratch,
+                    *({**_scored_row("pretrained", 0.1, 0.0, 0.0), "seed": k} for k in (0, 1)),
+                ],
+            }
+        )
+    )
+    twin.write_text(
+        json.dumps(
+            {
+                "codebook_version": 2,
+                "beats": [
+                    {**_scored_row("pretrained", 0.1, s, 0.9), "seed": k}
+                    for k, s in enumerate((0.6, 0.9))
+                ],
+            }
+        )
+    )
+    out = tmp_path / "pays.md"
+    assert pretraining_pays.main([str(twin), str(parent), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| 6 | beats | 10% | S F1 | 0.750 ± 0.150 | 0.600 ± 0.100 | +0.150 | no | " in text
+    assert "| 5 | beats | 10% | S F1 | 0.000 ± 0.000 | 0.600 ± 0.100 |" in text
+    assert pretraining_pays.main([str(twin), "--out", str(out)]) == 0
+    assert "| 6 |" not in out.read_text()
+    parent.write_text(json.dumps({"codebook_version": 3, "beats": scratch}))
+    assert pretraining_pays.main([str(twin), str(parent), "--out", str(out)]) == 2
+    assert "has another codebook" in capsys.readouterr().err
