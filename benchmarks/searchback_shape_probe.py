@@ -30,6 +30,7 @@ import numpy as np
 import qrs_stress_bench as stress
 from scipy import signal as sps
 
+from heartlm.outdir import atomic_write_text
 from heartlm.qrs import detect_qrs
 from heartlm.qrs.detector import DEFAULT
 from heartlm.runinfo import cpu_model, versions
@@ -135,9 +136,10 @@ def main() -> int:
         res["ds2_stress"] = stress.ds2_stress(False)
         out["runs"][name] = summary(res)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "searchback_shape_probe.json").write_text(json.dumps(out, indent=1) + "\n")
-    (args.out / "searchback_shape_probe.md").write_text(markdown(out))
-    print(markdown(out))
+    text = markdown(out)
+    atomic_write_text(args.out / "searchback_shape_probe.json", json.dumps(out, indent=1) + "\n")
+    atomic_write_text(args.out / "searchback_shape_probe.md", text)
+    print(text)
     return 0
 
 
