@@ -45,6 +45,10 @@ METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
 """task -> the metric's name in the table -> its column in pool_rounds.scores_of."""
 
 
+class OtherTokens(ValueError):
+    """A SCRATCH_FROM pair whose files were not scored on the same tokens."""
+
+
 @dataclass(frozen=True)
 class Comparison:
     round: str
@@ -86,7 +90,7 @@ def comparisons(path: Path, scratch_path: Path | None = None) -> list[Comparison
     if scratch_path is not None:
         other = json.loads(scratch_path.read_text())
         if other.get("codebook_version") != result.get("codebook_version"):
-            raise ValueError(f"its scratch rows' file {scratch_path} has another codebook")
+            raise OtherTokens(f"its scratch rows' file {scratch_path} has another codebook")
         for task in rows:
             rows[task] = [r for r in rows[task] if r["init"] != "scratch"] + [
                 r for r in other.get(task) or [] if r["init"] == "scratch"
@@ -185,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             rows += comparisons(path, _scratch_file(path, args.finals))
         except OSError as exc:
             print(f"pretraining_pays: {path}: cannot read it ({exc.strerror})", file=sys.stderr)
+            return 2
+        except OtherTokens as exc:
+            print(f"pretraining_pays: {path}: {exc}", file=sys.stderr)
             return 2
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             print(f"pretraining_pays: {path}: not a model-study final file ({exc!r})",

@@ -4042,4 +4042,6 @@ def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_r
     assert "| 6 |" not in out.read_text()
     parent.write_text(json.dumps({"codebook_version": 3, "beats": scratch}))
     assert pretraining_pays.main([str(twin), str(parent), "--out", str(out)]) == 2
-    assert "has another codebook" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"pretraining_pays: {twin}: its scratch rows' file {parent} has another codebook\n"
+    )
