@@ -166,12 +166,14 @@ def markdown(rows: list[Comparison]) -> str:
 
 def _scratch_file(path: Path, finals: list[Path]) -> Path | None:
     """The file among `finals` that holds the scratch rows of `path`'s round (SCRATCH_FROM):
-    the same name with the other round's number."""
+    the other round's file of the same task (its name alike up to the round number), so that
+    a share scored by a later call (`final_round76_share1.json`) finds it too."""
     number = round_label(path)
     if number not in SCRATCH_FROM:
         return None
-    partner = path.with_name(path.name.replace(f"round{number}", f"round{SCRATCH_FROM[number]}"))
-    return partner if partner in finals else None
+    parent, task = SCRATCH_FROM[number], path.name.split(f"round{number}")[0]
+    found = [f for f in finals if f.name.startswith(f"{task}round") and round_label(f) == parent]
+    return found[0] if found else None
 
 
 def _yes(pays: bool) -> str:

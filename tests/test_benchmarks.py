@@ -4040,6 +4040,13 @@ def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_r
     assert "| 5 | beats | 10% | S F1 | 0.000 ± 0.000 | 0.600 ± 0.100 |" in text
     assert pretraining_pays.main([str(twin), "--out", str(out)]) == 0
     assert "| 6 |" not in out.read_text()
+    # A share that a later call scored finds the parent's beat file, not its AFIB file.
+    share = tmp_path / "final_round6_share1.json"
+    share.write_text(twin.read_text())
+    afib = tmp_path / "final_afib_round5.json"
+    afib.write_text(json.dumps({"codebook_version": 9, "afib": []}))
+    assert pretraining_pays._scratch_file(share, [afib, share, parent]) == parent
+    assert pretraining_pays._scratch_file(share, [afib, share]) is None
     parent.write_text(json.dumps({"codebook_version": 3, "beats": scratch}))
     assert pretraining_pays.main([str(twin), str(parent), "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
