@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import qrs_stress_bench as stress
-from scipy import signal as sps
 
 from heartlm.outdir import atomic_write_text
 from heartlm.qrs import detect_qrs
-from heartlm.qrs.detector import DEFAULT
+from heartlm.qrs.detector import DEFAULT, _filtfilt, _likeness, _median_beat
 from heartlm.runinfo import cpu_model, versions
 
 NO_SEARCHBACK = dataclasses.replace(DEFAULT, searchback_rr=math.inf)
@@ -41,24 +40,20 @@ JITTER_S = 0.01
 
 
 def likeness(x: np.ndarray, fs: float, beats: np.ndarray, which: np.ndarray) -> np.ndarray:
-    """Best correlation within +-JITTER_S of each beat in `which` with the median of the
-    (+-HALF_S) windows of all `beats` on the 1-30 Hz band; 1.0 where no window fits."""
-    wide = sps.sosfiltfilt(sps.butter(2, [1.0, 30.0], "bandpass", fs=fs, output="sos"), x)
-    half, jitter = round(HALF_S * fs), max(1, round(JITTER_S * fs))
-    offsets = np.arange(-half, half + 1)
-    fit = beats[(beats >= half + jitter) & (beats < len(x) - half - jitter)]
+    """Best correlation within +-JITTER_S of each beat in `which` with the record's median beat
+    (+-HALF_S), both on the detector's wide band, by the detector's own shape test
+    (`_median_beat`, `_likeness`); 1.0 where there is no median beat or no window fits."""
+    wide = _filtfilt(DEFAULT.wide_band_hz, fs, x)
+    jitter = max(1, round(JITTER_S * fs))
+    template = _median_beat(wide, beats, round(HALF_S * fs))
     out = np.ones(len(which))
-    if len(fit) < 8:
+    if not template @ template > 0:
         return out
-    template = np.median(wide[fit[:, None] + offsets], axis=0)
-    template -= template.mean()
+    norm = template @ template
     for k, b in enumerate(which):
-        if not half + jitter <= b < len(x) - half - jitter:
-            continue
-        windows = wide[b + np.arange(-jitter, jitter + 1)[:, None] + offsets]
-        windows = windows - windows.mean(axis=1, keepdims=True)
-        norms = np.linalg.norm(windows, axis=1) * np.linalg.norm(template)
-        out[k] = float(np.max(windows @ template / np.maximum(norms, 1e-12)))
+        rho = max(_likeness(wide, template, norm, i)[0] for i in range(b - jitter, b + jitter + 1))
+        if rho > -1.0:  # -1: the template does not fit there
+            out[k] = rho
     return out
 
 
