@@ -6,6 +6,14 @@ ddof 0, as the tables print it), one line per model (pretrained, scratch, the tr
         --out benchmarks/results/h100/model_study/label_curve_round64.png
 
 The seed ensembles ("3 seeds together") are left out: they are one model, not a spread.
+Several files draw one figure: a twin round whose pretrained rows lie in two files and whose
+scratch rows are its parent's (pretraining_pays.SCRATCH_FROM):
+
+    python benchmarks/label_curve.py final_round76.json final_round76_share1.json \
+        final_round75.json --out label_curve_round76.png
+
+A row that two files both hold (the same model, share and seed, as the floor rows of a twin
+and its parent) counts once when its F1s agree, and is refused when they differ.
 """
 
 from __future__ import annotations
@@ -43,40 +51,57 @@ class Point:
 Curves = dict[str, dict[str, list[Point]]]
 """model -> class -> points, label fractions ascending."""
 
+SeedF1s = dict[tuple[str, float, int], dict[str, float]]
+"""(model, label fraction, seed) -> class -> F1."""
+
 
 class NotAFinalFile(ValueError):
     """The file is not a model-study `final` file with beat rows."""
 
 
-def curves(final: dict) -> Curves:
+def seed_f1s(final: dict) -> SeedF1s:
     rows = final.get("beats") if isinstance(final, dict) else None
     if not isinstance(rows, list):
         raise NotAFinalFile("no `beats` list")
-    f1s: dict[str, dict[str, dict[float, dict[int, float]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(dict))
-    )  # model -> class -> fraction -> seed -> F1
+    f1s: SeedF1s = {}
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise NotAFinalFile(f"row {i} is not an object")
         if "ensemble" in row:
             continue
         try:
-            model, fraction, seed = row["init"], float(row["label_fraction"]), int(row["seed"])
+            key = (row["init"], float(row["label_fraction"]), int(row["seed"]))
             values = {cls: float(row["per_class"][cls]["f1"]) for cls in CLASSES}
         except (KeyError, TypeError, ValueError) as exc:
             raise NotAFinalFile(f"row {i}: a field is missing or malformed ({exc})") from exc
-        for cls, f1 in values.items():
-            seeds = f1s[model][cls][fraction]
-            if seed in seeds:
-                raise NotAFinalFile(f"row {i} ({model}, {fraction:g}): seed {seed} twice")
-            seeds[seed] = f1
+        if key in f1s:
+            raise NotAFinalFile(f"row {i} ({key[0]}, {key[1]:g}): seed {key[2]} twice")
+        f1s[key] = values
     if not f1s:
         raise NotAFinalFile("no beat rows")
-    return {model: {cls: [Point(fr, float(np.mean(list(s.values()))),
-                                float(np.std(list(s.values()))), len(s))
+    return f1s
+
+
+def merged(into: SeedF1s, more: SeedF1s) -> SeedF1s:
+    """`into` with `more`'s rows; a row both hold must agree (the same run in two files)."""
+    for (model, fraction, seed), values in more.items():
+        if into.get((model, fraction, seed), values) != values:
+            raise NotAFinalFile(f"{model}, {fraction:g}, seed {seed}: an earlier file scores "
+                                "this run with other F1s")  # fmt: skip
+    return {**into, **more}
+
+
+def curves(f1s: SeedF1s) -> Curves:
+    by_model: dict[str, dict[str, dict[float, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for (model, fraction, _seed), values in f1s.items():
+        for cls, f1 in values.items():
+            by_model[model][cls][fraction].append(f1)
+    return {model: {cls: [Point(fr, float(np.mean(s)), float(np.std(s)), len(s))
                           for fr, s in sorted(by_fraction.items())]
-                    for cls, by_fraction in f1s[model].items()}
-            for model in sorted(f1s)}  # fmt: skip
+                    for cls, by_fraction in by_model[model].items()}
+            for model in sorted(by_model)}  # fmt: skip
 
 
 def _colour(model: str) -> str:
@@ -119,24 +144,29 @@ def plot(lines: Curves, title: str, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("final", type=Path, help="a model-study final_*.json")
+    parser.add_argument("finals", type=Path, nargs="+", metavar="final",
+                        help="model-study final_*.json files, drawn as one figure")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if args.out.suffix.lower() != ".png" or args.out.is_dir() or not args.out.parent.is_dir():
         print(f"label_curve: {args.out}: --out must be a .png file in an existing folder",
               file=sys.stderr)  # fmt: skip
         return 2
+    f1s: SeedF1s = {}
+    for path in args.finals:
+        try:
+            f1s = merged(f1s, seed_f1s(json.loads(path.read_text())))
+        except OSError as exc:
+            print(f"label_curve: {path}: cannot read it ({exc.strerror})", file=sys.stderr)
+            return 2
+        except ValueError as exc:  # NotAFinalFile and JSON errors
+            print(f"label_curve: {path}: not a model-study final file ({exc})", file=sys.stderr)
+            return 2
+    lines = curves(f1s)
+    title = " + ".join(path.stem for path in args.finals)
     try:
-        lines = curves(json.loads(args.final.read_text()))
-    except OSError as exc:
-        print(f"label_curve: {args.final}: cannot read it ({exc.strerror})", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # NotAFinalFile and JSON errors
-        print(f"label_curve: {args.final}: not a model-study final file ({exc})", file=sys.stderr)
-        return 2
-    seeds = _seed_counts(lines)
-    try:
-        plot(lines, f"{args.final.stem}: DS2 beat F1, mean ± std over {seeds} seeds", args.out)
+        plot(lines, f"{title}: DS2 beat F1, mean ± std over {_seed_counts(lines)} seeds",
+             args.out)  # fmt: skip
     except OSError as exc:
         print(f"label_curve: {args.out}: cannot write it ({exc.strerror or exc})", file=sys.stderr)
         return 2

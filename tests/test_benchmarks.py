@@ -3789,7 +3789,7 @@ def test_the_label_curve_averages_each_models_seeds_per_fraction_without_the_ens
     rows.append(_final_row("scratch, 3 seeds together", 1.0, 0, 0.0, ensemble=["a", "b"]))
     final = tmp_path / "final_round99.json"
     final.write_text(json.dumps({"beats": rows}))
-    lines = label_curve.curves(json.loads(final.read_text()))
+    lines = label_curve.curves(label_curve.seed_f1s(json.loads(final.read_text())))
     assert set(lines) == {"scratch", "pretrained"}
     low, high = lines["scratch"]["S"]
     assert (low.fraction, high.fraction) == (0.1, 1.0) and high.seeds == 2
@@ -3801,6 +3801,40 @@ def test_the_label_curve_averages_each_models_seeds_per_fraction_without_the_ens
     assert label_curve.main([str(final), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_label_curve_draws_a_twin_round_from_its_files_and_its_parents_scratch_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    floor = [_final_row("tree floor", fr, 0, 0.2) for fr in (0.1, 0.01)]
+    parent = tmp_path / "final_round75.json"
+    parent.write_text(json.dumps({"beats": [*floor, *(_final_row("scratch", fr, 0, 0.5)
+                                                       for fr in (0.1, 0.01))]}))  # fmt: skip
+    ten = tmp_path / "final_round76.json"
+    ten.write_text(json.dumps({"beats": [floor[0], _final_row("pretrained", 0.1, 0, 0.6)]}))
+    one = tmp_path / "final_round76_share1.json"
+    one.write_text(json.dumps({"beats": [floor[1], _final_row("pretrained", 0.01, 0, 0.3)]}))
+    f1s: label_curve.SeedF1s = {}
+    for path in (ten, one, parent):
+        f1s = label_curve.merged(f1s, label_curve.seed_f1s(json.loads(path.read_text())))
+    lines = label_curve.curves(f1s)
+    assert set(lines) == {"pretrained", "scratch", "tree floor"}
+    points = lines["pretrained"]["S"]
+    assert [(p.fraction, p.seeds) for p in points] == [(0.01, 1), (0.1, 1)]
+    assert [p.mean for p in points] == pytest.approx([0.3, 0.6])
+    assert [p.seeds for p in lines["tree floor"]["S"]] == [1, 1]
+    png = tmp_path / "curve.png"
+    assert label_curve.main([str(ten), str(one), str(parent), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+
+    other = tmp_path / "final_round77.json"
+    other.write_text(json.dumps({"beats": [_final_row("tree floor", 0.1, 0, 0.25)]}))
+    png.unlink()
+    assert label_curve.main([str(ten), str(other), "--out", str(png)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"label_curve: {other}:") and "seed 0" in err and "\n" not in err
+    assert not png.exists()
 
 
 @pytest.mark.parametrize(
