@@ -6,7 +6,7 @@ stopped after every run was trained and scored on DS2, before the floors were fi
         --floors benchmarks/results/h100/model_study/final_roundMM.json --out OUT \
         [--no-s-guard: a call of round 74 or earlier] [--ds2-only: stopped before the held-out
         patients and the seeds together were scored] [--partial: stopped before some runs'
-        DS2 answers too]
+        DS2 answers too] [--fractions SHARE...: the call's own `model_study.py --fractions`]
 
 Every transformer row is the answer the call kept for the command `final` asks (each
 fine-tuning run's DS2 and held-out evaluation, each label share's seeds together), checked
@@ -120,17 +120,17 @@ def _scored_as(words: list[str], recipe: str) -> bool:
 
 def transformer_rows(
     answers: list[tuple[str, list[str], dict[str, Any]]], chosen: dict[str, str],
-    commands: list[str], ds2_only: bool = False, unscored: list[str] | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    commands: list[str], ds2_only: bool = False, partial: bool = False,
+) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """`final`'s rows of each initialisation's chosen recipe, in its order: each run (DS2, with
     its held-out patients), then each label share's seeds together; SystemExit where a run,
     an answer or the seeds together are missing or not one. `ds2_only`: each run's DS2 row
     alone, for a call stopped before it scored the held-out patients and the seeds together.
-    `unscored` (a list, with `ds2_only`): a run the call trained but did not score on DS2 is
-    named there instead of refused, for a call stopped before every DS2 answer."""
-    runs, together = [], []
+    `partial` (with `ds2_only`): a run the call trained but did not score on DS2 is returned
+    in the second list instead of refused, for a call stopped before every DS2 answer."""
+    runs, together, unscored = [], [], []
     trained = {run for run, _, _ in answers}
-    if unscored is not None:  # a run stopped before any answer is named by its fine-tuning
+    if partial:  # a run stopped before any answer is named by its fine-tuning
         trained |= {w[w.index("--out") + 1] for c in commands
                     if (w := shlex.split(c))[1] == "finetune" and "--out" in w}  # fmt: skip
     for init, recipe in chosen.items():
@@ -149,7 +149,7 @@ def transformer_rows(
                         if run == seeds[seed] and _scored_as(w, recipe)]  # fmt: skip
                 ds2 = [rep for w, rep in mine if "tok_beats" in w and "--ensemble" not in w]
                 sick = [rep for w, rep in mine if cfg.HELD_OUT["sick"] in w]
-                if not ds2 and unscored is not None and ds2_only:
+                if not ds2 and partial and ds2_only:
                     unscored.append(seeds[seed])
                     continue
                 if len(ds2) != 1 or (len(sick) != 1 and not ds2_only):
@@ -168,7 +168,7 @@ def transformer_rows(
             together.append({"init": f"{init}, {len(cfg.SEEDS)} seeds together",
                              "label_fraction": fraction, "ensemble": list(cfg.SEEDS),
                              **pooled[0]})  # fmt: skip
-    return runs + together
+    return runs + together, unscored
 
 
 def floor_rows(
@@ -178,7 +178,8 @@ def floor_rows(
     a floor the call fitted (`fitted`, kept_floors) differs from its row there."""
     kinds = beat_floor_kinds([config_of(recipe) for recipe in chosen.values()])
     names = {floor_name(inputs, data=folder) for inputs, folder in kinds}
-    rows = [row for row in floors["beats"] if row["init"] in names]
+    rows = [row for row in floors["beats"]
+            if row["init"] in names and row["label_fraction"] in cfg.FRACTIONS]  # fmt: skip
     have = {(row["init"], row["label_fraction"], row["seed"]) for row in rows}
     want = {(n, f, s) for n in names for f in cfg.FRACTIONS for s in cfg.SEEDS}
     if have != want:
@@ -209,9 +210,17 @@ def main() -> int:
     ap.add_argument("--partial", action="store_true",
                     help="with --ds2-only: the runs the call trained and did not score on DS2 "
                          "are listed as unscored, their rows left out")  # fmt: skip
+    ap.add_argument("--fractions", type=float, nargs="+", metavar="SHARE",
+                    help=f"the label shares of FRACTIONS {cfg.FRACTIONS} that the call's "
+                         "`model_study.py --fractions` scored")  # fmt: skip
     args = ap.parse_args()
     if args.partial and not args.ds2_only:
         raise SystemExit("--partial reads DS2 rows alone: add --ds2-only")
+    if args.fractions:
+        if unknown := sorted(set(args.fractions) - set(cfg.FRACTIONS)):
+            raise SystemExit(f"--fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
+                             f"{cfg.FRACTIONS}")  # fmt: skip
+        cfg.FRACTIONS = tuple(f for f in cfg.FRACTIONS if f in args.fractions)
     if args.no_s_guard:
         cfg.S_NEEDS_TRANSFORMER = False
     if best_pair(args.select):
@@ -225,8 +234,7 @@ def main() -> int:
     commands = logged_commands(args.log.read_text())
     kept = kept_answers(args.answers)
     answers, fitted = _answers(kept), kept_floors(kept)
-    unscored: list[str] | None = [] if args.partial else None
-    rows = transformer_rows(answers, chosen, commands, args.ds2_only, unscored)
+    rows, unscored = transformer_rows(answers, chosen, commands, args.ds2_only, args.partial)
     rows += floor_rows(floors, chosen, fitted)
     results = {
         **{k: call[k] for k in ("date", "machine", "versions", "codebook_version", "goals",
@@ -242,7 +250,7 @@ def main() -> int:
         "floors_from": args.floors.name,
         "floors_checked": len(fitted),
         "ds2_only": args.ds2_only,
-        **({} if unscored is None else {"unscored": unscored}),
+        **({"unscored": unscored} if args.partial else {}),
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

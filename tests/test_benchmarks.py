@@ -3519,7 +3519,8 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     commands = final_from_answers.logged_commands(log)
     assert len(commands) == 4 and commands[-1] == "heartlm evaluate x tok_beats --json"
     found = final_from_answers._answers(final_from_answers.kept_answers(tmp_path / "runs.tar.gz"))
-    rows = final_from_answers.transformer_rows(found, chosen, commands)
+    rows, unscored = final_from_answers.transformer_rows(found, chosen, commands)
+    assert unscored == []
     assert [(r["init"], r.get("seed"), r["accuracy"]) for r in rows] == [
         ("scratch", 0, 0.9),
         ("scratch", 1, 0.7),
@@ -3541,13 +3542,17 @@ def test_final_from_answers_reads_the_kept_answers_of_the_chosen_recipe_only(
     ds2 = [a for a in found if sick not in a[1] and "--ensemble" not in a[1]]
     with pytest.raises(SystemExit, match="1 DS2 and 0 held-out answers"):
         final_from_answers.transformer_rows(ds2, chosen, commands)
-    rows = final_from_answers.transformer_rows(ds2, chosen, commands, ds2_only=True)
+    rows, _ = final_from_answers.transformer_rows(ds2, chosen, commands, ds2_only=True)
     assert [(r["init"], r["seed"], r["accuracy"]) for r in rows] == [
         ("scratch", 0, 0.9), ("scratch", 1, 0.7)]  # fmt: skip
     assert not any("sick_test" in r for r in rows)
     with pytest.raises(SystemExit, match="seed 1: 0 runs fine-tuned as"):  # a DS2 answer missing
         final_from_answers.transformer_rows(
             [a for a in ds2 if a[0] != runs[1]], chosen, commands, ds2_only=True)  # fmt: skip
+    rows, unscored = final_from_answers.transformer_rows(  # stopped before seed 1's answer
+        [a for a in ds2 if a[0] != runs[1]], chosen, commands, ds2_only=True, partial=True
+    )
+    assert [(r["seed"], r["accuracy"]) for r in rows] == [(0, 0.9)] and unscored == [runs[1]]
 
 
 def _assembled_final(
@@ -3611,6 +3616,41 @@ def test_round_76_s_partial_file_is_what_its_kept_answers_rebuild_and_names_what
         run([w for w in argv if w != "--partial"])
     with pytest.raises(SystemExit, match="--partial reads DS2 rows alone"):
         run([w for w in argv if w != "--ds2-only"])
+
+
+def test_round_76_s_one_percent_call_rebuilds_from_its_answers_at_that_share_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """The fifty-first session's call scored round 76 at 1 % alone (`model_study.py
+    --fractions 0.01`) and finished: `final_from_answers.py --fractions 0.01` rebuilds its
+    rows, held-out patients and seeds together included, from its kept answers and log with
+    round 75's floor rows at that share; without `--fractions` the other shares are missing."""
+    repo = Path(model_ledger.__file__).parent.parent
+    results = repo / "benchmarks/results/h100/model_study"
+    committed = json.loads((results / "final_round76_share1.json").read_text())
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(model_beat_rounds.ROUND_76))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(model_beat_rounds.ROUND_76_SHARES))
+    monkeypatch.setattr(model_configs, "FRACTIONS", model_configs.FRACTIONS)
+    argv = ["final_from_answers.py", str(results / "final_finetune_runs_round76_share1.tar.gz"),
+            "--log", str(results / "final_round76_share1.log"),
+            "--pretrain", str(results / "pretrain_final_round76_share1.json"),
+            "--select", str(results / "select_round76.json"),
+            "--floors", str(results / "final_round75.json"), "--out", str(tmp_path)]  # fmt: skip
+
+    def run(more: list[str]) -> int:
+        monkeypatch.setattr(sys, "argv", argv + more)
+        with contextlib.redirect_stdout(io.StringIO()):
+            return final_from_answers.main()
+
+    with pytest.raises(SystemExit, match="not in FRACTIONS"):
+        run(["--fractions", "0.5"])
+    with pytest.raises(SystemExit, match="pretrained 1 seed 0: 0 runs fine-tuned as"):
+        run([])
+    assert run(["--fractions", "0.01"]) == 0
+    rebuilt = json.loads((tmp_path / "final.json").read_text())
+    assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
+    assert {r["label_fraction"] for r in rebuilt["beats"]} == {0.01}
+    assert sum("ensemble" in r for r in rebuilt["beats"]) == 1
 
 
 def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
