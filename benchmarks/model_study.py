@@ -154,9 +154,21 @@ def main() -> int:
         help=f"final stages: score only these of FRACTIONS {cfg.FRACTIONS} (a round whose other "
              "shares an earlier call scored, when device time is short)",
     )  # fmt: skip
+    ap.add_argument(
+        "--select-fraction", type=float, metavar="SHARE",
+        help=f"select: the share of the training fold's labels (SELECT_FRACTION, "
+             f"{cfg.SELECT_FRACTION}); a smaller one asks the folds whether pretraining pays "
+             "where labels are scarce",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         quick()
+    if args.select_fraction is not None:
+        if not 0 < args.select_fraction <= 1:
+            print(f"model_study: --select-fraction: {args.select_fraction} is not a share in "
+                  "(0, 1]", file=sys.stderr)  # fmt: skip
+            return 2
+        cfg.SELECT_FRACTION = args.select_fraction
     if args.fractions:
         if unknown := sorted(set(args.fractions) - set(cfg.FRACTIONS)):
             print(f"model_study: --fractions: {', '.join(map(str, unknown))} not in FRACTIONS "

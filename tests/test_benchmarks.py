@@ -4076,6 +4076,22 @@ def test_fractions_narrows_the_final_stages_to_the_named_label_shares(
     assert model_configs.FRACTIONS == (1.0, 0.01)
 
 
+def test_select_fraction_sets_the_folds_label_share_and_refuses_a_share_outside_0_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setattr(model_configs, "SELECT_FRACTION", 1.0)
+    argv = ["model_study.py", "final", "--work", str(tmp_path), "--select-fraction"]
+    for bad in ("0", "1.5", "-0.1"):
+        monkeypatch.setattr(sys, "argv", [*argv, bad])
+        assert model_study.main() == 2
+        assert "is not a share in (0, 1]" in capsys.readouterr().err
+        assert model_configs.SELECT_FRACTION == 1.0
+    monkeypatch.setattr(sys, "argv", [*argv, "0.01"])
+    assert model_study.main() == 2  # no select.json in the work folder: nothing is trained
+    assert "no select.json" in capsys.readouterr().err
+    assert model_configs.SELECT_FRACTION == 0.01
+
+
 def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
