@@ -33,6 +33,7 @@ import beat_mlp_pretraining_probe
 import cudagraph_twins
 import feature_scale_probe
 import final_from_answers
+import fold_answers
 import fold_misses_by_record
 import label_curve
 import model_afib
@@ -4074,6 +4075,57 @@ def test_fractions_narrows_the_final_stages_to_the_named_label_shares(
     assert model_study.main() == 2  # no select.json in the work folder: nothing is trained
     assert "no select.json" in capsys.readouterr().err
     assert model_configs.FRACTIONS == (1.0, 0.01)
+
+
+def _kept_call(tmp_path: Path, answers: dict[str, list[tuple[str, np.ndarray]]]) -> Path:
+    """A call's finetune_runs.tar.gz holding `answers`: run -> [(command's tail, confusion)]."""
+    for run, kept in answers.items():
+        folder = tmp_path / "call" / ".evaluations" / run
+        folder.mkdir(parents=True)
+        for k, (words, cm) in enumerate(kept):
+            report = {"confusion": cm.tolist()}
+            command = {"command": f"heartlm evaluate {run} {words}", "report": report}
+            (folder / f"{k}.json").write_text(json.dumps(command))
+    tarball = tmp_path / "runs.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(tmp_path / "call" / ".evaluations", ".evaluations")
+    return tarball
+
+
+def test_fold_answers_sums_each_recipes_fold_answers_per_reading_and_keeps_the_seeds_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    def cm(s_found: int) -> np.ndarray:  # 10 S beats, s_found of them called S
+        m = np.diag([90, s_found, 10, 0, 0])
+        m[1, 0] = 10 - s_found
+        return m
+
+    folds = "tok_beats --json --records 101 --views 1"
+    answers = {
+        f"sel_scratch_x_fold{k}_s{s}_0123abcd": [(folds, cm(found)),
+                                                 (f"{folds} --beat-mlp-share 1", cm(10)),
+                                                 ("tok_sick_test --json --views 1", cm(0))]
+        for k, s, found in ((0, 0, 10), (1, 0, 10), (0, 1, 0), (1, 1, 0))
+    }  # fmt: skip
+    answers["ft_beats_scratch_1_s0_0123abcd"] = [(folds, cm(0))]  # a final run: not a fold's
+    tarball = _kept_call(tmp_path, answers)
+    found = fold_answers.fold_answers(final_from_answers.kept_answers(tarball))
+    assert sorted(found) == [
+        ("scratch_x", "--views 1"),
+        ("scratch_x", "--views 1 --beat-mlp-share 1"),
+    ]
+    text = fold_answers.table(found)
+    plain = next(line for line in text.splitlines() if "`--views 1`" in line).split(" | ")
+    assert plain[2:6] == ["4", f"{420 / 440:.4f}", f"{2 * 20 / (20 + 40):.3f}", "1.000"]
+    assert plain[8] == "1.000 / 0.000"  # seed 0 found every S beat, seed 1 none
+    out = tmp_path / "folds.md"
+    assert fold_answers.main([str(tarball), "--out", str(out)]) == 0
+    assert out.read_text().endswith(text) and capsys.readouterr().out == out.read_text()
+    empty = _kept_call(tmp_path / "other", {"ft_beats_scratch_1_s0_0123abcd": [(folds, cm(0))]})
+    assert fold_answers.main([str(empty), "--out", str(tmp_path / "no.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"fold_answers: {empty}:") and "no fold answer" in err
+    assert "\n" not in err and not (tmp_path / "no.md").exists()
 
 
 def test_select_fraction_sets_the_folds_label_share_and_refuses_a_share_outside_0_1(
