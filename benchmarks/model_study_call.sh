@@ -21,6 +21,8 @@
 # WORK still holds its trained runs (round 76's `select` finished in 45 s so).
 # A `final` that the session's device time cannot hold whole scores one label share at a time:
 #   bash benchmarks/model_study_call.sh prepare pretrain final --fractions 0.01
+# and `select --select-fraction 0.01` asks the DS1 folds at that share (a stopped call's fold
+# table: benchmarks/fold_answers.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
