@@ -1163,8 +1163,14 @@ Measured (forty-ninth session, one H100): on the folds the twin's guarded readin
 +0.003 +- 0.004 over its floor (the parent +0.004 +- 0.003). `final` was stopped by device
 time after four DS2 answers (final_from_answers.py --partial): at 10 % of the labels the
 pretrained S F1 is 0.707 +- 0.025 against scratch's 0.621 +- 0.144 (inside that spread),
-V 0.955 against 0.958 (trails), every seed finding record 232's S beats at 0.76-0.84; 1 %
-and two seeds of 100 % are not scored."""
+V 0.955 against 0.958 (trails), every seed finding record 232's S beats at 0.76-0.84.
+Fifty-first session (one H100, one share a call, `model_study.py --fractions`): at 1 % the
+twin trails on S at every seed (0.452 +- 0.150 against 0.627 +- 0.119; record 232 at 0.64 /
+0.13 / 0.46 against 0.80 / 0.40 / 0.74) and ties on V (0.951 against 0.948); at 100 % (all
+three seeds, a second look at seed 1's recipe) it leads on S (0.758 +- 0.063 against 0.702
++- 0.043) and sits under its floor on V (0.960 against 0.961) and F (0.420 against 0.432).
+On the folds at 1 % (`--select-fraction 0.01`, stopped after the fold answers) the two
+starts tie: S F1 0.354 against 0.353, V 0.881 against 0.882. Pretraining does not pay."""
 
 
 ROUND_76 = dict(CONFIGS)
