@@ -3,7 +3,7 @@ select.json: every recipe's beat evaluations that the call kept (finetune_runs.t
 summed over both folds and the seeds, one row per recipe and reading (views, per-beat
 network share), with the seeds' S and V F1 apart. DS2 is not read: `select` scores folds only.
 
-    python benchmarks/fold_answers.py CALL/finetune_runs.tar.gz --out select_roundNN_cut.md
+    python benchmarks/fold_answers.py CALL/finetune_runs.tar.gz --out folds_roundNN.md
 
 The held-out synthetic patients and the floor are not here (a stopped call may lack them);
 the columns are the fold table's, not the selection rule's margins.
