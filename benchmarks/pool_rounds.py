@@ -62,15 +62,23 @@ def round_label(path: Path) -> str:
 
 
 def ledger(paths: list[Path]) -> list[dict]:
-    """One entry per recipe each round file scored on DS2, in the study's own terms."""
+    """One entry per recipe each round scored on DS2, in the study's own terms; a round whose
+    label shares were scored by separate calls (final_round76.json, final_round76_share1.json)
+    lists its recipe once."""
     entries = []
     for path in paths:
         result = json.loads(path.read_text())
         codebook = result.get("codebook_version", UNRECORDED_CODEBOOK)
         for config, flags in result.get("config", {}).items():
-            entries.append({"round": round_label(path), "stage": result.get("stage", "final"),
-                            "config": config, "flags": flags,
-                            "codebook_version": codebook})  # fmt: skip
+            entry = {
+                "round": round_label(path),
+                "stage": result.get("stage", "final"),
+                "config": config,
+                "flags": flags,
+                "codebook_version": codebook,
+            }
+            if entry not in entries:
+                entries.append(entry)
     return sorted(entries, key=lambda e: (int(e["round"]) if e["round"].isdigit() else 0,
                                           e["stage"], e["config"]))  # fmt: skip
 

@@ -1541,7 +1541,11 @@ def test_a_final_stage_scores_only_the_recipes_the_ledger_does_not_list(
               "codebook_version": CODEBOOK_VERSION}  # fmt: skip
     (tmp_path / "final_round20.json").write_text(json.dumps(result))
     ledger = tmp_path / "ds2_scored.json"
-    ledger.write_text(json.dumps(pool_rounds.ledger([tmp_path / "final_round20.json"])))
+    (tmp_path / "final_round20_share1.json").write_text(json.dumps(result))  # another share
+    entries = pool_rounds.ledger([tmp_path / "final_round20.json",
+                                  tmp_path / "final_round20_share1.json"])  # fmt: skip
+    assert [e["config"] for e in entries] == ["pretrained: rec_views4"]
+    ledger.write_text(json.dumps(entries))
     monkeypatch.setattr(model_ledger, "DS2_LEDGER", ledger)
     chosen = {"pretrained": "rec_views4", "scratch": "new"}
     both = {"pretrained": flags, "scratch": ["--from-scratch"]}
