@@ -3,7 +3,10 @@ select.json: every recipe's beat evaluations that the call kept (finetune_runs.t
 summed over both folds and the seeds, one row per recipe and reading (views, per-beat
 network share), with the seeds' S and V F1 apart. DS2 is not read: `select` scores folds only.
 
-    python benchmarks/fold_answers.py CALL/finetune_runs.tar.gz --out folds_roundNN.md
+    python benchmarks/fold_answers.py CALL/finetune_runs.tar.gz [CALL2/...] --out folds_roundNN.md
+
+Several calls' answers make one table (a twin's fold runs beside its parent's, from two
+calls); an answer two of them both kept (the same run and command) counts once.
 
 The held-out synthetic patients and the floor are not here (a stopped call may lack them);
 the columns are the fold table's, not the selection rule's margins.
@@ -44,11 +47,15 @@ def reading_of(command: str) -> str:
 def fold_answers(kept: list[tuple[str, dict[str, Any]]]) -> dict[tuple[str, str], dict]:
     """(recipe, reading) -> {seed: [reports]} of every kept answer on the folds' tokens."""
     found: dict[tuple[str, str], dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    seen: set[tuple[str, str]] = set()
     for name, answer in kept:
         match = RUN.match(name)
         command = answer.get("command", "")
         if not match or " tok_beats" not in command or "--records" not in command:
             continue
+        if (name, command) in seen:
+            continue
+        seen.add((name, command))
         key = (match["recipe"], reading_of(command))
         found[key][int(match["seed"])].append(answer["report"])
     if not found:
@@ -82,18 +89,22 @@ def table(found: dict[tuple[str, str], dict[int, list[dict]]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("answers", type=Path, help="the call's finetune_runs.tar.gz")
+    parser.add_argument("answers", type=Path, nargs="+",
+                        help="the calls' finetune_runs.tar.gz")  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the Markdown table to write")
     args = parser.parse_args(argv)
+    kept = []
+    for path in args.answers:
+        try:
+            kept += kept_answers(path)
+        except (OSError, tarfile.TarError, ValueError) as exc:  # ValueError: JSON
+            print(f"fold_answers: {path}: cannot read it ({exc})", file=sys.stderr)
+            return 2
+    names = ", ".join(map(str, args.answers))
     try:
-        text = f"# DS1 folds from kept answers: {args.answers.name}\n\n"
-        text += table(fold_answers(kept_answers(args.answers)))
-    except (OSError, tarfile.TarError) as exc:
-        print(f"fold_answers: {args.answers}: cannot read it ({exc})", file=sys.stderr)
-        return 2
-    except (ValueError, KeyError, TypeError) as exc:  # NotASelectCall, JSON, missing fields
-        print(f"fold_answers: {args.answers}: not a select call's answers ({exc})",
-              file=sys.stderr)  # fmt: skip
+        text = f"# DS1 folds from kept answers: {names}\n\n{table(fold_answers(kept))}"
+    except (ValueError, KeyError, TypeError) as exc:  # NotASelectCall, missing fields
+        print(f"fold_answers: {names}: not a select call's answers ({exc})", file=sys.stderr)
         return 2
     try:
         atomic_write_bytes(args.out, text.encode())

@@ -1175,3 +1175,32 @@ starts tie: S F1 0.354 against 0.353, V 0.881 against 0.882. Pretraining does no
 
 ROUND_76 = dict(CONFIGS)
 ROUND_76_SHARES = dict(BEAT_MLP_SHARES)
+_PRETRAINED_77 = _PRETRAINED_76.replace("pretrained_nextleads_", "pretrained_nextleadsmlp_", 1)
+
+
+CONFIGS = {**ROUND_76, _PRETRAINED_77: ROUND_76[_PRETRAINED_76]}
+BEAT_MLP_SHARES = {name: ROUND_76_SHARES[_PRETRAINED_76] for name in CONFIGS}
+"""Round 77 (prepared in the fifty-first session, on the CPU, after round 76's DS2 scores at
+every share were read): both parts of the model pretrained. Round 76's `nextleads` twin
+pretrains the transformer alone. Under the S guard S is read half from it, and at 10 % of the
+labels it steadied DS2's record 232 (S F1 0.707 +- 0.025 against scratch's 0.621 +- 0.144).
+V and F are read from the per-beat network, which started at random in both starts: V never
+led scratch (0.955 against 0.958 at 10 %, 0.951 against 0.948 at 1 %), and at 100 % V and F
+fell under the floor. `nextleadsmlp` (round 68) also pretrains that network, to name each
+unlabelled beat's morphology code. On round 69's folds it lifted the network read alone
+over a random start (S 0.505 against 0.437, V 0.911 against 0.905, F 0.118 against 0.090).
+On DS2 round 69 lost S (0.260), read then from the network alone, which the guard now bars.
+Round 76's twin from `nextleadsmlp`, every fine-tuning flag the same, at the same shares;
+the parent and round 76's twin stay in CONFIGS so that `--configs` can name them.
+Plan, each step DS1 only until the folds have spoken:
+1. `select --configs <this twin>` at 100 %: its rows beside round 76's twin
+   (select_round76.json) and the parent (select_round74.json) under SELECT_RULE;
+2. `select --select-fraction 0.01 --configs <this twin>`: beside the 1 % fold rows of the parent
+   and round 76's twin (folds_round76_share1.md; `fold_answers.py` reads both calls' answers);
+3. if the folds put it above its floor at 100 %, `final --fractions` one share a call, read
+   against round 75's scratch rows (pretraining_pays.SCRATCH_FROM).
+Not measured yet."""
+
+
+ROUND_77 = dict(CONFIGS)
+ROUND_77_SHARES = dict(BEAT_MLP_SHARES)

@@ -37,10 +37,12 @@ from pool_rounds import round_label, scores_of
 from heartlm.outdir import atomic_write_text
 
 FRACTIONS = (0.1, 0.01)
-SCRATCH_FROM = {"76": "75"}
+SCRATCH_FROM = {"76": "75", "77": "75"}
 """round -> the round whose scratch rows it is compared with: round 76 is round 75's recipe
 from the `nextleads` encoder, `src/heartlm` unchanged between them (ce32669), so both
-initialisations learn from the same tokens and, seed by seed, the same labelled beats."""
+initialisations learn from the same tokens and, seed by seed, the same labelled beats; round
+77 (prepared) is the same recipe from `nextleadsmlp`. A pair scored on other tokens is refused
+(OtherTokens)."""
 METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
 """task -> the metric's name in the table -> its column in pool_rounds.scores_of."""
 

@@ -3046,7 +3046,7 @@ def test_round_74_trains_round_73s_choice_with_fusion_patients_and_reads_f_from_
 def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other_flag_the_same(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    """The live round: the parent as round 74 ran it and its pretrained twin, which differs by
+    """The parent as round 74 ran it and its pretrained twin, which differs by
     `--from-scratch` alone and starts from `nextleads` (the other leads' corpus), on the same
     records at round 74's shares; DS2 scored the twin first in round 76. Round 75, `final` of
     round 74's committed selection, still runs with these CONFIGS: it adopts the fusion twin,
@@ -3054,7 +3054,6 @@ def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other
     rounds = model_beat_rounds
     parent = f"{rounds._SCRATCH_63}{rounds.DOUBLE_ENCODER_LOSS_SUFFIX}"
     twin = f"pretrained_nextleads_{parent.removeprefix('scratch_')}"
-    assert rounds.CONFIGS == rounds.ROUND_76 and rounds.BEAT_MLP_SHARES == rounds.ROUND_76_SHARES
     assert {
         parent: rounds.ROUND_74[parent],
         twin: [f for f in rounds.ROUND_74[parent] if f != "--from-scratch"],
@@ -3081,6 +3080,41 @@ def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other
     assert chosen == {"scratch": model_recipes.offsetted(shared, "V", 1)}
     runs = model_runner.pretraining_runs(stages, work)
     assert runs == [(model_configs.SCRATCH_VARIANT, seed) for seed in model_configs.SEEDS]
+
+
+def test_round_77_adds_round_76s_twin_from_the_encoder_that_also_pretrains_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The live round: round 76's recipes and their twin from `nextleadsmlp`, every fine-tuning
+    flag the same, at round 76's shares; no round has scored it on DS2, and a `select` that
+    names it alone pretrains `nextleadsmlp` and nothing else."""
+    rounds = model_beat_rounds
+    assert rounds.CONFIGS == rounds.ROUND_77 and rounds.BEAT_MLP_SHARES == rounds.ROUND_77_SHARES
+    new = sorted(set(rounds.ROUND_77) - set(rounds.ROUND_76))
+    assert new == [rounds._PRETRAINED_77] and rounds._PRETRAINED_77.startswith(
+        "pretrained_nextleadsmlp_relative_"
+    )
+    assert all(rounds.ROUND_77[name] == flags for name, flags in rounds.ROUND_76.items())
+    assert rounds.ROUND_77[rounds._PRETRAINED_77] == rounds.ROUND_76[rounds._PRETRAINED_76]
+    assert set(rounds.ROUND_77_SHARES.values()) == set(rounds.ROUND_76_SHARES.values())
+    assert model_recipes.pretrain_variant(rounds._PRETRAINED_77) == "nextleadsmlp"
+    assert "--beat-mlp" in model_configs.PRETRAIN_VARIANTS["nextleadsmlp"]
+    assert model_recipes.beat_data(rounds._PRETRAINED_77) == model_recipes.beat_data(
+        rounds._PRETRAINED_76
+    )
+    _scored_at_shares_their_names_read_back(rounds.ROUND_77, rounds.ROUND_77_SHARES)
+    assert not any(e["config"].partition(": ")[2].startswith(rounds._PRETRAINED_77)
+                   for e in _committed_ledger())  # fmt: skip
+    monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.ROUND_77))
+    monkeypatch.setattr(model_configs, "BEAT_MLP_SHARES", dict(rounds.ROUND_77_SHARES))
+
+    def variants() -> set[str]:
+        return {v for v, _ in model_runner.pretraining_runs(["pretrain", "select"], Path("x"))}
+
+    assert variants() == {"best", "nextleads", "nextleadsmlp"}
+    assert model_study.only_configs([rounds._PRETRAINED_77]) == []
+    assert variants() == {"nextleadsmlp"}
+    assert pretraining_pays.SCRATCH_FROM["77"] == "75"
 
 
 def test_s_mostly_from_the_network_is_a_reading_whose_s_share_passes_the_trained_half():
@@ -4125,6 +4159,14 @@ def test_fold_answers_sums_each_recipes_fold_answers_per_reading_and_keeps_the_s
     out = tmp_path / "folds.md"
     assert fold_answers.main([str(tarball), "--out", str(out)]) == 0
     assert out.read_text().endswith(text) and capsys.readouterr().out == out.read_text()
+    twin = _kept_call(tmp_path / "twin", {f"sel_pretrained_x_fold{k}_s0_0123abcd": [(folds, cm(5))]
+                                          for k in (0, 1)})  # fmt: skip
+    assert fold_answers.main([str(tarball), str(tarball), str(twin), "--out", str(out)]) == 0
+    both = out.read_text()
+    # the answers both copies of one call kept count once: the scratch rows are as before
+    assert "\n".join(line for line in both.splitlines() if "scratch_x" in line) in text
+    assert "| pretrained_x | `--views 1` | 2 |" in both
+    capsys.readouterr()
     empty = _kept_call(tmp_path / "other", {"ft_beats_scratch_1_s0_0123abcd": [(folds, cm(0))]})
     assert fold_answers.main([str(empty), "--out", str(tmp_path / "no.md")]) == 2
     err = capsys.readouterr().err.strip()
