@@ -30,6 +30,7 @@ import re
 import shlex
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from model_recipes import (
 )
 from model_tables import markdown
 
+from heartlm.outdir import atomic_write_text
 from heartlm.tokens.codebook import VERSION as CODEBOOK_VERSION
 
 RUN = re.compile(r"ft_beats_(?P<init>pretrained|scratch)_(?P<fraction>[\d.]+)_s(?P<seed>\d+)_")
@@ -194,6 +196,15 @@ def floor_rows(
 
 
 def main() -> int:
+    try:
+        return _main()
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:  # missing or cut off
+        raise SystemExit(f"final_from_answers: cannot read an input ({exc})") from None
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise SystemExit(f"final_from_answers: an input is not what it names ({exc!r})") from None
+
+
+def _main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("answers", type=Path, help="the call's finetune_runs.tar.gz")
     ap.add_argument("--log", type=Path, required=True, help="the call's model_study.log")
@@ -254,8 +265,8 @@ def main() -> int:
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "final.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "final.md").write_text(markdown(results))
+    atomic_write_text(args.out / "final.json", json.dumps(results, indent=1) + "\n")
+    atomic_write_text(args.out / "final.md", markdown(results))
     print(markdown(results))
     return 0
 

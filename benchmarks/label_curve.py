@@ -59,6 +59,10 @@ class NotAFinalFile(ValueError):
     """The file is not a model-study `final` file with beat rows."""
 
 
+class ConflictingRows(ValueError):
+    """Two files score one run (model, share, seed) with different F1s."""
+
+
 def seed_f1s(final: dict) -> SeedF1s:
     rows = final.get("beats") if isinstance(final, dict) else None
     if not isinstance(rows, list):
@@ -74,6 +78,8 @@ def seed_f1s(final: dict) -> SeedF1s:
             values = {cls: float(row["per_class"][cls]["f1"]) for cls in CLASSES}
         except (KeyError, TypeError, ValueError) as exc:
             raise NotAFinalFile(f"row {i}: a field is missing or malformed ({exc})") from exc
+        if not isinstance(key[0], str):
+            raise NotAFinalFile(f"row {i}: its `init` is not a name")
         if key in f1s:
             raise NotAFinalFile(f"row {i} ({key[0]}, {key[1]:g}): seed {key[2]} twice")
         f1s[key] = values
@@ -86,8 +92,9 @@ def merged(into: SeedF1s, more: SeedF1s) -> SeedF1s:
     """`into` with `more`'s rows; a row both hold must agree (the same run in two files)."""
     for (model, fraction, seed), values in more.items():
         if into.get((model, fraction, seed), values) != values:
-            raise NotAFinalFile(f"{model}, {fraction:g}, seed {seed}: an earlier file scores "
-                                "this run with other F1s")  # fmt: skip
+            raise ConflictingRows(f"{model}, {fraction:g}, seed {seed}: an earlier file scores "
+                                  "this run with other F1s (a second look at one recipe? "
+                                  "draw the two files apart)")  # fmt: skip
     return {**into, **more}
 
 
@@ -158,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             f1s = merged(f1s, seed_f1s(json.loads(path.read_text())))
         except OSError as exc:
             print(f"label_curve: {path}: cannot read it ({exc.strerror})", file=sys.stderr)
+            return 2
+        except ConflictingRows as exc:
+            print(f"label_curve: {path}: {exc}", file=sys.stderr)
             return 2
         except ValueError as exc:  # NotAFinalFile and JSON errors
             print(f"label_curve: {path}: not a model-study final file ({exc})", file=sys.stderr)

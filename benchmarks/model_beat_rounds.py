@@ -1178,7 +1178,7 @@ ROUND_76_SHARES = dict(BEAT_MLP_SHARES)
 _PRETRAINED_77 = _PRETRAINED_76.replace("pretrained_nextleads_", "pretrained_nextleadsmlp_", 1)
 
 
-CONFIGS = {**ROUND_76, _PRETRAINED_77: ROUND_76[_PRETRAINED_76]}
+CONFIGS = {**ROUND_76, _PRETRAINED_77: list(ROUND_76[_PRETRAINED_76])}
 BEAT_MLP_SHARES = {name: ROUND_76_SHARES[_PRETRAINED_76] for name in CONFIGS}
 """Round 77 (prepared in the fifty-first session, on the CPU, after round 76's DS2 scores at
 every share were read): both parts of the model pretrained. Round 76's `nextleads` twin

@@ -164,6 +164,10 @@ def main() -> int:
     if args.quick:
         quick()
     if args.select_fraction is not None:
+        if "select" not in args.stages:
+            print("model_study: --select-fraction is for the select stage, which these stages "
+                  "leave out", file=sys.stderr)  # fmt: skip
+            return 2
         if not 0 < args.select_fraction <= 1:
             print(f"model_study: --select-fraction: {args.select_fraction} is not a share in "
                   "(0, 1]", file=sys.stderr)  # fmt: skip

@@ -3690,6 +3690,19 @@ def test_round_76_s_one_percent_call_rebuilds_from_its_answers_at_that_share_alo
     assert rebuilt["beats"] == committed["beats"] and rebuilt["config"] == committed["config"]
     assert {r["label_fraction"] for r in rebuilt["beats"]} == {0.01}
     assert sum("ensemble" in r for r in rebuilt["beats"]) == 1
+    # a missing log, a cut-off tarball: one line, and the file written before is kept
+    written = (tmp_path / "final.json").read_bytes()
+    log = argv.index("--log") + 1
+    argv[log] = str(tmp_path / "no.log")
+    with pytest.raises(SystemExit, match=r"cannot read an input .*no\.log"):
+        run(["--fractions", "0.01"])
+    argv[log] = str(results / "final_round76_share1.log")
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes((results / "final_finetune_runs_round76_share1.tar.gz").read_bytes()[:4000])
+    argv[1] = str(cut)
+    with pytest.raises(SystemExit, match="cannot read an input"):
+        run(["--fractions", "0.01"])
+    assert (tmp_path / "final.json").read_bytes() == written
 
 
 def test_final_from_answers_takes_the_floor_rows_only_where_the_call_s_own_fits_agree(
@@ -3912,7 +3925,8 @@ def test_the_label_curve_draws_a_twin_round_from_its_files_and_its_parents_scrat
     png.unlink()
     assert label_curve.main([str(ten), str(other), "--out", str(png)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"label_curve: {other}:") and "seed 0" in err and "\n" not in err
+    assert err.startswith(f"label_curve: {other}: tree floor, 0.1, seed 0: an earlier file")
+    assert "not a model-study final file" not in err and "\n" not in err
     assert not png.exists()
 
 
@@ -3924,6 +3938,7 @@ def test_the_label_curve_draws_a_twin_round_from_its_files_and_its_parents_scrat
         ({"beats": [{"init": "scratch", "label_fraction": 1.0, "seed": 0, "per_class": {}}]},
          "a field is missing"),
         ({"beats": [_final_row("scratch", 1.0, 0, 0.5)] * 2}, "seed 0 twice"),
+        ({"beats": [_final_row(["scratch"], 1.0, 0, 0.5)]}, "its `init` is not a name"),  # type: ignore[arg-type]
     ],
 )  # fmt: skip
 def test_the_label_curve_refuses_a_file_it_cannot_draw_in_one_line(
@@ -4115,78 +4130,118 @@ def test_fractions_narrows_the_final_stages_to_the_named_label_shares(
     assert model_configs.FRACTIONS == (1.0, 0.01)
 
 
-def _kept_call(tmp_path: Path, answers: dict[str, list[tuple[str, np.ndarray]]]) -> Path:
-    """A call's finetune_runs.tar.gz holding `answers`: run -> [(command's tail, confusion)]."""
+def _kept_call(
+    tmp_path: Path, answers: dict[str, list[tuple[str, np.ndarray]]], share: float | None = 1.0
+) -> Path:
+    """A call's finetune_runs.tar.gz holding `answers`: run -> [(command's tail, confusion)],
+    and each run's finetune.json at label share `share` (None: no finetune.json)."""
+    call = tmp_path / "call"
     for run, kept in answers.items():
-        folder = tmp_path / "call" / ".evaluations" / run
+        folder = call / ".evaluations" / run
         folder.mkdir(parents=True)
         for k, (words, cm) in enumerate(kept):
             report = {"confusion": cm.tolist()}
-            command = {"command": f"heartlm evaluate {run} {words}", "report": report}
+            command = {"command": f"evaluate {run} {words}", "report": report}
             (folder / f"{k}.json").write_text(json.dumps(command))
+        if share is not None:
+            (call / run).mkdir()
+            (call / run / "finetune.json").write_text(json.dumps({"label_fraction": share}))
     tarball = tmp_path / "runs.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(tmp_path / "call" / ".evaluations", ".evaluations")
+        for path in sorted(call.iterdir()):
+            tar.add(path, path.name)
     return tarball
+
+
+def _s_found(found: int) -> np.ndarray:
+    """A fold's confusion: 90 N, 10 V and 10 S beats, `found` of the S beats called S."""
+    m = np.diag([90, found, 10, 0, 0])
+    m[1, 0] = 10 - found
+    return m
 
 
 def test_fold_answers_sums_each_recipes_fold_answers_per_reading_and_keeps_the_seeds_apart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    def cm(s_found: int) -> np.ndarray:  # 10 S beats, s_found of them called S
-        m = np.diag([90, s_found, 10, 0, 0])
-        m[1, 0] = 10 - s_found
-        return m
-
+    cm = _s_found
     folds = "tok_beats --json --records 101 --views 1"
     answers = {
-        f"sel_scratch_x_fold{k}_s{s}_0123abcd": [(folds, cm(found)),
-                                                 (f"{folds} --beat-mlp-share 1", cm(10)),
-                                                 ("tok_sick_test --json --views 1", cm(0))]
+        f"sel_scratch_x_fold{k}_s{s}_0123abcd": [
+            (folds, cm(found)), (f"{folds} --beat-mlp-share 1", cm(10)),
+            ("tok_sick_test --json --views 1", cm(0)),  # the held-out patients: not a fold
+            (f"{folds} --ensemble sel_scratch_x_fold{k}_s1_0123abcd", cm(0)),  # seeds together
+        ]
         for k, s, found in ((0, 0, 10), (1, 0, 10), (0, 1, 0), (1, 1, 0))
     }  # fmt: skip
     answers["ft_beats_scratch_1_s0_0123abcd"] = [(folds, cm(0))]  # a final run: not a fold's
     tarball = _kept_call(tmp_path, answers)
-    found = fold_answers.fold_answers(final_from_answers.kept_answers(tarball))
+    shares = fold_answers.label_shares(tarball)
+    assert set(shares.values()) == {1.0} and len(shares) == 4
+    found = fold_answers.fold_answers(final_from_answers.kept_answers(tarball), shares)
     assert sorted(found) == [
-        ("scratch_x", "--views 1"),
-        ("scratch_x", "--views 1 --beat-mlp-share 1"),
+        ("scratch_x", 1.0, "--views 1"),
+        ("scratch_x", 1.0, "--views 1 --beat-mlp-share 1"),
     ]
     text = fold_answers.table(found)
     plain = next(line for line in text.splitlines() if "`--views 1`" in line).split(" | ")
-    assert plain[2:6] == ["4", f"{420 / 440:.4f}", f"{2 * 20 / (20 + 40):.3f}", "1.000"]
-    assert plain[8] == "1.000 / 0.000"  # seed 0 found every S beat, seed 1 none
+    assert plain[1:7] == ["100%", "`--views 1`", "4", f"{420 / 440:.4f}",
+                          f"{2 * 20 / (20 + 40):.3f}", "1.000"]  # fmt: skip
+    assert plain[9] == "1.000 / 0.000"  # seed 0 found every S beat, seed 1 none
     out = tmp_path / "folds.md"
     assert fold_answers.main([str(tarball), "--out", str(out)]) == 0
     assert out.read_text().endswith(text) and capsys.readouterr().out == out.read_text()
+
+    # A twin from another call, and the parent again at 1 % of the labels (other tags): the
+    # answers both copies of one call kept count once, and the shares stay apart.
     twin = _kept_call(tmp_path / "twin", {f"sel_pretrained_x_fold{k}_s0_0123abcd": [(folds, cm(5))]
                                           for k in (0, 1)})  # fmt: skip
-    assert fold_answers.main([str(tarball), str(tarball), str(twin), "--out", str(out)]) == 0
+    scarce = _kept_call(tmp_path / "scarce", {f"sel_scratch_x_fold{k}_s0_4567abcd": [(folds, cm(2))]
+                                              for k in (0, 1)}, share=0.01)  # fmt: skip
+    argv = [str(tarball), str(tarball), str(twin), str(scarce), "--out", str(out)]
+    assert fold_answers.main(argv) == 0
     both = out.read_text()
-    # the answers both copies of one call kept count once: the scratch rows are as before
-    assert "\n".join(line for line in both.splitlines() if "scratch_x" in line) in text
-    assert "| pretrained_x | `--views 1` | 2 |" in both
+    plain_row = "| scratch_x | 100% | `--views 1` |"
+    assert [line for line in both.splitlines() if plain_row in line] == [
+        line for line in text.splitlines() if plain_row in line
+    ]
+    assert "| pretrained_x | 100% | `--views 1` | 2 |" in both
+    assert "| scratch_x | 1% | `--views 1` | 2 |" in both
     capsys.readouterr()
-    empty = _kept_call(tmp_path / "other", {"ft_beats_scratch_1_s0_0123abcd": [(folds, cm(0))]})
-    assert fold_answers.main([str(empty), "--out", str(tmp_path / "no.md")]) == 2
+
+    for bad, why in (
+        (_kept_call(tmp_path / "other", {"ft_beats_scratch_1_s0_0123abcd": [(folds, cm(0))]}),
+         "no fold answer"),
+        (_kept_call(tmp_path / "bare", {"sel_scratch_x_fold0_s0_89abcdef": [(folds, cm(0))]},
+                    share=None), "no finetune.json tells its label share"),
+    ):  # fmt: skip
+        assert fold_answers.main([str(bad), "--out", str(tmp_path / "no.md")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"fold_answers: {bad}:") and why in err and "\n" not in err
+    cut = tmp_path / "cut.tar.gz"  # a device call's tarball that stopped halfway
+    cut.write_bytes(tarball.read_bytes()[: len(tarball.read_bytes()) // 2])
+    assert fold_answers.main([str(cut), "--out", str(tmp_path / "no.md")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"fold_answers: {empty}:") and "no fold answer" in err
-    assert "\n" not in err and not (tmp_path / "no.md").exists()
+    assert err.startswith(f"fold_answers: {cut}: cannot read it") and "\n" not in err
+    assert not (tmp_path / "no.md").exists()
 
 
 def test_select_fraction_sets_the_folds_label_share_and_refuses_a_share_outside_0_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
     monkeypatch.setattr(model_configs, "SELECT_FRACTION", 1.0)
-    argv = ["model_study.py", "final", "--work", str(tmp_path), "--select-fraction"]
+    argv = ["model_study.py", "select", "--work", str(tmp_path), "--select-fraction"]
     for bad in ("0", "1.5", "-0.1"):
         monkeypatch.setattr(sys, "argv", [*argv, bad])
         assert model_study.main() == 2
         assert "is not a share in (0, 1]" in capsys.readouterr().err
         assert model_configs.SELECT_FRACTION == 1.0
+    monkeypatch.setattr(sys, "argv", ["model_study.py", "final", *argv[2:], "0.01"])
+    assert model_study.main() == 2  # a stage that never reads it
+    assert "--select-fraction is for the select stage" in capsys.readouterr().err
+    assert model_configs.SELECT_FRACTION == 1.0
     monkeypatch.setattr(sys, "argv", [*argv, "0.01"])
-    assert model_study.main() == 2  # no select.json in the work folder: nothing is trained
-    assert "no select.json" in capsys.readouterr().err
+    assert model_study.main() == 2  # no pretraining runs in the work folder: nothing is trained
+    assert "no pretraining run" in capsys.readouterr().err
     assert model_configs.SELECT_FRACTION == 0.01
 
 
