@@ -48,6 +48,7 @@ from model_recipes import (
     scoring_args,
     views_of,
 )
+from model_study import only_fractions
 from model_tables import markdown
 
 from heartlm.outdir import atomic_write_text
@@ -227,11 +228,9 @@ def _main() -> int:
     args = ap.parse_args()
     if args.partial and not args.ds2_only:
         raise SystemExit("--partial reads DS2 rows alone: add --ds2-only")
-    if args.fractions:
-        if unknown := sorted(set(args.fractions) - set(cfg.FRACTIONS)):
-            raise SystemExit(f"--fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
-                             f"{cfg.FRACTIONS}")  # fmt: skip
-        cfg.FRACTIONS = tuple(f for f in cfg.FRACTIONS if f in args.fractions)
+    if args.fractions and (unknown := only_fractions(args.fractions)):
+        raise SystemExit(f"--fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
+                         f"{cfg.FRACTIONS}")  # fmt: skip
     if args.no_s_guard:
         cfg.S_NEEDS_TRANSFORMER = False
     if best_pair(args.select):
@@ -265,9 +264,10 @@ def _main() -> int:
         "commands": [{"command": c, "seconds": None} for c in commands],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
+    table = markdown(results)
     atomic_write_text(args.out / "final.json", json.dumps(results, indent=1) + "\n")
-    atomic_write_text(args.out / "final.md", markdown(results))
-    print(markdown(results))
+    atomic_write_text(args.out / "final.md", table)
+    print(table)
     return 0
 
 

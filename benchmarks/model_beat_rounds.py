@@ -1142,7 +1142,7 @@ CONFIGS = {
     _PRETRAINED_76: [f for f in ROUND_74[_TWIN_73] if f != "--from-scratch"],
 }
 BEAT_MLP_SHARES = {name: ROUND_74_SHARES[_TWIN_73] for name in CONFIGS}
-"""Round 76 (prepared in the forty-seventh session, run in the forty-ninth, live): does pretraining
+"""Round 76 (prepared in the forty-seventh session, run in the forty-ninth): does pretraining
 pay on the recipe as it stands? The Done-when asks the pretrained model to lead scratch at 10 %
 and 1 % of DS1's labels by more than the seed spread on S, V and AFIB F1. Round 64 set the
 `nextleads` encoder beside round 63's scratch recipe, every other flag the same: on DS2 it led on

@@ -103,6 +103,15 @@ def only_configs(names: list[str]) -> list[str]:
     return []
 
 
+def only_fractions(shares: list[float]) -> list[float]:
+    """Keep only `shares` of FRACTIONS, in its order; the shares FRACTIONS lacks, changing
+    nothing then."""
+    if unknown := sorted(set(shares) - set(cfg.FRACTIONS)):
+        return unknown
+    cfg.FRACTIONS = tuple(f for f in cfg.FRACTIONS if f in shares)
+    return []
+
+
 SELECTIONS = {"final": ("select", "select.json"), "final_afib": ("select_afib", "select_afib.json"),
               "crossfit_afib": ("select_afib", "select_afib.json")}  # fmt: skip
 """The stages that score what a selection stage chose, and the stage and file they read."""
@@ -173,12 +182,10 @@ def main() -> int:
                   "(0, 1]", file=sys.stderr)  # fmt: skip
             return 2
         cfg.SELECT_FRACTION = args.select_fraction
-    if args.fractions:
-        if unknown := sorted(set(args.fractions) - set(cfg.FRACTIONS)):
-            print(f"model_study: --fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
-                  f"{cfg.FRACTIONS}", file=sys.stderr)  # fmt: skip
-            return 2
-        cfg.FRACTIONS = tuple(f for f in cfg.FRACTIONS if f in args.fractions)
+    if args.fractions and (unknown := only_fractions(args.fractions)):
+        print(f"model_study: --fractions: {', '.join(map(str, unknown))} not in FRACTIONS "
+              f"{cfg.FRACTIONS}", file=sys.stderr)  # fmt: skip
+        return 2
     if args.configs:
         if scoring := sorted(set(args.stages) - {"prepare", "pretrain", "select"}):
             print(f"model_study: --configs is for prepare, pretrain and select, not "

@@ -47,9 +47,9 @@ def likeness(x: np.ndarray, fs: float, beats: np.ndarray, which: np.ndarray) -> 
     jitter = max(1, round(JITTER_S * fs))
     template = _median_beat(wide, beats, round(HALF_S * fs))
     out = np.ones(len(which))
-    if not template @ template > 0:
-        return out
     norm = template @ template
+    if not norm > 0:
+        return out
     for k, b in enumerate(which):
         rho = max(_likeness(wide, template, norm, i)[0] for i in range(b - jitter, b + jitter + 1))
         if rho > -1.0:  # -1: the template does not fit there
