@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -100,6 +101,35 @@ def test_rendezvous_that_cannot_form_times_out_clearly(capfd: pytest.CaptureFixt
         )
     assert endpoint in str(err.value)
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.distributed
+def test_a_launch_leaves_no_torchrun_log_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # torchrun's own temporary folders
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # ours
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
+    assert launch.relaunch_under_torchrun(1, ["--version"]) == 0
+    assert list(tmp.iterdir()) == []
+    chosen = tmp_path / "logs"  # a log folder the user names is theirs: kept, and written
+    monkeypatch.setenv("PET_LOG_DIR", str(chosen))
+    assert launch.relaunch_under_torchrun(1, ["--version"]) == 0
+    assert list(chosen.iterdir()) and list(tmp.iterdir()) == []
+
+
+def test_torchrun_log_dir_is_temporary_unless_named(tmp_path: Path) -> None:
+    with launch.torchrun_log_dir({"A": "1"}) as env:
+        made = Path(env["PET_LOG_DIR"])
+        assert made.is_dir() and env["A"] == "1"
+        (made / "attempt_0").mkdir()
+    assert not made.exists()
+    named = {"PET_LOG_DIR": str(tmp_path)}
+    with launch.torchrun_log_dir(named) as env:
+        assert env == named
+    assert tmp_path.is_dir()
 
 
 # DeepSpeed is not installed in CI: the adapter must say so in one line, and its glue is

@@ -17,6 +17,7 @@ from typing import Any
 from heartlm import lifeline
 from heartlm.scale import metrics
 from heartlm.scale.energy import EnergySampler
+from heartlm.train.launch import torchrun_log_dir
 from heartlm.train.profile import PARTS, PROFILE_AFTER
 
 
@@ -187,9 +188,9 @@ def run_launch(launch: Launch, cell: Cell, work: Workload) -> dict[str, Any]:
         "status": "ok",
         "error": "",
     }
-    env = {**os.environ, **launch.env}
     start = time.monotonic()
     with (
+        torchrun_log_dir({**os.environ, **launch.env}) as env,
         open(launch.log, "w") as log,
         EnergySampler(launch.gpu_indices, lambda: _count_steps(launch.run_dir)) as energy,
     ):

@@ -35,7 +35,7 @@ from heartlm.scale import metrics
 from heartlm.scale.allreduce import DEFAULT_SIZES_MB
 from heartlm.scale.cell import Cell, Workload, read_breakdown, read_step_records, stop_group
 from heartlm.scale.grid import INDUCTOR_CACHE, ScaleConfig, engine_command, visible_gpus
-from heartlm.train.launch import LAUNCH_ENV, free_port
+from heartlm.train.launch import LAUNCH_ENV, free_port, torchrun_log_dir
 
 SOCKET_ENV = {
     "NCCL_P2P_DISABLE": "1",
@@ -56,9 +56,9 @@ def agents(module: str, args: list[str], procs: int, env: dict[str, str], log: P
         f"--rdzv-id={rdzv}", "--rdzv-conf=join_timeout=120", "-m", module, *args,
     ]  # fmt: skip
     running = []
-    with open(log, "w") as out:
+    with torchrun_log_dir({**os.environ, **LAUNCH_ENV, **env}) as base, open(log, "w") as out:
         for k in range(2):
-            agent_env = {**os.environ, **LAUNCH_ENV, **env}
+            agent_env = dict(base)
             if gpus:
                 agent_env["CUDA_VISIBLE_DEVICES"] = ",".join(
                     map(str, gpus[k * procs : (k + 1) * procs])

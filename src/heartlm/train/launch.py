@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -160,22 +161,23 @@ def relaunch_under_torchrun(
     env = {**os.environ, **LAUNCH_ENV, HELD_ENV: held_locks()}
     env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
-    # stderr is relayed line by line: the cause of a failure is picked out of it.
-    proc = subprocess.Popen(
-        lifeline.wrap(cmd), env=env, stderr=subprocess.PIPE, text=True, bufsize=1
-    )
     relay = Relay()
-    reader = threading.Thread(target=relay.run, args=(proc.stderr,), daemon=True)
-    reader.start()
-    with _forward_stop_signals(proc) as forwarded:
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            # The terminal already sent SIGINT to torchrun too; give it time to stop its workers.
-            proc.send_signal(signal.SIGINT)
-            proc.wait()
-            raise
-    reader.join(timeout=5)
+    with torchrun_log_dir(env) as env:
+        # stderr is relayed line by line: the cause of a failure is picked out of it.
+        proc = subprocess.Popen(
+            lifeline.wrap(cmd), env=env, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        reader = threading.Thread(target=relay.run, args=(proc.stderr,), daemon=True)
+        reader.start()
+        with _forward_stop_signals(proc) as forwarded:
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                # The terminal already sent SIGINT to torchrun too; let it stop its workers.
+                proc.send_signal(signal.SIGINT)
+                proc.wait()
+                raise
+        reader.join(timeout=5)
     if code == 0:
         failed = relay.errors or list(relay.last_exception.values())
         if failed:  # a group that torchrun restarted (--max-restarts): say what happened
@@ -191,6 +193,19 @@ def relaunch_under_torchrun(
     if not relay.errors and (forwarded or relay.root_exitcode() == EXIT_STOPPED):
         return EXIT_STOPPED
     raise HeartlmError(relay.cause())
+
+
+@contextlib.contextmanager
+def torchrun_log_dir(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`env` for one torchrun launch, its log folder (PET_LOG_DIR, torchrun's --log-dir) a
+    temporary folder removed when the launch ends: left to itself, torchrun leaves a
+    torchelastic_* folder in the temporary directory at every launch. A PET_LOG_DIR already
+    set is kept, and so is what torchrun writes there."""
+    if env.get("PET_LOG_DIR"):
+        yield env
+        return
+    with tempfile.TemporaryDirectory(prefix="heartlm-torchrun-", ignore_cleanup_errors=True) as d:
+        yield {**env, "PET_LOG_DIR": d}
 
 
 @contextlib.contextmanager
