@@ -413,7 +413,8 @@ def per_record_table(results: dict[str, Any]) -> list[str]:
               "|" + " --- |" * (3 + len(heads))]  # fmt: skip
     for r in rows:
         sv = [f"{r[c]['support']} | {r[c]['se']:.3f} | {r[c]['ppv']:.3f}" for c in classes]
-        lines.append(f"| {r['record']} | {r['n_beats']} | {r['accuracy']:.3f} | {' | '.join(sv)} |")
+        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}"  # no labelled beat
+        lines.append(f"| {r['record']} | {r['n_beats']} | {acc} | {' | '.join(sv)} |")
     return lines
 
 

@@ -167,6 +167,15 @@ def test_per_record_rows_give_each_record_its_own_s_v_and_f_counts():
     pooled = np.add(a["confusion"], b["confusion"])  # the rows' matrices sum to the whole's
     assert pooled.tolist() == metrics.beat_report(ref, pred)["confusion"]
     assert b["confusion"][2] == [0, 0, 0, 1, 0]  # b's V beat, called F
+    # a record asked for without a labelled beat keeps its row, in the order asked
+    empty, a_again = metrics.per_record_beats(
+        ref, pred, np.array([0, 0, 0, 1, 1, 1]), ["a", "b", "c"], scored=[2, 0]
+    )
+    assert (empty["record"], empty["n_beats"], empty["accuracy"]) == ("c", 0, None)
+    assert "no labelled beat" in empty["note"] and a_again == a
+    rows = metrics.per_record_afib(np.array([1, 0]), np.array([1, 1]), np.zeros(2, int),
+                                   ["a", "b"], scored=[0, 1])  # fmt: skip
+    assert [r["n_windows"] for r in rows] == [2, 0] and "note" in rows[1]
 
 
 def test_text_report_and_figures(tmp_path):
@@ -175,11 +184,14 @@ def test_text_report_and_figures(tmp_path):
 
     ref, pred = np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])
     rep = metrics.beat_report(ref, pred)
-    rep["per_record"] = metrics.per_record_beats(ref, pred, np.array([0, 0, 1, 1]), ["a", "b"])
-    text = format_report({**rep, "task": "beats", "data": "d", "scope": "all 2 records"})
-    # title, counts, 6-line class table, 7-line confusion matrix, 2 + 2 lines per record
-    assert "accuracy 0.7500" in text and len(text.splitlines()) == 2 + 6 + 7 + 4
-    assert text.splitlines()[-2].split()[:3] == ["a", "2", "0.5000"]
+    rep["per_record"] = metrics.per_record_beats(
+        ref, pred, np.array([0, 0, 1, 1]), ["a", "b", "c"], scored=[0, 1, 2]
+    )
+    text = format_report({**rep, "task": "beats", "data": "d", "scope": "all 3 records"})
+    # title, counts, 6-line class table, 7-line confusion matrix, 2 + 3 lines per record
+    assert "accuracy 0.7500" in text and len(text.splitlines()) == 2 + 6 + 7 + 5
+    assert text.splitlines()[-3].split()[:3] == ["a", "2", "0.5000"]
+    assert text.splitlines()[-1].split()[:3] == ["c", "0", "no"]
     plots.confusion_png(
         np.array(rep["confusion"]), ("N", "S", "V", "F", "Q"), tmp_path / "c.png", "t"
     )

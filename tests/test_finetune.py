@@ -1155,6 +1155,65 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert "--beat-mlp-share is for beats runs, not an AFIB run" in capsys.readouterr().err
 
 
+def test_evaluate_says_when_records_use_a_lead_the_run_never_trained_on(
+    beats_run, corpus, tmp_path, capsys
+):
+    import wfdb
+
+    assert json.loads((beats_run / "lineage.json").read_text())["leads"] == ["MLII"]
+    source = next((corpus / "syn").glob("*.hea")).with_suffix("")
+    rec, ann = wfdb.rdrecord(str(source)), wfdb.rdann(str(source), "atr")
+    folder = tmp_path / "leads"
+    for name, lead in (("ii", "lead II"), ("v5", "V5")):
+        (folder / name).mkdir(parents=True)
+        wfdb.wrsamp(name, fs=rec.fs, units=["mV"], sig_name=[lead], p_signal=rec.p_signal[:, :1],
+                    fmt=["16"], write_dir=str(folder / name))  # fmt: skip
+        wfdb.wrann(name, "atr", ann.sample, ann.symbol, aux_note=ann.aux_note,
+                   write_dir=str(folder / name))  # fmt: skip
+    assert _cli("evaluate", beats_run, folder, "--json") == 0
+    err = capsys.readouterr().err  # lead II is MLII's lead; V5 is not
+    assert f"1 of 2 records read lead V5, which {beats_run} was not trained on (MLII)" in err
+    assert _cli("evaluate", beats_run, folder / "ii", "--json") == 0
+    assert "not trained on" not in capsys.readouterr().err
+
+
+def test_evaluate_afib_calls_no_record_of_too_few_beats(corpus, tmp_path, capsys):
+    import wfdb
+
+    ft = tmp_path / "ft_afib"
+    assert _finetune(corpus, ft, "--task", "afib", "--from-scratch") == 0  # 16-beat windows
+    source = next((corpus / "syn").glob("*.hea")).with_suffix("")
+    rec, ann = wfdb.rdrecord(str(source)), wfdb.rdann(str(source), "atr")
+    beats = ann.sample[[s != "+" for s in ann.symbol]]
+    cuts = tmp_path / "cuts"
+    cuts.mkdir()
+    for name, n_beats in (("few", 4), ("short", 13)):  # under AFIB_MIN_BEATS; under a window
+        end = int(beats[n_beats - 1] + 0.3 * rec.fs)
+        keep = ann.sample < end
+        wfdb.wrsamp(
+            name,
+            fs=rec.fs,
+            units=rec.units,
+            sig_name=rec.sig_name,
+            p_signal=rec.p_signal[:end],
+            fmt=["16"] * rec.n_sig,
+            write_dir=str(cuts),
+        )
+        wfdb.wrann(name, "atr", ann.sample[keep], list(np.array(ann.symbol)[keep]),
+                   aux_note=list(np.array(ann.aux_note)[keep]), write_dir=str(cuts))  # fmt: skip
+    rep = _evaluate_json(capsys, ft, cuts)
+    few, short = rep["per_record"]
+    assert (few["record"], few["n_windows"]) == ("few", 0) and "too few to call" in few["note"]
+    assert (short["record"], short["n_windows"]) == ("short", 1) and "note" not in short
+    assert (rep["n_windows"], rep["n_short_windows"], rep["n_too_short"]) == (1, 1, 1)
+    assert _cli("evaluate", ft, cuts) == 0
+    assert "1 of them shorter" in capsys.readouterr().out
+    for file in cuts.glob("short.*"):
+        file.unlink()
+    assert _cli("evaluate", ft, cuts) == 2
+    assert "each holds fewer than 8 beats" in capsys.readouterr().err
+
+
 def test_evaluate_ensemble_averages_the_runs_outputs(beats_run, corpus, tmp_path, capsys):
     from heartlm.evaluate.scoring import evaluate
 

@@ -245,6 +245,10 @@ def test_lead_fallback_order():
     assert pick_lead(["V1", "V5"], "MLII,v5,v1") == 1  # a list: the first the record has
     assert pick_lead(["SpO2", "EKG", "ECG II"]) == 2  # EDF labels: type prefix, then the lead
     assert pick_lead(["SpO2", "EKG"]) == 1  # no known lead: the first ECG signal
+    assert pick_lead(["V1", "lead II"]) == 1  # the word "lead" first, as some exports write
+    assert pick_lead(["V1", "ECG Lead II"]) == 1
+    assert pick_lead(["V1", "ML II"]) == 1
+    assert pick_lead(["ECG1", "Lead_V5"], "v5") == 1
     with pytest.raises(HeartlmError, match="--lead MLII: no such lead"):
         pick_lead(["ECG1", "ECG2"], "MLII")
 

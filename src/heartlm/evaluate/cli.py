@@ -160,6 +160,7 @@ def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> N
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable table printed when --json is not given."""
     lines = [f"task {report['task']} on {report['data']} ({report['scope']})"]
+    w = max([10, *(len(r["record"]) + 2 for r in report.get("per_record", []))])
     if report["task"] == "beats":
         views = report.get("views", 1)
         seen = f", each averaged over {views} overlapping windows" if views > 1 else ""
@@ -178,12 +179,15 @@ def format_report(report: dict[str, Any]) -> str:
         for name, row in zip(AAMI_CLASSES, report["confusion"], strict=True):
             lines.append(f"{name:<6}" + "".join(f"{v:>8}" for v in row))
         lines.append("per record")
-        lines.append(f"{'record':<10}{'beats':>7}{'acc':>8}{'S n':>6}{'S Se':>7}{'S +P':>7}"
+        lines.append(f"{'record':<{w}}{'beats':>7}{'acc':>8}{'S n':>6}{'S Se':>7}{'S +P':>7}"
                      f"{'V n':>6}{'V Se':>7}{'V +P':>7}")  # fmt: skip
         for r in report["per_record"]:
             s, v = r["S"], r["V"]
+            if r["accuracy"] is None:
+                lines.append(f"{r['record']:<{w}}{0:>7}  {r['note']}")
+                continue
             lines.append(
-                f"{r['record']:<10}{r['n_beats']:>7}{r['accuracy']:>8.4f}{s['support']:>6}"
+                f"{r['record']:<{w}}{r['n_beats']:>7}{r['accuracy']:>8.4f}{s['support']:>6}"
                 f"{s['se']:>7.3f}{s['ppv']:>7.3f}{v['support']:>6}{v['se']:>7.3f}{v['ppv']:>7.3f}"
             )
     else:
@@ -194,6 +198,12 @@ def format_report(report: dict[str, Any]) -> str:
         views = report.get("views", 1)
         if views > 1:
             seen += f", each beat averaged over {views} overlapping windows"
+        if report.get("n_short_windows"):
+            seen += (f" ({report['n_short_windows']} of them shorter: records of fewer "
+                     "beats, padded)")  # fmt: skip
+        if report.get("n_too_short"):
+            seen += (f"; {report['n_too_short']} not called (under {report['min_beats']} "
+                     "beats)")  # fmt: skip
         lines.append(
             f"{report['n_windows']} windows of {report['window']} beats{seen}, "
             f"{report['n_afib_windows']} AFIB ({report['rule']})"
@@ -210,10 +220,10 @@ def format_report(report: dict[str, Any]) -> str:
             f"{e['calls']} called with +P {e['ppv']:.4f}"
         )
         lines.append("per record")
-        lines.append(f"{'record':<10}{'windows':>8}{'AFIB':>6}{'tp':>6}{'fp':>6}{'fn':>6}")
+        lines.append(f"{'record':<{w}}{'windows':>8}{'AFIB':>6}{'tp':>6}{'fp':>6}{'fn':>6}")
         for r in report["per_record"]:
             lines.append(
-                f"{r['record']:<10}{r['n_windows']:>8}{r['n_afib']:>6}{r['tp']:>6}{r['fp']:>6}"
-                f"{r['fn']:>6}"
+                f"{r['record']:<{w}}{r['n_windows']:>8}{r['n_afib']:>6}{r['tp']:>6}{r['fp']:>6}"
+                f"{r['fn']:>6}" + (f"  {r['note']}" if "note" in r else "")
             )
     return "\n".join(lines)

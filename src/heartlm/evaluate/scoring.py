@@ -22,6 +22,7 @@ from heartlm.labelled.shares import named_shares
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
 from heartlm.labelled.tokens import token_folder
 from heartlm.labelled.windows import (
+    AFIB_MIN_BEATS,
     AFIB_RULE,
     IGNORE,
     cut_context_windows,
@@ -311,7 +312,7 @@ def evaluate(
         if shares is not None:
             report["beat_mlp_share"] = named_shares(shares)
         report["offset_counts"] = offset_counts(ref, prob, offsets)
-        report["per_record"] = metrics.per_record_beats(ref, pred, record, names)
+        report["per_record"] = metrics.per_record_beats(ref, pred, record, names, indices)
         return {"report": report, "labels": ref, "scores": pred}
     if views > 1:
         # Each beat's AFIB logits averaged over `views` overlapping windows of context, then
@@ -330,10 +331,14 @@ def evaluate(
             return afib_scores(m, windows, batch, dev, scored_block=scored < window)
 
     scores = np.mean([window_scores(m) for m, _ in members], axis=0)
-    labelled = windows.window_label != IGNORE
+    beats = ((windows.scored if scored < window else True) & ~windows.pad).sum(axis=1)
+    callable_ = beats >= AFIB_MIN_BEATS
+    labelled = (windows.window_label != IGNORE) & callable_
     if not labelled.any():
+        short = "" if callable_.any() else f" (each holds fewer than {AFIB_MIN_BEATS} beats)"
         raise HeartlmError(
-            "the scored records have no rhythm labels (no AFIB/non-AFIB windows)", data_path
+            f"the scored records have no rhythm labels (no AFIB/non-AFIB windows){short}",
+            data_path,
         )
     labels = windows.window_label[labelled]
     binary = metrics.binary_scores(labels, scores[labelled], afib_threshold)
@@ -343,6 +348,9 @@ def evaluate(
         "accuracy": (binary["tp"] + binary["tn"]) / int(labelled.sum()),
         "n_windows": int(labelled.sum()),
         "n_afib_windows": int(labels.sum()),
+        "n_short_windows": int((labelled & (beats < scored)).sum()),
+        "n_too_short": int((~callable_).sum()),
+        "min_beats": AFIB_MIN_BEATS,
         "window": scored,
         "context": window,
         "views": views,
@@ -355,5 +363,9 @@ def evaluate(
     called = scores[labelled] >= afib_threshold
     record = windows.record[labelled]
     report["afib_episodes"] = metrics.afib_episode_scores(labels, called, record)
-    report["per_record"] = metrics.per_record_afib(labels, called, record, names)
+    report["per_record"] = metrics.per_record_afib(labels, called, record, names, indices)
+    for row, r in zip(report["per_record"], indices, strict=True):
+        n = int(data.boundaries[r + 1] - data.boundaries[r])
+        if row["n_windows"] == 0 and 0 < n < AFIB_MIN_BEATS:
+            row["note"] = f"{n} beats: too few to call (an AFIB call needs {AFIB_MIN_BEATS})"
     return {"report": report, "labels": labels, "scores": scores[labelled]}

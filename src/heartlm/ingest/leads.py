@@ -33,12 +33,13 @@ def recording_key(db: str, name: str) -> str:
     return f"{recorded_in(db)}/{name}"
 
 
-# EDF labels name the signal type first (`ECG II`, `EKG-V1`): compare what follows it.
-_ECG_PREFIX = re.compile(r"^(ECG|EKG)[\s_\-:]+", re.IGNORECASE)
+# Labels may name the signal type or the word "lead" first (EDF's `ECG II`, `EKG-V1`,
+# `ECG Lead II`; `lead II`): compare what follows, without spaces (`ML II` is MLII).
+_ECG_PREFIX = re.compile(r"^(?:(?:ECG|EKG|LEAD)[\s_\-:]+)+", re.IGNORECASE)
 
 
 def lead_key(name: str) -> str:
-    return _ECG_PREFIX.sub("", name.strip()).upper()
+    return re.sub(r"\s+", "", _ECG_PREFIX.sub("", name.strip())).upper()
 
 
 def pick_lead(sig_names: list[str], wanted: str | None = None, where: Path | None = None) -> int:

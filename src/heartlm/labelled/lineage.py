@@ -2,10 +2,12 @@
 
 A fine-tuned folder holds `codebook.safetensors` + `codebook.json` (copied from the token
 folder) and `lineage.json`: the ingest settings of the beat store behind the tokens
-(tokens run.json -> store run.json), the tokenizer settings that shape tokens (`rr_window`)
-and the codebook hash. `heartlm evaluate` and `heartlm embed` read them back to ingest and
-tokenize raw WFDB records at the run's own sampling rate and window; for a pretrained run,
-which names its token folder instead, `run_lineage` reads the same from that folder.
+(tokens run.json -> store run.json), the tokenizer settings that shape tokens (`rr_window`),
+the codebook hash and the leads of the records it learnt from. `heartlm evaluate` and
+`heartlm embed` read them back to ingest and tokenize raw WFDB records at the run's own
+sampling rate and window (and say when a record's lead is not one of those); for a
+pretrained run, which names its token folder instead, `run_lineage` reads the same from that
+folder.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ CODEBOOK_FILES = ("codebook.safetensors", "codebook.json")
 _LINEAGE_TYPES: dict[str, Any] = {
     "tokens": str | None, "store": str | None, "ingest": dict | None, "rr_window": int | None,
     "codebook_hash": str | None, "vocab_size": int | None, "fs": float | None,
-    "window_samples": int | None,
+    "window_samples": int | None, "leads": list[str] | None,
 }  # fmt: skip
 
 
@@ -93,6 +95,7 @@ def describe(tokens: Path) -> dict[str, Any]:
         "vocab_size": meta.get("vocab_size"),
         "fs": meta.get("fs"),
         "window_samples": meta.get("window_samples"),
+        "leads": sorted({str(r.get("lead")) for r in meta.get("records", []) if r.get("lead")}),
     }
     _check_lineage(lineage, tokens / "tokens.json")
     return lineage

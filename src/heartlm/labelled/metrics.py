@@ -7,6 +7,8 @@ AUROC needs both classes and is None (JSON null) otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.stats import rankdata
 
@@ -162,13 +164,19 @@ def macro_f1(reference: np.ndarray, predicted: np.ndarray, classes: np.ndarray) 
 
 
 def per_record_beats(
-    reference: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
+    reference: np.ndarray,
+    predicted: np.ndarray,
+    record: np.ndarray,
+    names: list[str],
+    scored: Sequence[int] | None = None,
 ) -> list[dict]:
     """One row per record: beats, accuracy, Se / +P of the S, V and F classes (EC57 lists
     S and V per record beside the gross figures; F is here because the floor leads on it),
-    and the record's confusion matrix, so that any set of records can be pooled."""
+    and the record's confusion matrix, so that any set of records can be pooled. `scored`:
+    every record asked for (default: those with a scored beat); one without a labelled beat
+    has a row too, its accuracy None and a note, so that no record leaves the table unsaid."""
     rows = []
-    for r in np.unique(record):
+    for r in _record_order(record, scored):
         keep = record == r
         cm = confusion_matrix(reference[keep], predicted[keep], len(AAMI_CLASSES))
         scores = class_scores(cm)
@@ -176,8 +184,15 @@ def per_record_beats(
         for c in ("S", "V", "F"):
             row[c] = {k: scores[c][k] for k in ("support", "se", "ppv")}
         row["confusion"] = cm.tolist()
+        if not keep.any():
+            row |= {"accuracy": None, "note": "no labelled beat to score"}
         rows.append(row)
     return rows
+
+
+def _record_order(record: np.ndarray, scored: Sequence[int] | None) -> list[int]:
+    """The records of a per-record table: `scored` in order, else those in `record`."""
+    return [int(r) for r in (np.unique(record) if scored is None else scored)]
 
 
 def episodes(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -204,11 +219,17 @@ def afib_episode_scores(labels: np.ndarray, predicted: np.ndarray, record: np.nd
 
 
 def per_record_afib(
-    labels: np.ndarray, predicted: np.ndarray, record: np.ndarray, names: list[str]
+    labels: np.ndarray,
+    predicted: np.ndarray,
+    record: np.ndarray,
+    names: list[str],
+    scored: Sequence[int] | None = None,
 ) -> list[dict]:
-    """One row per record: windows, AFIB windows, and the window counts tp, fp, fn."""
+    """One row per record: windows, AFIB windows, and the window counts tp, fp, fn.
+    `scored`: every record asked for (default: those with a scored window); one without a
+    labelled window has a row of zeros and a note."""
     rows = []
-    for r in np.unique(record):
+    for r in _record_order(record, scored):
         keep = record == r
         ref, pred = labels[keep].astype(bool), predicted[keep].astype(bool)
         rows.append({
@@ -216,4 +237,6 @@ def per_record_afib(
             "tp": int((ref & pred).sum()), "fp": int((~ref & pred).sum()),
             "fn": int((ref & ~pred).sum()),
         })  # fmt: skip
+        if not keep.any():
+            rows[-1]["note"] = "no labelled window to score"
     return rows

@@ -55,8 +55,32 @@ def token_folder(
         store, tokens = Path(tmp) / "store", Path(tmp) / "tokens"
         logger.info(f"{data}: ingesting at {config.fs:g} Hz and tokenizing with {run}'s codebook")
         ingest([data], store, config)
+        _warn_of_untrained_leads(data, run, store, lineage.get("leads"))
         tok = TokenizeConfig(codebook=codebook or run / "codebook.safetensors")
         if lineage.get("rr_window"):
             tok.rr_window = int(lineage["rr_window"])
         tokenize(store, tokens, tok)
         yield tokens
+
+
+def _warn_of_untrained_leads(data: Path, run: Path, store: Path, trained: list | None) -> None:
+    """One line when records were read from a lead the run never trained on (a model of
+    MLII beats shown V1 calls many of them V): `--lead` picks another."""
+    from heartlm.ingest.leads import lead_key
+    from heartlm.store import BeatStore
+
+    if not trained:  # a run made before lineage.json named its leads
+        return
+
+    def family(name: str) -> str:  # modified lead II (MIT-BIH's MLII) is lead II
+        return {"MLII": "II"}.get(lead_key(name), lead_key(name))
+
+    known = {family(name) for name in trained}
+    leads = [r.lead for r in BeatStore(store).records]
+    other = sorted({lead for lead in leads if family(lead) not in known})
+    if other:
+        logger.warning(
+            f"{data}: {sum(lead in other for lead in leads)} of {len(leads)} records read lead "
+            f"{', '.join(other)}, which {run} was not trained on ({', '.join(trained)}): its "
+            "calls there may be poor; --lead chooses the lead"
+        )

@@ -29,6 +29,10 @@ AFIB = RHYTHMS.index("AFIB")
 UNKNOWN_RHYTHM = RHYTHMS.index("unknown")
 AFIB_MIN_FRACTION = 0.5
 AFIB_RULE = "a window is AFIB when >= 50 % of its real beats lie in an (AFIB episode"
+AFIB_MIN_BEATS = 8
+"""`evaluate` calls no window of fewer real beats (a record shorter than that, padded):
+seven RR intervals, the shortest window RR-based AF detectors are reported on (Petrenas et
+al., Physiol Meas 36(2), 2015: 8 beats)."""
 IGNORE = -1
 
 
