@@ -78,6 +78,17 @@ def test_detector_finds_synthetic_beats(fs):
     assert m.se >= 0.99 and m.ppv >= 0.99, m
 
 
+def test_detector_reports_no_beat_in_noise_alone_and_keeps_a_small_real_lead():
+    noise = 0.01 * np.random.default_rng(0).standard_normal(3600)  # 10 uV: a lead-off record
+    assert len(detect_qrs(noise, 360.0)) == 0
+    rec = synth_record(1.0, 360.0, 3)
+    sample, symbol = rec.beats()
+    ref = reference_beats(sample, list(symbol))
+    small = 0.1 * rec.signal[:, 0] + noise.repeat(6)[: len(rec.signal)]  # QRS about 0.1 mV
+    m = match_beats(ref, detect_qrs(small, 360.0), 360.0)
+    assert m.se >= 0.99 and m.ppv >= 0.99, m
+
+
 def test_detector_output_contract():
     rec = synth_record(0.5, 360.0, 3)
     one = detect_qrs(rec.signal[:, 0], 360.0)
@@ -281,6 +292,26 @@ def test_cli_json_scores_a_folder(tmp_path, capsys):
     assert unscored["positions"] == scored["positions"]
 
 
+def test_cli_counts_the_detections_of_a_beat_free_reference_as_false(tmp_path, capsys):
+    rec = synth_record(1.0, 250.0, 11)
+    sample, symbol = rec.beats()
+    _write_record(tmp_path, "s1", rec.signal[:, 0], 250.0, (sample, symbol))
+    _write_record(tmp_path, "s2", rec.signal[:, 0], 250.0, ([10], ["+"]))  # a rhythm mark only
+    assert main(["qrs", str(tmp_path), "--json", "--workers", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    beats, free = out["records"]
+    assert free["n_reference"] == 0 and free["se"] is None and free["tp"] == 0
+    assert free["fp"] == free["n_detected"] > 0 and free["ppv"] == 0.0
+    assert out["gross"]["fp"] == beats["fp"] + free["fp"] and out["gross"]["tp"] == beats["tp"]
+    assert out["gross"]["se"] == beats["se"] and out["gross"]["ppv"] < beats["ppv"]
+    assert main(["qrs", str(tmp_path / "s2"), "--workers", "1"]) == 0  # the table: Se "-"
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:4] == ["s2", "-", "0.0000", "0.0000"]
+    assert main(["qrs", str(tmp_path), "--json", "--workers", "1", "--span", "annotated"]) == 0
+    out = json.loads(capsys.readouterr().out)  # no annotated span: not scored
+    assert "tp" not in out["records"][1] and out["gross"]["fp"] == out["records"][0]["fp"]
+
+
 def test_cli_table_and_lead_by_name(tmp_path, capsys):
     rec = synth_record(1.0, 360.0, 5)
     path = _write_record(tmp_path, "r", rec.signal[:, 0], 360.0, rec.beats())
@@ -291,6 +322,9 @@ def test_cli_table_and_lead_by_name(tmp_path, capsys):
     assert "whole record" in lines[-1] and "not excluded" in lines[-1]
     assert main(["qrs", str(path), "--lead", "V5"]) == 2
     assert "no such lead" in capsys.readouterr().err
+    assert main(["qrs", str(path), "--lead", "lead II", "--workers", "1"]) == 2  # II, not MLII
+    assert "no such lead" in capsys.readouterr().err
+    assert main(["qrs", str(path), "--lead", "ML II", "--workers", "1"]) == 0
 
 
 @pytest.mark.parametrize("kind", ["flat", "nan"])

@@ -216,18 +216,22 @@ def test_non_ascii_record_name_is_named_not_called_missing(tmp_path, capsys, nam
         assert "not ASCII" in line and "missing" not in line and f"'{shown}'" in line, line
 
 
-def test_qrs_does_not_score_an_empty_reference(tmp_path, capsys):
+def test_qrs_counts_only_false_positives_against_an_empty_reference(tmp_path, capsys):
     rec = _record(tmp_path, "rec")
     wfdb.wrann("rec", "atr", np.array([10]), ["+"], aux_note=["(N"], write_dir=str(tmp_path))
     capsys.readouterr()
     assert main(["qrs", str(rec), "--json", "--workers", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["records"]
-    assert row["n_reference"] == 0 and row["se"] is None and "no beats" in row["unscored"]
-    assert out["gross"] is None and out["n_scored"] == 0 and row["n_detected"] > 10
+    assert row["n_reference"] == 0 and row["se"] is None and "no beats" in row["note"]
+    assert row["fp"] == row["n_detected"] > 10 and out["n_scored"] == 1
+    assert out["gross"]["se"] is None and out["gross"]["fp"] == row["fp"]
     assert main(["qrs", str(rec), "--workers", "1"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[1].split()[1:4] == ["-", "-", "-"] and "gross" not in table[-1]
+    assert table[1].split()[1:4] == ["-", "0.0000", "0.0000"] and "gross" in table[2]
+    assert main(["qrs", str(rec), "--json", "--workers", "1", "--span", "annotated"]) == 0
+    out = json.loads(capsys.readouterr().out)  # no annotated span to score
+    assert out["gross"] is None and "no beats" in out["records"][0]["unscored"]
 
 
 FORKED_WORKERS = pytest.mark.skipif(

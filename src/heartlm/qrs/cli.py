@@ -32,6 +32,7 @@ from heartlm.ecg.workers import (
     worker_died,
 )
 from heartlm.errors import HeartlmError
+from heartlm.ingest.leads import lead_key
 from heartlm.log import logger, progress
 from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, reference_beats
 from heartlm.qrs.spans import detect_in_spans
@@ -174,8 +175,15 @@ def process_record(path: Path, config: QrsConfig) -> dict[str, Any]:
 
 
 def _score(ref: np.ndarray, det: np.ndarray, fs: float, config: QrsConfig) -> dict[str, Any]:
-    """EC57 counts and figures; a reference without beats cannot be scored (Se undefined)."""
+    """EC57 counts and figures. A reference without beats has no Se; scored whole, its
+    record's detections are false positives that count in the gross +P (as bxb counts
+    them), and with none or only an annotated span to score it is left out."""
     if len(ref) == 0:
+        if config.span == "record" and len(det):
+            return {"n_reference": 0} | Match(0, len(det), 0).as_dict() | {
+                "se": None,
+                "note": "the reference annotations hold no beats: every detection is false",
+            }  # fmt: skip
         return {
             "n_reference": 0,
             "se": None,
@@ -204,19 +212,20 @@ def _lead_index(lead: str, names: list[str], where: Path) -> int:
         if int(lead) >= len(names):
             raise HeartlmError(f"--lead {lead}: record has {len(names)} leads", where)
         return int(lead)
-    lowered = [n.lower() for n in names]
-    if lead.lower() not in lowered:
+    keys = [lead_key(n) for n in names]
+    if lead_key(lead) not in keys:
         raise HeartlmError(f"--lead {lead}: no such lead (has {', '.join(names)})", where)
-    return lowered.index(lead.lower())
+    return keys.index(lead_key(lead))
 
 
 def summarize(results: list[dict[str, Any]], config: QrsConfig, wall_s: float) -> dict[str, Any]:
     scored = [r for r in results if "tp" in r]
     total = gross(Match(r["tp"], r["fp"], r["fn"]) for r in scored)
+    figures = total.as_dict() | ({"se": None} if total.tp + total.fn == 0 else {})
     detected = sum(r.get("n_detected", 0) for r in results)
     detect_s = sum(r.get("detect_s", 0.0) for r in results)
     return {
-        "gross": total.as_dict() if scored else None,
+        "gross": figures if scored else None,
         "records": results,
         "n_records": len(results),
         "n_scored": len(scored),
@@ -258,9 +267,9 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def _row(name: str, m: dict[str, Any], detected: int) -> str:
+    se, ppv, f1 = ("-" if m[k] is None else f"{m[k]:.4f}" for k in ("se", "ppv", "f1"))
     return (
-        f"{name:<12} {m['se']:>7.4f} {m['ppv']:>7.4f} {m['f1']:>7.4f} "
-        f"{m['tp']:>7} {m['fp']:>6} {m['fn']:>6} {detected:>7}"
+        f"{name:<12} {se:>7} {ppv:>7} {f1:>7} {m['tp']:>7} {m['fp']:>6} {m['fn']:>6} {detected:>7}"
     )
 
 

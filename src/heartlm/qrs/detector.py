@@ -75,6 +75,11 @@ class DetectorConfig:
     electrode-motion noise the envelope's peak near a beat is often the noise, while the
     beat itself, a little earlier or later, still has the record's usual shape; a beat of
     another shape (an ectopic beat) has no such spot nearby and stays."""
+    min_beat_mv: float = 0.04
+    """A signal whose beats span less than this in the median (peak to peak of the wide band
+    within `shape_s` of the R peak, in mV) holds no heartbeat, only the noise of a flat or
+    disconnected lead: none is reported. The smallest real lead of MIT-BIH and LUDB, 101's
+    V1, has a median of 0.09 mV; 10 uV of noise alone about 0.02."""
     learn_s: float = 8.0
     """The decisions run once over this first stretch of the record (all of a shorter one),
     then again from the first sample with the signal level, noise level and RR intervals
@@ -119,7 +124,20 @@ def detect_qrs(signal: np.ndarray, fs: float, config: DetectorConfig = DEFAULT) 
     )
     beats = beats[~_in_flutter(envelope, beats, fe, config)]
     peaks = _refine(x, beats * step + (step - 1) // 2, fs, config)
-    return _relocate(x, peaks, wide, envelope, step, fs, config)
+    peaks = _relocate(x, peaks, wide, envelope, step, fs, config)
+    half = round(config.shape_s * fe)
+    if len(peaks) and np.median(_spans(wide, peaks // step, half)) < config.min_beat_mv:
+        return peaks[:0]  # a lead without a heartbeat: its noise is not reported as beats
+    return peaks
+
+
+def _spans(wide: np.ndarray, at: np.ndarray, half: int) -> np.ndarray:
+    """Peak-to-peak amplitude of `wide` within `half` samples of each of `at`."""
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(wide, half, mode="edge"), 2 * half + 1
+    )
+    picked = windows[np.clip(at, 0, len(wide) - 1)]
+    return picked.max(axis=1) - picked.min(axis=1)
 
 
 def _block_means(x: np.ndarray, step: int) -> np.ndarray:
