@@ -59,6 +59,21 @@ def test_embed_a_token_folder(runs: Path):
     assert json.loads((out / "run.json").read_text())["counts"]["windows"] == len(windows)
 
 
+def test_embed_names_the_records_without_a_beat(runs: Path, capsys, monkeypatch):
+    import numpy as np
+
+    from heartlm import embed
+
+    data = load_tokens(runs / "tokens")
+    data.boundaries = np.append(data.boundaries, data.boundaries[-1])  # a record of no beat
+    data.records = [*data.records, "flat"]
+    monkeypatch.setattr(embed, "_tokens", lambda cfg: data)
+    out = runs / "e_flat"
+    assert main(["embed", str(runs / "pre"), str(runs / "tokens"), "--out", str(out)]) == 0
+    assert "1 record(s) hold no beat and get no row: flat" in capsys.readouterr().err
+    assert len(_table(out / "beats.csv")) == N_RECORDS * BEATS
+
+
 def test_embed_refuses_tokens_of_another_codebook(runs: Path, capsys):
     other = make_tokens(runs / "other_tokens")
     meta = json.loads((other / "tokens.json").read_text())

@@ -107,6 +107,10 @@ def embed(cfg: EmbedConfig) -> tuple[dict[str, str], dict[str, Any], dict[str, i
         raise HeartlmError(f"--window {window} is longer than the model's "
                            f"{model.cfg.max_len} positions", cfg.run)  # fmt: skip
     chosen = _records(data, cfg.records)
+    empty = [str(data.records[i]) for i in chosen if data.boundaries[i + 1] == data.boundaries[i]]
+    if empty:
+        logger.warning("%s: %d record(s) hold no beat and get no row: %s", cfg.data, len(empty),
+                       ", ".join(empty[:10]) + (", ..." if len(empty) > 10 else ""))  # fmt: skip
     windows = cut_windows(streams_of(data), chosen, window, cfg.stride or max(1, window // 2),
                           task="afib")  # fmt: skip
     beat, beat_h, window_h = embeddings(model, windows, cfg.batch, device)
