@@ -263,9 +263,10 @@ def stress_scores(found: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str
     out: dict[str, dict[str, Any]] = {}
     for folder in cfg.SICK_STRESS:
         for recipe in dict.fromkeys(name for name, _ in found):
+            # a record without a labelled beat has no accuracy to weigh
             rows = [row for name, rep in found if name == recipe
                     for row in rep.get("per_record", [])
-                    if row["record"].split("/")[0] == folder]  # fmt: skip
+                    if row["record"].split("/")[0] == folder and row["n_beats"]]  # fmt: skip
             if not rows:
                 continue
             s_beats = sum(row["S"]["support"] for row in rows)

@@ -42,10 +42,12 @@ SCRATCH_FROM = {"76": "75", "77": "75"}
 from the `nextleads` encoder, `src/heartlm` unchanged between them (ce32669), so both
 initialisations learn from the same tokens and, seed by seed, the same labelled beats; round
 77 (prepared) is the same recipe from `nextleadsmlp`. Commits 777c58f-1da103f changed
-`src/heartlm` after ce32669 where the study's tokens and training do not reach (torchrun's
-log folder, lead names, evaluate's rows for records with nothing to score, the detector's
-floor for a lead without a heartbeat: the study's detected stores were compared byte for
-byte, unchanged). A pair scored on other tokens is refused (OtherTokens)."""
+`src/heartlm` after ce32669 where the study's tokens, training and scores do not reach
+(torchrun's log folder, lead names, evaluate's rows for records with nothing to score, no
+AFIB call on a record under 8 beats (the study's such LUDB records carry no rhythm label),
+the detector's floor for a lead without a heartbeat: the study's detected stores were
+compared byte for byte, unchanged). A pair scored on other tokens is refused
+(OtherTokens)."""
 METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
 """task -> the metric's name in the table -> its column in pool_rounds.scores_of."""
 

@@ -312,13 +312,14 @@ def evaluate(
         if shares is not None:
             report["beat_mlp_share"] = named_shares(shares)
         report["offset_counts"] = offset_counts(ref, prob, offsets)
-        report["per_record"] = metrics.per_record_beats(ref, pred, record, names, indices)
+        report["per_record"] = metrics.per_record_beats(ref, pred, record, names, sorted(indices))
         return {"report": report, "labels": ref, "scores": pred}
+    # the beats each scored window is about: its block inside the context, else all of it
+    pooled = windows.scored & ~windows.pad if scored < window else ~windows.pad
     if views > 1:
         # Each beat's AFIB logits averaged over `views` overlapping windows of context, then
         # pooled over each scored block as one window's would be.
         overlapping = cut_windows(streams, indices, window, max(1, window // views), task)
-        pooled = windows.scored & ~windows.pad if scored < window else ~windows.pad
 
         def window_scores(m: Any) -> np.ndarray:
             beat, logits = averaged_beat_outputs(
@@ -331,15 +332,16 @@ def evaluate(
             return afib_scores(m, windows, batch, dev, scored_block=scored < window)
 
     scores = np.mean([window_scores(m) for m, _ in members], axis=0)
-    beats = ((windows.scored if scored < window else True) & ~windows.pad).sum(axis=1)
-    callable_ = beats >= AFIB_MIN_BEATS
-    labelled = (windows.window_label != IGNORE) & callable_
+    beats = pooled.sum(axis=1)
+    # A window shorter than AFIB_MIN_BEATS is a padded record shorter than it: not called.
+    callable_ = beats >= min(AFIB_MIN_BEATS, scored)
+    has_label = windows.window_label != IGNORE
+    labelled = has_label & callable_
     if not labelled.any():
-        short = "" if callable_.any() else f" (each holds fewer than {AFIB_MIN_BEATS} beats)"
-        raise HeartlmError(
-            f"the scored records have no rhythm labels (no AFIB/non-AFIB windows){short}",
-            data_path,
-        )
+        problem = "have no rhythm labels (no AFIB/non-AFIB windows)"
+        if has_label.any():
+            problem = f"are too short for an AFIB call (each under {AFIB_MIN_BEATS} beats)"
+        raise HeartlmError(f"the scored records {problem}", data_path)
     labels = windows.window_label[labelled]
     binary = metrics.binary_scores(labels, scores[labelled], afib_threshold)
     report = {
@@ -349,7 +351,7 @@ def evaluate(
         "n_windows": int(labelled.sum()),
         "n_afib_windows": int(labels.sum()),
         "n_short_windows": int((labelled & (beats < scored)).sum()),
-        "n_too_short": int((~callable_).sum()),
+        "n_too_short": int((has_label & ~callable_).sum()),
         "min_beats": AFIB_MIN_BEATS,
         "window": scored,
         "context": window,
@@ -363,9 +365,9 @@ def evaluate(
     called = scores[labelled] >= afib_threshold
     record = windows.record[labelled]
     report["afib_episodes"] = metrics.afib_episode_scores(labels, called, record)
-    report["per_record"] = metrics.per_record_afib(labels, called, record, names, indices)
-    for row, r in zip(report["per_record"], indices, strict=True):
+    report["per_record"] = metrics.per_record_afib(labels, called, record, names, sorted(indices))
+    for row, r in zip(report["per_record"], sorted(indices), strict=True):
         n = int(data.boundaries[r + 1] - data.boundaries[r])
-        if row["n_windows"] == 0 and 0 < n < AFIB_MIN_BEATS:
+        if row["n_windows"] == 0 and 0 < n < min(AFIB_MIN_BEATS, scored):
             row["note"] = f"{n} beats: too few to call (an AFIB call needs {AFIB_MIN_BEATS})"
     return {"report": report, "labels": labels, "scores": scores[labelled]}

@@ -39,7 +39,8 @@ _ECG_PREFIX = re.compile(r"^(?:(?:ECG|EKG|LEAD)[\s_\-:]+)+", re.IGNORECASE)
 
 
 def lead_key(name: str) -> str:
-    return re.sub(r"\s+", "", _ECG_PREFIX.sub("", name.strip())).upper()
+    key = re.sub(r"\s+", "", _ECG_PREFIX.sub("", name.strip())).upper()
+    return key or re.sub(r"\s+", "", name).upper()  # `ECG:` alone names no lead after it
 
 
 def pick_lead(sig_names: list[str], wanted: str | None = None, where: Path | None = None) -> int:
