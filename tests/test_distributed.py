@@ -331,8 +331,8 @@ def test_two_agents_on_localhost_match_one_agent(tokens: Path, golden: dict[int,
         1, argv, nnodes="2", rdzv_endpoint=endpoint, rdzv_id="two-nodes", rdzv_timeout_s=120
     )
     agents = [
-        subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+        subprocess.Popen(cmd, env=_env(PET_LOG_DIR=str(run.parent / "torchrun-logs")),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
     ]  # fmt: skip
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]

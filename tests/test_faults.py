@@ -929,7 +929,8 @@ def test_2b_finetune_restarts_after_a_lost_rank_and_ends_on_the_golden_loss(pre,
     step 3; it resumes from the step-2 checkpoint in the partial folder."""
     whole, restarted = tmp_path / "whole", tmp_path / "restarted"
     assert finetune(pre, tokens, whole, "--steps", "6") == 0
-    env = {**_clean_env(), "HEARTLM_FAULT_AT_STEP": "3", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    env = {**_clean_env(), "HEARTLM_FAULT_AT_STEP": "3", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           "PET_LOG_DIR": str(tmp_path / "torchrun-logs")}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
          "--max-restarts=1", "-m", "heartlm", "finetune", str(pre), "--data", str(tokens),
