@@ -63,7 +63,7 @@ def token_folder(
         yield tokens
 
 
-def _warn_of_untrained_leads(data: Path, run: Path, store: Path, trained: list | None) -> None:
+def _warn_of_untrained_leads(data: Path, run: Path, store: Path, trained: list[str] | None) -> None:
     """One line when records were read from a lead the run never trained on (a model of
     MLII beats shown V1 calls many of them V): `--lead` picks another."""
     from heartlm.ingest.leads import lead_key
