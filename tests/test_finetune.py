@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -275,7 +276,22 @@ def test_a_lead_copy_keeps_the_labels_of_the_beats_its_record_keeps():
     refs = [RecordRef(0, "101", "mitdb", 200), RecordRef(1, "7", "ludb", 150),
             RecordRef(2, "101", "mitdb_V1", 200), RecordRef(3, "101", "mitdb_V5", 199),
             RecordRef(4, "101", "mitdb_V2", 199), RecordRef(5, "101", "mitdb_V4", 199)]  # fmt: skip
-    np.testing.assert_array_equal(_label_share(part, refs, 0.1, 3), kept)
+    share = types.SimpleNamespace(label_fraction=0.1, keep_labels_of=[])
+    np.testing.assert_array_equal(_label_share(part, refs, share, 3), kept)
+    # --keep-labels-of ludb: ludb/7 keeps every label; the share is drawn from 101 alone and
+    # its copies follow it
+    share.keep_labels_of = ["ludb"]
+    whole = _label_share(part, refs, share, 3)
+    np.testing.assert_array_equal(whole[200:350], other)
+    np.testing.assert_array_equal(whole[:200], data.keep_label_fraction(record, 0.1, seed=3))
+    np.testing.assert_array_equal(whole[350:550], whole[:200])
+
+
+def test_keep_labels_of_is_recorded(corpus, tmp_path):
+    ft = tmp_path / "kept"
+    assert _finetune(corpus, ft, "--label-fraction", "0.1", "--keep-labels-of", "syn") == 0
+    info = json.loads((ft / "finetune.json").read_text())
+    assert (info["label_fraction"], info["keep_labels_of"]) == (0.1, ["syn"])
 
 
 def test_label_fraction_keeps_a_seeded_fraction():
@@ -1400,6 +1416,13 @@ def test_bad_inputs_are_one_line_errors(beats_run, corpus, tmp_path, capsys, mon
     assert "--afib-beat-loss needs --task afib" in error_of(
         *base, "--data", corpus / "tok", "--out", tmp_path / "f", "--afib-beat-loss", "1"
     )
+    keep = ["--data", corpus / "tok", "--out", tmp_path / "f", "--keep-labels-of", "syn"]
+    assert "--label-fraction 1 keeps whole anyway" in error_of(*base, *keep)
+    assert "only with --task beats" in error_of(*base, *keep, "--task", "afib",
+                                                "--label-fraction", "0.5")  # fmt: skip
+    keep[-1] = "synth"  # a misspelt database: every label would silently be drawn from
+    assert "--keep-labels-of synth: no training record is of that database (they are of syn)" in (
+        error_of(*base, *keep, "--label-fraction", "0.5"))  # fmt: skip
     # The beat loss pools the beats as the window head does: a CLS-token model is refused.
     real_build = pipeline.build_model
 

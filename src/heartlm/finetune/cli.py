@@ -53,6 +53,12 @@ class FinetuneConfig:
     """RUN's architecture, random weights (the baseline)"""
     label_fraction: float = setting(1.0, metavar="F", group=TASK)
     """keep this seeded fraction of the training labels (beats, or afib windows)"""
+    keep_labels_of: list[str] = setting(
+        factory=list, parse=comma_list(str), metavar="DB,...", group=TASK
+    )
+    """beats, with --label-fraction: databases (token folders' `db` names, comma-separated)
+    whose beats keep every label, e.g. synthetic patients, whose labels cost no annotator;
+    the fraction is then drawn from the other records' labels"""
     records: list[str] | None = setting(None, metavar="NAME", group=TASK)
     """training records, NAME or DB/NAME (default: MIT-BIH DS1 and every labelled record
     of other databases)"""
@@ -134,6 +140,10 @@ class FinetuneConfig:
             inert["morph_dropout"] = (f"--morph-dropout hides codes and absolute shape columns, "
                                       f"which --inputs {self.inputs} hides from every beat "
                                       "already: it would change nothing")  # fmt: skip
+        if self.label_fraction == 1.0:
+            inert["keep_labels_of"] = ("--keep-labels-of keeps whole the labels of databases "
+                                       "that --label-fraction 1 keeps whole "
+                                       "anyway")  # fmt: skip
         if self.class_weight_power == 0:
             inert["max_class_weight"] = ("--max-class-weight clips class weights, which "
                                          "--class-weight-power 0 sets to 1 for every "
@@ -167,6 +177,8 @@ class FinetuneConfig:
         for name, default in field_defaults(type(self), inert).items():
             if getattr(self, name) != default:
                 raise ValueError(inert[name])
+        if self.keep_labels_of and self.task != "beats":
+            raise ValueError("--keep-labels-of keeps beat labels: only with --task beats")
         _check_loss_weight("--afib-beat-loss", self.afib_beat_loss)
         if self.afib_beat_loss > 0.0 and self.task != "afib":
             raise ValueError("--afib-beat-loss needs --task afib")

@@ -217,7 +217,8 @@ def prepare(cfg: FinetuneConfig) -> Prepared:
     train_d = data.subset([r.index for r in split.train])
     if cfg.task == "beats":
         every = train_d.aami
-        train_d.aami = _label_share(train_d, split.train, cfg.label_fraction, cfg.train.seed)
+        _check_kept_databases(cfg, split.train)
+        train_d.aami = _label_share(train_d, split.train, cfg, cfg.train.seed)
         _warn_lost_classes(every, train_d.aami, cfg)
         if train_d.features is not None:  # every training beat: the edges need no labels
             model.fit_beat_mlp_bins(train_d.features, cfg.train.seed)
@@ -244,12 +245,31 @@ def _warn_lost_classes(every: Any, kept: Any, cfg: FinetuneConfig) -> None:
         )
 
 
-def _label_share(part: Any, refs: Sequence[RecordRef], fraction: float, seed: int) -> np.ndarray:
+def _label_share(
+    part: Any, refs: Sequence[RecordRef], cfg: FinetuneConfig, seed: int
+) -> np.ndarray:
     """The beat labels of `part` (the records `refs`, in order) that --label-fraction keeps:
-    drawn per recording, so a record's lead copies keep the same beats' labels."""
-    return windows.keep_recording_label_fraction(
-        part.aami, part.boundaries, [r.recording for r in refs], fraction, seed
-    )
+    drawn per recording, so a record's lead copies keep the same beats' labels, and from the
+    records of databases outside --keep-labels-of only (theirs are all kept)."""
+    labels = np.asarray(part.aami)
+    whole = np.zeros(len(labels), dtype=bool)
+    for i, ref in enumerate(refs):
+        if ref.db in cfg.keep_labels_of:
+            whole[part.boundaries[i] : part.boundaries[i + 1]] = True
+    drawn = windows.keep_recording_label_fraction(
+        np.where(whole, windows.IGNORE, labels), part.boundaries, [r.recording for r in refs],
+        cfg.label_fraction, seed,
+    )  # fmt: skip
+    return np.where(whole, labels, drawn)
+
+
+def _check_kept_databases(cfg: FinetuneConfig, refs: Sequence[RecordRef]) -> None:
+    """--keep-labels-of names only databases the training records come from (a misspelt
+    name would leave every label to the fraction without a word)."""
+    held = sorted({r.db for r in refs})
+    if unknown := [db for db in cfg.keep_labels_of if db not in held]:
+        raise HeartlmError(f"--keep-labels-of {','.join(unknown)}: no training record is of "
+                           f"that database (they are of {', '.join(held)})", cfg.data)  # fmt: skip
 
 
 def load_tokens(folder: Path) -> Any:
@@ -285,7 +305,7 @@ def _validation(cfg: FinetuneConfig, p: Prepared, device: torch.device) -> tuple
         return None, []
     val_d = p.data.subset([r.index for r in p.split.val])
     if cfg.task == "beats":  # only a fraction F of all labels is ever used
-        val_d.aami = _label_share(val_d, p.split.val, cfg.label_fraction, cfg.train.seed + 1)
+        val_d.aami = _label_share(val_d, p.split.val, cfg, cfg.train.seed + 1)
     val_s = WindowSampler(val_d, p.window, p.window, cfg.train.seed, device, pad_short=True)
     scorer = [ValidationF1(val_d, cfg.task, p.window, device)] if cfg.select == "f1" else []
     return val_s, scorer
@@ -341,7 +361,7 @@ def finetune(cfg: FinetuneConfig, out: Path) -> dict:
 
 OBJECTIVE_SETTINGS = ("class_weight_power", "max_class_weight", "label_smoothing",
                       "morph_dropout", "afib_beat_loss", "beat_mlp_loss",
-                      "beat_mlp_loss_skip", "beat_encoder_loss")  # fmt: skip
+                      "beat_mlp_loss_skip", "beat_encoder_loss", "keep_labels_of")  # fmt: skip
 """The settings that shape fine-tuning's loss: a resume must keep them (`heartlm.train.
 checkpoint` compares them), or one model would be trained on two objectives and its
 finetune.json would name only the last."""
@@ -386,6 +406,7 @@ def _finish(
         "architecture_from": str(cfg.run),
         "from_scratch": cfg.from_scratch,
         "label_fraction": cfg.label_fraction,
+        "keep_labels_of": cfg.keep_labels_of,
         "train_records": [r.key for r in p.split.train],
         "val_records": [r.key for r in p.split.val],
         "class_weights": dict(zip(names, np.round(p.weights, 4).tolist(), strict=True)),
