@@ -120,14 +120,38 @@ def add_offset_rows(
 def kept_beat_floor(r: Runner, folder: str, data: Any, train: list[str], test: list[str],
                     seed: int, fraction: float, inputs: str) -> dict[str, Any]:  # fmt: skip
     """The LightGBM floor's report (tree_floor.beat_floor) on `data`, token folder `folder`,
-    kept in the work folder so that a resumed call does not fit it again."""
+    kept in the work folder so that a resumed call does not fit it again; its labels drawn
+    as the runs beside it draw theirs (labels_kept_whole)."""
     from tree_floor import beat_floor
 
+    whole = labels_kept_whole(train, fraction)
     return r.remember(
         f"floor_{inputs}_{folder}",
-        lambda: beat_floor(data, train, test, seed, fraction=fraction, inputs=inputs),
-        folder, train, test, seed, fraction, inputs,
+        lambda: beat_floor(data, train, test, seed, fraction=fraction, inputs=inputs,
+                           whole=whole),
+        folder, train, test, seed, fraction, inputs, *([whole] if whole else []),
     )  # fmt: skip
+
+
+def labels_kept_whole(train: list[str], fraction: float) -> list[str]:
+    """The databases of `train`'s synthetic patients whose labels stay whole at `fraction`
+    (KEEP_SYNTHETIC_LABELS, below 1; none otherwise): `train` names DS1's records bare and
+    the synthetic patients' as DB/NAME (synthetic_keys)."""
+    if fraction == 1.0 or not cfg.KEEP_SYNTHETIC_LABELS:
+        return []
+    return sorted({key.split("/")[0] for key in train if "/" in key})
+
+
+def kept_labels_note() -> list[str]:
+    """What a recipe's recorded flags add under KEEP_SYNTHETIC_LABELS (nothing otherwise, so
+    earlier rounds' flags stay as they were): the DS2 ledger then tells its rows apart."""
+    return ["(label shares of", "DS1's labels alone)"] if cfg.KEEP_SYNTHETIC_LABELS else []
+
+
+def label_share(train: list[str], fraction: float) -> list[Any]:
+    """finetune's flags for the labels of `train` at `fraction` (labels_kept_whole)."""
+    whole = labels_kept_whole(train, fraction)
+    return ["--label-fraction", fraction, *(["--keep-labels-of", ",".join(whole)] if whole else [])]
 
 
 def synthetic_keys(data: Any, folders: tuple[str, ...] | None = None) -> list[str]:
@@ -165,7 +189,7 @@ def select(r: Runner) -> dict[str, Any]:
         train, test = train_of(config, k), cfg.FOLDS[1 - k]
         name = name_of(config, k, seed)
         r.finetune(name, "beats", beat_data(config), "--records", *train, "--seed", seed,
-                   "--label-fraction", cfg.SELECT_FRACTION, *cfg.CONFIGS[config],
+                   *label_share(train, cfg.SELECT_FRACTION), *cfg.CONFIGS[config],
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         scorings = [(viewed(config, views), views, []) for views in (1, cfg.VIEWS)]
         scorings += [(shared(config, share), 1, ["--beat-mlp-share", share])
@@ -198,7 +222,7 @@ def select(r: Runner) -> dict[str, Any]:
     recipes = list(dict.fromkeys(recipe for recipe, *_ in found))
     rows = {c: sum_reports([rep for cc, _, rep, _ in found if cc == c]) for c in recipes}
     held_out = {c: sum_reports([rep for cc, _, _, rep in found if cc == c]) for c in recipes}
-    configs = {c: recipe_flags(c) for c in recipes}
+    configs = {c: [*recipe_flags(c), *kept_labels_note()] for c in recipes}
     floors: dict[str, dict[str, Any]] = {}
     seed_floors: dict[int, dict[str, Any]] = {s: {} for s in cfg.SELECT_SEEDS}
     for inputs, folder in beat_floor_kinds(list(cfg.CONFIGS)):
@@ -319,9 +343,9 @@ def final(r: Runner) -> dict[str, Any]:
     (best_pair); 3 seeds."""
     chosen = (best_of_each_init(r.work / "select.json") if cfg.FINAL == "auto"
               else {init: cfg.FINAL for init in ("pretrained", "scratch")})  # fmt: skip
-    flags = {init: recipe_flags(name) for init, name in chosen.items()}
+    flags = {init: [*recipe_flags(name), *kept_labels_note()] for init, name in chosen.items()}
     if cfg.FINAL == "auto" and (pair := best_pair(r.work / "select.json")):
-        chosen["pair"], flags["pair"] = pair, pair_recipe_flags(pair)
+        chosen["pair"], flags["pair"] = pair, [*pair_recipe_flags(pair), *kept_labels_note()]
     chosen = unscored("final", chosen, flags, r.replicate)
     configs = {f"{init}: {name}": flags[init] for init, name in chosen.items()}
     pair = chosen.pop("pair", None)
@@ -343,7 +367,7 @@ def final(r: Runner) -> dict[str, Any]:
         flags = [f for f in cfg.CONFIGS[config] if f != "--from-scratch"]
         scratch = ["--from-scratch"] if init == "scratch" else []
         r.finetune(name, "beats", beat_data(config), "--records", *train_of(config),
-                   "--label-fraction", fraction, "--seed", seed, *flags, *scratch,
+                   *label_share(train_of(config), fraction), "--seed", seed, *flags, *scratch,
                    pre=pretraining_run(seed, pretrain_variant(config)))  # fmt: skip
         return name
 

@@ -186,6 +186,15 @@ EARLIER_SELECT_FRACTION (pretraining has to pay where labels are scarce); from r
 100 % again, the share of the goals' DS2 scores (model_beat_rounds, round 47)."""
 
 
+KEEP_SYNTHETIC_LABELS = False
+"""Below a label share of 1, every beat run keeps its synthetic patients' labels whole
+(`finetune --keep-labels-of` their databases) and draws the share from DS1's labels alone,
+and so does the floor (tree_floor.labelled_beats): "10 % and 1 % of DS1's labels" as issue
+12 words it. Through round 77 every share was drawn from all labels, the synthetic patients'
+too (about 70 synthetic S beats trained at 1 %). `model_study.py --keep-synthetic-labels`
+sets it for a call; the results record it (`keep_synthetic_labels`)."""
+
+
 EARLIER_SELECT_FRACTION = 0.1
 """`select`'s share in rounds 6-46, which the probes (feature_scale_probe.py,
 ectopy_floor_probe.py) measured at and keep as their default."""

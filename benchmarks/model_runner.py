@@ -89,6 +89,8 @@ def run_tag(*parts: Any) -> str:
     source) for its folder name: a work folder reused after a change never passes an old run
     off as new, nor fails on one whose weights the changed model cannot read."""
     parts = (*parts, f"codebook {CODEBOOK_VERSION}", f"heartlm {heartlm_digest()}")
+    if cfg.KEEP_SYNTHETIC_LABELS:  # earlier tags stay as they were
+        parts = (*parts, "synthetic labels kept")
     text = json.dumps([cfg.PRETRAIN, cfg.BEATS, cfg.AFIB, cfg.TRAIN_SYNTHETIC, *parts], default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 

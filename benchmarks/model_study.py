@@ -47,7 +47,7 @@ from afib_crossfit import crossfit_afib
 from model_afib import final_afib, select_afib
 from model_beats import final, select
 from model_offset_probe import offset_probe
-from model_recipes import adopt_selection
+from model_recipes import adopt_selection, config_of
 from model_runner import (
     Runner,
     missing_pretraining,
@@ -169,9 +169,32 @@ def main() -> int:
              f"{cfg.SELECT_FRACTION}); a smaller one asks the folds whether pretraining pays "
              "where labels are scarce",
     )  # fmt: skip
+    ap.add_argument(
+        "--final", metavar="RECIPE",
+        help="final: score this recipe of CONFIGS for both initialisations (FINAL; default: "
+             "each one's choice in W/select.json), e.g. a pretrained twin against its own "
+             "flags from scratch, which then takes its architecture from the twin's encoder",
+    )  # fmt: skip
+    ap.add_argument(
+        "--keep-synthetic-labels", action="store_true",
+        help="beats, below a label share of 1: the synthetic patients keep every label and the "
+             "share is drawn from DS1's alone (KEEP_SYNTHETIC_LABELS), runs and floors alike",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         quick()
+    cfg.KEEP_SYNTHETIC_LABELS = cfg.KEEP_SYNTHETIC_LABELS or args.keep_synthetic_labels
+    if args.final is not None:
+        if "final" not in args.stages:
+            print("model_study: --final is for the final stage, which these stages leave out",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            config_of(args.final)
+        except SystemExit as exc:
+            print(f"model_study: --final: {exc}", file=sys.stderr)
+            return 2
+        cfg.FINAL = args.final
     if args.select_fraction is not None:
         if "select" not in args.stages:
             print("model_study: --select-fraction is for the select stage, which these stages "
@@ -235,6 +258,7 @@ def main() -> int:
             "pretrain_variants": cfg.PRETRAIN_VARIANTS,
             "pretrain_corpus": {**cfg.PRETRAIN_CORPUS, "scale": cfg.SCALE},
             "finetune": {"beats": cfg.BEATS, "afib": cfg.AFIB},
+            "keep_synthetic_labels": cfg.KEEP_SYNTHETIC_LABELS,
             "seconds": round(time.perf_counter() - t0, 1),
             **found,
             "commands": r.commands,

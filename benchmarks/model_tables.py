@@ -54,6 +54,13 @@ def _stopped_where(results: dict[str, Any]) -> str:
     return f"after each run's DS2 evaluation, {before}"
 
 
+_KEPT_LABELS = [
+    "Label shares below 1 are drawn from DS1's labels alone; the synthetic patients keep every "
+    "label (`--keep-synthetic-labels`), in the runs and the floors alike.",
+    "",
+]
+
+
 def _header(results: dict[str, Any]) -> list[str]:
     machine = ", ".join(f"{k} {v}" for k, v in results["machine"].items())
     soft = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
@@ -64,6 +71,7 @@ def _header(results: dict[str, Any]) -> list[str]:
         f"Command: `{results['command']}`"
         + ("" if results["seconds"] is None else f" ({results['seconds']} s)"),
         "",
+        *(_KEPT_LABELS if results.get("keep_synthetic_labels") else []),
         *(
             [
                 f"Stopped by the call's limit {_stopped_where(results)}; written from its "

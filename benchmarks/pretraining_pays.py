@@ -53,7 +53,8 @@ METRICS = {"beats": {"S": "S", "V": "V"}, "afib": {"AFIB window": "F1"}}
 
 
 class OtherTokens(ValueError):
-    """A SCRATCH_FROM pair whose files were not scored on the same tokens."""
+    """A SCRATCH_FROM pair whose files were not scored on the same tokens, or whose label
+    shares were drawn another way."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ def comparisons(path: Path, scratch_path: Path | None = None) -> list[Comparison
         other = json.loads(scratch_path.read_text())
         if other.get("codebook_version") != result.get("codebook_version"):
             raise OtherTokens(f"its scratch rows' file {scratch_path} has another codebook")
+        if other.get("keep_synthetic_labels", False) != result.get("keep_synthetic_labels", False):
+            raise OtherTokens(f"its scratch rows' file {scratch_path} drew its label shares "
+                              "another way (keep_synthetic_labels)")  # fmt: skip
         for task in rows:
             rows[task] = [r for r in rows[task] if r["init"] != "scratch"] + [
                 r for r in other.get(task) or [] if r["init"] == "scratch"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -152,20 +153,29 @@ def fit_tree(x: np.ndarray, y: np.ndarray, n_classes: int, seed: int, threads: i
 
 
 def labelled_beats(
-    data: TokenData, records: list[int], aami: np.ndarray, fraction: float = 1.0, seed: int = 0
+    data: TokenData,
+    records: list[int],
+    aami: np.ndarray,
+    fraction: float = 1.0,
+    seed: int = 0,
+    whole: Sequence[str] = (),
 ) -> np.ndarray:
     """The beats of `records` whose labels a seeded `fraction` keeps, drawn per recording as
-    `heartlm finetune --label-fraction` draws them (a lead copy follows its record)."""
+    `heartlm finetune --label-fraction` draws them (a lead copy follows its record), and
+    from the records outside the databases `whole` only, whose labels are all kept
+    (`--keep-labels-of`)."""
     beats = record_beats(data, records)
     if fraction == 1.0:
         return beats[aami[beats] >= 0]
     lengths = np.diff(data.boundaries)[records]
     recording = recordings(data)
-    kept = keep_recording_label_fraction(
-        aami[beats], np.concatenate([[0], np.cumsum(lengths)]), [recording[i] for i in records],
-        fraction, seed,
+    dbs = [str(m.get("db", "")) for m in data.meta.get("records", [])]
+    kept_whole = np.repeat([bool(dbs) and dbs[i] in whole for i in records], lengths)
+    drawn = keep_recording_label_fraction(
+        np.where(kept_whole, IGNORE, aami[beats]), np.concatenate([[0], np.cumsum(lengths)]),
+        [recording[i] for i in records], fraction, seed,
     )  # fmt: skip
-    return beats[kept >= 0]
+    return beats[np.where(kept_whole, aami[beats], drawn) >= 0]
 
 
 def beat_floor(
@@ -176,13 +186,15 @@ def beat_floor(
     threads: int = 0,
     fraction: float = 1.0,
     inputs: str = "all",
+    whole: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The tree's per-class beat report on every labelled beat of `test`, trained on `train`
-    (record names) with a seeded `fraction` of the training beats' labels, on the inputs
-    that fine-tuning with `--inputs` gives the transformer."""
+    (record names) with a seeded `fraction` of the training beats' labels (those of the
+    databases `whole` all kept), on the inputs that fine-tuning with `--inputs` gives the
+    transformer."""
     x = beat_inputs(data, inputs)
     aami = np.asarray(data.aami).astype(np.int64)
-    tr = labelled_beats(data, record_indices(data, train), aami, fraction, seed)
+    tr = labelled_beats(data, record_indices(data, train), aami, fraction, seed, whole)
     te = labelled_beats(data, record_indices(data, test), aami)
     n_classes = len(AAMI_CLASSES)
     model = fit_tree(x[tr], aami[tr], n_classes, seed, threads)

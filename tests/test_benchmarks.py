@@ -16,6 +16,7 @@ import sys
 import tarfile
 import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -1111,6 +1112,42 @@ def test_a_run_trained_by_other_heartlm_code_gets_another_folder(monkeypatch: py
     assert model_runner.run_tag(["--beat-mlp", "256"], ["101"]) == before
     monkeypatch.setattr(model_runner, "heartlm_digest", lambda: "changed")
     assert model_runner.run_tag(["--beat-mlp", "256"], ["101"]) != before
+
+
+def test_keep_synthetic_labels_reaches_the_runs_the_floor_and_the_run_names(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from heartlm.finetune.pipeline import _label_share
+    from heartlm.labelled.splits import RecordRef
+
+    train = ["101", "106", "synth_sick/s0000", "synth_bigeminy/s0003"]
+    assert model_beats.label_share(train, 0.1) == ["--label-fraction", 0.1]
+    before = model_runner.run_tag(["--beat-mlp", "256"], train)
+    monkeypatch.setattr(model_configs, "KEEP_SYNTHETIC_LABELS", True)
+    assert model_beats.label_share(train, 0.1) == [
+        "--label-fraction", 0.1, "--keep-labels-of", "synth_bigeminy,synth_sick"]  # fmt: skip
+    assert model_beats.label_share(train, 1.0) == ["--label-fraction", 1.0]  # inert at 1
+    assert model_runner.run_tag(["--beat-mlp", "256"], train) != before  # a new run folder
+    # The floor keeps the same beats' labels as finetune --keep-labels-of does.
+    rng = np.random.default_rng(0)
+    n = [300, 200, 250]
+    aami = rng.integers(-1, 5, sum(n))
+    bounds = np.concatenate([[0], np.cumsum(n)])
+    meta = {"records": [{"name": "101", "db": "mitdb"}, {"name": "s0", "db": "synth_sick"},
+                        {"name": "106", "db": "mitdb"}]}  # fmt: skip
+    data = TokenData(morph=np.zeros(sum(n), np.int32), rhythm=np.zeros(sum(n), np.int32),
+                     aami=aami, rhythm_label=np.zeros(sum(n), np.int8), boundaries=bounds,
+                     records=["101", "s0", "106"], vocab_size=20, rhythm_vocab_size=9,
+                     meta=meta)  # fmt: skip
+    floor = tree_floor.labelled_beats(data, [0, 1, 2], aami, 0.1, 3, whole=["synth_sick"])
+    refs = [RecordRef(i, m["name"], m["db"], k)
+            for i, (m, k) in enumerate(zip(meta["records"], n, strict=True))]  # fmt: skip
+    share = types.SimpleNamespace(label_fraction=0.1, keep_labels_of=["synth_sick"])
+    kept = _label_share(data, refs, share, 3)
+    np.testing.assert_array_equal(floor, np.flatnonzero(kept >= 0))
+    assert set(np.flatnonzero(aami[300:500] >= 0) + 300) <= set(floor)  # synth_sick: every label
+    drawn_from = (aami[np.r_[0:300, 500:750]] >= 0).sum()  # DS1's labels alone
+    assert len(set(floor) - set(range(300, 500))) == round(0.1 * drawn_from)
 
 
 def test_an_answer_kept_from_other_heartlm_code_is_asked_again(
@@ -4245,6 +4282,28 @@ def test_select_fraction_sets_the_folds_label_share_and_refuses_a_share_outside_
     assert model_configs.SELECT_FRACTION == 0.01
 
 
+def test_final_recipe_scores_one_recipe_for_both_starts_and_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setattr(model_configs, "FINAL", "auto")
+    monkeypatch.setattr(model_configs, "KEEP_SYNTHETIC_LABELS", False)
+    twin = model_beat_rounds._PRETRAINED_76
+    argv = ["model_study.py", "final", "--work", str(tmp_path), "--replicate"]
+    monkeypatch.setattr(sys, "argv", ["model_study.py", "select", *argv[2:], "--final", twin])
+    assert model_study.main() == 2
+    assert "--final is for the final stage" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", [*argv, "--final", "no_such_recipe"])
+    assert model_study.main() == 2
+    assert "--final: 'no_such_recipe': not a configuration of CONFIGS" in capsys.readouterr().err
+    assert model_configs.FINAL == "auto"
+    recipe = f"{twin}_share0.5V1F1_offsetV+1"
+    monkeypatch.setattr(sys, "argv", [*argv, "--final", recipe, "--keep-synthetic-labels"])
+    assert model_study.main() == 2  # no pretraining run in the work folder: nothing is trained
+    assert "no pretraining run pre_nextleads" in capsys.readouterr().err
+    assert recipe == model_configs.FINAL and model_configs.KEEP_SYNTHETIC_LABELS
+    assert model_beats.kept_labels_note() == ["(label shares of", "DS1's labels alone)"]
+
+
 def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
@@ -4295,3 +4354,8 @@ def test_pretraining_pays_reads_a_twin_round_against_its_parent_rounds_scratch_r
     assert capsys.readouterr().err == (
         f"pretraining_pays: {twin}: its scratch rows' file {parent} has another codebook\n"
     )
+    # nor beside scratch rows whose label shares kept the synthetic patients' labels whole
+    parent.write_text(json.dumps({"codebook_version": 2, "beats": scratch,
+                                  "keep_synthetic_labels": True}))  # fmt: skip
+    assert pretraining_pays.main([str(twin), str(parent), "--out", str(out)]) == 2
+    assert "drew its label shares another way" in capsys.readouterr().err
