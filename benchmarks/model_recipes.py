@@ -54,6 +54,8 @@ def floor_name(
         parts.append(f"sick sinus {sick[data].removeprefix('_sick')}")
     if data in {folder for folder, _ in cfg.BEATS_FUSION.values()}:
         parts.append("fusion patients")
+    if cfg.KEEP_SYNTHETIC_LABELS:  # its shares below 1 drawn from DS1's labels alone
+        parts.append("synthetic labels kept")
     return f"tree floor ({', '.join(parts)})"
 
 

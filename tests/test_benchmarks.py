@@ -1128,6 +1128,7 @@ def test_keep_synthetic_labels_reaches_the_runs_the_floor_and_the_run_names(
         "--label-fraction", 0.1, "--keep-labels-of", "synth_bigeminy,synth_sick"]  # fmt: skip
     assert model_beats.label_share(train, 1.0) == ["--label-fraction", 1.0]  # inert at 1
     assert model_runner.run_tag(["--beat-mlp", "256"], train) != before  # a new run folder
+    assert model_recipes.floor_name("relative").endswith(", synthetic labels kept)")
     # The floor keeps the same beats' labels as finetune --keep-labels-of does.
     rng = np.random.default_rng(0)
     n = [300, 200, 250]
