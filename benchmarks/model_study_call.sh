@@ -22,7 +22,9 @@
 # A `final` that the session's device time cannot hold whole scores one label share at a time:
 #   bash benchmarks/model_study_call.sh prepare pretrain final --fractions 0.01
 # and `select --select-fraction 0.01` asks the DS1 folds at that share (a stopped call's fold
-# table: benchmarks/fold_answers.py).
+# table: benchmarks/fold_answers.py). `final --replicate --fractions 0.1 --keep-synthetic-labels
+# --final RECIPE` trains one recipe from both starts at 10 % of DS1's labels alone, the
+# synthetic patients keeping theirs (benchmarks/README.md, "The share of DS1's labels").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ECG=${ECG:-.carry/ecg}
