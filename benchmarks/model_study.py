@@ -184,11 +184,13 @@ def main() -> int:
     if args.quick:
         quick()
     cfg.KEEP_SYNTHETIC_LABELS = cfg.KEEP_SYNTHETIC_LABELS or args.keep_synthetic_labels
-    if args.final is not None:
-        if "final" not in args.stages:
-            print("model_study: --final is for the final stage, which these stages leave out",
+    for flag, value, stage in (("--final", args.final, "final"),
+                               ("--select-fraction", args.select_fraction, "select")):  # fmt: skip
+        if value is not None and stage not in args.stages:
+            print(f"model_study: {flag} is for the {stage} stage, which these stages leave out",
                   file=sys.stderr)  # fmt: skip
             return 2
+    if args.final is not None:
         try:
             config_of(args.final)
         except SystemExit as exc:
@@ -196,10 +198,6 @@ def main() -> int:
             return 2
         cfg.FINAL = args.final
     if args.select_fraction is not None:
-        if "select" not in args.stages:
-            print("model_study: --select-fraction is for the select stage, which these stages "
-                  "leave out", file=sys.stderr)  # fmt: skip
-            return 2
         if not 0 < args.select_fraction <= 1:
             print(f"model_study: --select-fraction: {args.select_fraction} is not a share in "
                   "(0, 1]", file=sys.stderr)  # fmt: skip
