@@ -45,6 +45,7 @@ def test_embed_a_token_folder(runs: Path):
     assert tensors["window"].shape[0] == len(windows) and tensors["window"].shape[1] == 64
     assert [(b["record"], b["beat"]) for b in beats[:2]] == [("r0", "0"), ("r0", "1")]
     assert beats[BEATS]["record"] == "r1" and beats[BEATS]["beat"] == "0"
+    assert {b["time_s"] for b in beats} == {""}  # tokens with no beat store behind them
     data = load_tokens(runs / "tokens")
     assert beats[5]["label"] == "NSVFQ"[int(data.aami[5])]
     assert {w["label"] for w in windows} == {"AFIB", "not AFIB"}
@@ -67,7 +68,7 @@ def test_embed_names_the_records_without_a_beat(runs: Path, capsys, monkeypatch)
     data = load_tokens(runs / "tokens")
     data.boundaries = np.append(data.boundaries, data.boundaries[-1])  # a record of no beat
     data.records = [*data.records, "flat"]
-    monkeypatch.setattr(embed, "_tokens", lambda cfg: data)
+    monkeypatch.setattr(embed, "_tokens", lambda cfg: (data, None))
     out = runs / "e_flat"
     assert main(["embed", str(runs / "pre"), str(runs / "tokens"), "--out", str(out)]) == 0
     assert "1 record(s) hold no beat and get no row: flat" in capsys.readouterr().err

@@ -1115,7 +1115,85 @@ def test_evaluate_out_writes_metrics_and_png(beats_run, corpus, tmp_path):
     assert _cli("evaluate", beats_run, corpus / "tok", "--out", out) == 2  # no silent overwrite
 
 
+def _rows(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_evaluate_out_writes_every_beat_s_call_with_its_time(beats_run, corpus, tmp_path):
+    import wfdb
+
+    from heartlm.ecg.labels import AAMI_CLASSES
+
+    out = tmp_path / "ev"
+    assert _cli("evaluate", beats_run, corpus / "syn", "--out", out) == 0
+    report = json.loads((out / "metrics.json").read_text())
+    rows = _rows(out / "predictions.csv")
+    # every labelled beat is a row whose call is the one scored: the confusion's columns
+    labelled = [r for r in rows if r["reference"]]
+    assert len(labelled) == report["n_beats"]
+    for j, name in enumerate(AAMI_CLASSES):
+        assert sum(r["predicted"] == name for r in labelled) == sum(
+            row[j] for row in report["confusion"])  # fmt: skip
+    for r in rows:  # the call is the most probable class, the probabilities a distribution
+        p = {name: float(r[f"p_{name}"]) for name in AAMI_CLASSES}
+        assert p[r["predicted"]] == max(p.values()) and abs(sum(p.values()) - 1) < 3e-3
+    # each beat's time is its annotated R peak's (ingest snaps to the peak: a few ms)
+    for record in {r["record"] for r in rows}:
+        ann = wfdb.rdann(str(corpus / "syn" / record), "atr")
+        beat_s = ann.sample[[s != "+" for s in ann.symbol]] / ann.fs
+        mine = [r for r in rows if r["record"] == record]
+        assert [int(r["beat"]) for r in mine] == list(range(len(mine)))
+        at = np.array([float(r["time_s"]) for r in mine])
+        assert np.abs(beat_s[np.abs(beat_s[:, None] - at).argmin(axis=0)] - at).max() < 0.03
+        # the same calls as WFDB beat annotations at the record's own rate (360 Hz)
+        calls = wfdb.rdann(str(out / "annotations" / record), "hlm")
+        assert calls.fs == ann.fs and calls.symbol == [r["predicted"] for r in mine]
+        assert np.abs(calls.sample / ann.fs - at).max() <= 0.5 / ann.fs + 1e-3
+    # a token folder whose beat store is gone: the same calls, no times
+    tokens = tmp_path / "tok"
+    shutil.copytree(corpus / "tok", tokens)
+    meta = json.loads((tokens / "tokens.json").read_text())
+    meta["store"] = str(tmp_path / "moved")
+    (tokens / "tokens.json").write_text(json.dumps(meta))
+    assert _cli("evaluate", beats_run, tokens, "--out", tmp_path / "ev2") == 0
+    moved = _rows(tmp_path / "ev2" / "predictions.csv")
+    assert {r["time_s"] for r in moved} == {""} and not (tmp_path / "ev2" / "annotations").exists()
+    kept = _rows(_run_out(beats_run, corpus / "tok", tmp_path / "ev3"))
+    assert [r["predicted"] for r in moved] == [r["predicted"] for r in kept]
+    assert all(r["time_s"] for r in kept)
+
+
+def _run_out(run, data, out, *extra):
+    assert _cli("evaluate", run, data, "--out", out, *extra) == 0
+    return out / "predictions.csv"
+
+
+def test_evaluate_predicts_records_without_labels_when_it_has_somewhere_to_write(
+    beats_run, corpus, tmp_path, capsys
+):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for file in (corpus / "syn").glob("s0000.*"):
+        if file.suffix != ".atr":
+            shutil.copy(file, bare)
+    assert _cli("evaluate", beats_run, bare) == 2
+    assert "no AAMI beat labels (--out writes the model's calls" in capsys.readouterr().err
+    out = tmp_path / "ev"
+    assert _cli("evaluate", beats_run, bare, "--out", out) == 0
+    said = capsys.readouterr().out
+    report = json.loads((out / "metrics.json").read_text())
+    rows = _rows(out / "predictions.csv")
+    assert report["n_predicted"] == len(rows) > 40  # a minute of beats, found by the detector
+    assert "nothing scored" in report["note"] and report["note"] in said
+    assert {r["reference"] for r in rows} == {""} and all(r["time_s"] for r in rows)
+    assert not (out / "confusion.png").exists()
+
+
 def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
+    import wfdb
 
     ft = tmp_path / "ft_afib"
     assert _finetune(corpus, ft, "--task", "afib", "--from-scratch", "--label-fraction", "0.5",
@@ -1127,6 +1205,20 @@ def test_finetune_afib_and_evaluate(corpus, tmp_path, capsys):
     assert set(rep["afib"]) == {"f1", "se", "ppv", "auroc"}
     assert rep["n_windows"] > 0 and 0 < rep["n_afib_windows"] < rep["n_windows"]
     assert all(v is None or 0.0 <= v <= 1.0 for v in rep["afib"].values())
+    rows = _rows(_run_out(ft, corpus / "tok", tmp_path / "ev"))  # each scored window's call
+    assert len(rows) == rep["n_windows"]
+    assert sum(r["reference"] == "AFIB" for r in rows) == rep["n_afib_windows"]
+    assert sum(r["called"] == "AFIB" for r in rows) == rep["counts"]["tp"] + rep["counts"]["fp"]
+    assert all((float(r["afib_probability"]) >= 0.5) == (r["called"] == "AFIB") for r in rows)
+    assert all(float(r["start_s"]) < float(r["end_s"]) for r in rows)
+    for record in {r["record"] for r in rows}:  # rhythm changes as MIT-BIH marks them
+        mine = [r for r in rows if r["record"] == record]
+        marks = wfdb.rdann(str(tmp_path / "ev" / "annotations" / record), "hlm")
+        assert set(marks.symbol) == {"+"} and abs(marks.sample[0] / marks.fs
+                                                  - float(mine[0]["start_s"])) < 3e-3  # fmt: skip
+        calls = [r["called"] == "AFIB" for r in mine]
+        changes = [c for k, c in enumerate(calls) if k == 0 or c != calls[k - 1]]
+        assert marks.aux_note == ["(AFIB" if c else "(N" for c in changes]
     # Shorter windows scored inside the run's 16-beat context: about twice as many.
     assert _evaluate_json(capsys, ft, corpus / "tok", "--afib-window", "16") == rep
     half = _evaluate_json(capsys, ft, corpus / "tok", "--afib-window", "8")

@@ -4,8 +4,8 @@ DATA is a token folder made with RUN's codebook, or a folder of WFDB records, wh
 ingested and tokenized as RUN's training data was (`heartlm.labelled.tokens`). EMB holds
 `embeddings.safetensors` (`beat`: one row per beat, `window`: one row per window, float32
 final-norm hidden states), `beats.csv` (row, record, database, beat index within the
-record, AAMI label), `windows.csv` (row, record, first beat, beats, AFIB label) and
-`run.json`.
+record, R-peak time in seconds where the beat store is at hand, AAMI label), `windows.csv`
+(row, record, first beat, beats, AFIB label) and `run.json`.
 """
 
 from __future__ import annotations
@@ -74,16 +74,19 @@ def run(cfg: EmbedConfig) -> int:
     return 0
 
 
-def _tokens(cfg: EmbedConfig) -> Any:
-    """DATA as token data: a token folder as it is, WFDB records tokenized like RUN's."""
+def _tokens(cfg: EmbedConfig) -> tuple[Any, np.ndarray | None]:
+    """DATA as token data (a token folder as it is, WFDB records tokenized like RUN's) and
+    each beat's time in its record where the beat store is at hand (`beat_times`)."""
     from heartlm.labelled.lineage import run_lineage
-    from heartlm.labelled.tokens import is_token_folder, token_folder
+    from heartlm.labelled.tokens import beat_times, is_token_folder, token_folder
     from heartlm.train.data import load_tokens
 
     lineage, codebook = ({}, None) if is_token_folder(cfg.data) else run_lineage(cfg.run)
     overrides = {"lead": cfg.lead, "annotations": cfg.annotations}
     with token_folder(cfg.data, cfg.run, lineage, overrides, codebook) as folder:
-        return load_tokens(folder)
+        data = load_tokens(folder)
+        times = beat_times(data.meta)
+    return data, None if times is None else times.seconds
 
 
 def embed(cfg: EmbedConfig) -> tuple[dict[str, str], dict[str, Any], dict[str, int]]:
@@ -97,7 +100,7 @@ def embed(cfg: EmbedConfig) -> tuple[dict[str, str], dict[str, Any], dict[str, i
 
     model, config = load_pretrained(cfg.run)
     device = pick_device(cfg.device)
-    data = _tokens(cfg)
+    data, seconds = _tokens(cfg)
     want, got = config.get("codebook_hash"), data.meta.get("codebook_hash")
     if want and got and want != got:
         raise HeartlmError(f"tokenized with codebook {got}, the run reads codebook {want}; "
@@ -115,7 +118,8 @@ def embed(cfg: EmbedConfig) -> tuple[dict[str, str], dict[str, Any], dict[str, i
                           task="afib")  # fmt: skip
     beat, beat_h, window_h = embeddings(model, windows, cfg.batch, device)
     tensors = {"beat": torch.from_numpy(beat_h), "window": torch.from_numpy(window_h)}
-    tables = {"beats.csv": _beat_table(data, beat), "windows.csv": _window_table(data, windows)}
+    tables = {"beats.csv": _beat_table(data, beat, seconds),
+              "windows.csv": _window_table(data, windows)}  # fmt: skip
     return tables, tensors, {"beats": len(beat), "windows": len(windows), "window": window}
 
 
@@ -138,7 +142,7 @@ def _csv(header: list[str], rows: Any) -> str:
     return text.getvalue()
 
 
-def _beat_table(data: Any, beat: np.ndarray) -> str:
+def _beat_table(data: Any, beat: np.ndarray, seconds: np.ndarray | None) -> str:
     from heartlm.ecg.labels import AAMI_CLASSES
 
     record = np.searchsorted(data.boundaries, beat, side="right") - 1
@@ -146,11 +150,11 @@ def _beat_table(data: Any, beat: np.ndarray) -> str:
     dbs = [str(r.get("db", "")) for r in data.meta.get("records", [])]
     rows = (
         (i, data.records[r], dbs[r] if r < len(dbs) else "", int(b - data.boundaries[r]),
-         AAMI_CLASSES[a] if a >= 0 else "")
+         "" if seconds is None else f"{seconds[b]:.3f}", AAMI_CLASSES[a] if a >= 0 else "")
         for i, (r, b, a) in enumerate(zip(record.tolist(), beat.tolist(), aami.tolist(),
                                           strict=True))
     )  # fmt: skip
-    return _csv(["row", "record", "db", "beat", "label"], rows)
+    return _csv(["row", "record", "db", "beat", "time_s", "label"], rows)
 
 
 def _window_table(data: Any, windows: Any) -> str:

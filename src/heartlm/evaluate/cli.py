@@ -26,7 +26,10 @@ class EvaluateConfig:
     json: bool = False
     """print one JSON object to stdout"""
     out: Path | None = None
-    """also write metrics.json, figures and run.json"""
+    """also write metrics.json, figures, run.json and predictions.csv (the model's call on
+    every beat or window of the chosen records, labelled or not, with its time in the record
+    where known, then also as WFDB annotations in annotations/NAME.hlm); records without
+    labels are then predicted rather than refused"""
     overwrite: bool = False
     """replace an existing --out"""
     all_records: bool = False
@@ -121,6 +124,7 @@ def run(cfg: EvaluateConfig) -> int:
         ensemble=cfg.ensemble,
         class_offsets=offsets,
         beat_mlp_share=shares,
+        predictions=cfg.out is not None,
     )
     elapsed = time.perf_counter() - t0
     if cfg.out is not None:
@@ -134,14 +138,20 @@ def run(cfg: EvaluateConfig) -> int:
 
 def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> None:
     from heartlm.evaluate import plots
+    from heartlm.evaluate.predictions import ANNOTATOR, write_calls
     from heartlm.outdir import atomic_write_text, staged_dir
     from heartlm.runinfo import write_run_json
 
     report = result["report"]
     with staged_dir(cfg.out, cfg.overwrite) as stage:
         atomic_write_text(stage / "metrics.json", json.dumps(report, indent=2) + "\n")
+        atomic_write_text(stage / "predictions.csv", result["predictions"])
+        if "calls" in result:
+            write_calls(stage / "annotations", result["calls"])
         title = f"{cfg.run.name} on {cfg.data.name} ({report['scope']})"
-        if report["task"] == "beats":
+        if "n_predicted" in report:  # records without labels: predicted, nothing to plot
+            pass
+        elif report["task"] == "beats":
             plots.confusion_png(
                 np.array(report["confusion"]), AAMI_CLASSES, stage / "confusion.png", title
             )
@@ -154,12 +164,15 @@ def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> N
             counts={k: v for k, v in report.items() if k.startswith("n_")},
             timings={"total": elapsed},
         )
-    logger.info(f"{cfg.out}: metrics.json and figures written")
+    wfdb = f", annotations/*.{ANNOTATOR}" if "calls" in result else ""
+    logger.info(f"{cfg.out}: metrics.json, predictions.csv{wfdb} and figures written")
 
 
 def format_report(report: dict[str, Any]) -> str:
     """The human-readable table printed when --json is not given."""
     lines = [f"task {report['task']} on {report['data']} ({report['scope']})"]
+    if "n_predicted" in report:
+        return "\n".join([*lines, report["note"]])
     w = max([10, *(len(r["record"]) + 2 for r in report.get("per_record", []))])
     if report["task"] == "beats":
         views = report.get("views", 1)

@@ -9,6 +9,7 @@ import numpy as np
 
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
+from heartlm.evaluate import predictions as calls
 from heartlm.labelled import metrics
 from heartlm.labelled.lineage import FINETUNE_INFO, read_finetune_info, read_lineage
 from heartlm.labelled.offsets import named_offsets, offset_classes, offset_counts
@@ -20,7 +21,7 @@ from heartlm.labelled.predict import (
 )
 from heartlm.labelled.shares import named_shares
 from heartlm.labelled.splits import MITDB_DS2, RecordRef, is_mitdb
-from heartlm.labelled.tokens import token_folder
+from heartlm.labelled.tokens import beat_times, token_folder
 from heartlm.labelled.windows import (
     AFIB_MIN_BEATS,
     AFIB_RULE,
@@ -219,8 +220,13 @@ def evaluate(
     ensemble: list[Path] | None = None,
     class_offsets: np.ndarray | None = None,
     beat_mlp_share: float | np.ndarray | None = None,
+    predictions: bool = False,
 ) -> dict[str, Any]:
-    """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}.
+    """Score `run` on `data_path`; returns {"report": JSON body, "labels", "scores"}, and with
+    `predictions` "predictions": the text of predictions.csv (`heartlm.evaluate.predictions`),
+    the model's call on every beat or window of the chosen records, labelled or not, and
+    "calls", the same as WFDB annotations per record, where the beats' times are known. Records
+    with no label at all are then predicted, not refused: the report says nothing was scored.
 
     With `ensemble` (more fine-tuned runs of the same task and codebook; AFIB runs of the same
     window, beats runs of any, each reading its own windows), the outputs of `run` and of every
@@ -251,6 +257,7 @@ def evaluate(
     dev = pick_device(device)
     with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
         data = load_tokens(folder)
+        times = beat_times(data.meta) if predictions else None
     _check_same_tokens(lineage, data, data_path)
     refs = [
         RecordRef(index=i, name=str(r.get("name", i)), db=str(r.get("db", "")),
@@ -286,6 +293,7 @@ def evaluate(
     # Records of two databases can share a name (LUDB has a 101 too): then DB/NAME.
     repeated = len({r.name for r in refs}) < len(refs)
     names = [r.key for r in refs] if repeated else list(data.records)
+    dbs = [str(r.get("db") or "") for r in data.meta.get("records", [])] or [""] * len(names)
     if task == "beats":
         predict = averaged_beat_outputs if views > 1 else beat_probabilities
         cut = {window: windows}
@@ -296,10 +304,19 @@ def evaluate(
                    for m, size in members]  # fmt: skip
         beat = outputs[0][0]
         prob = _aligned_mean(outputs, runs)
+        table: dict[str, Any] = {}
+        if predictions:
+            classes = offset_classes(prob, offsets)
+            table["predictions"] = calls.beat_table(beat, prob, classes, data, dbs, times)
+            if times is not None:
+                table["calls"] = calls.beat_calls(beat, classes, data, names, times)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
-            raise HeartlmError("the scored records have no AAMI beat labels", data_path)
+            if predictions:
+                return _unscored(common, "AAMI beat labels", len(beat), table)
+            raise HeartlmError("the scored records have no AAMI beat labels (--out writes the "
+                               "model's calls to predictions.csv)", data_path)  # fmt: skip
         ref, prob = reference[labelled], prob[labelled]
         pred = offset_classes(prob, offsets)
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
@@ -313,7 +330,7 @@ def evaluate(
             report["beat_mlp_share"] = named_shares(shares)
         report["offset_counts"] = offset_counts(ref, prob, offsets)
         report["per_record"] = metrics.per_record_beats(ref, pred, record, names, sorted(indices))
-        return {"report": report, "labels": ref, "scores": pred}
+        return {"report": report, "labels": ref, "scores": pred, **table}
     # the beats each scored window is about: its block inside the context, else all of it
     pooled = windows.scored & ~windows.pad if scored < window else ~windows.pad
     if views > 1:
@@ -337,8 +354,18 @@ def evaluate(
     callable_ = beats >= min(AFIB_MIN_BEATS, scored)
     has_label = windows.window_label != IGNORE
     labelled = has_label & callable_
+    table: dict[str, Any] = {}
+    if predictions:
+        called = np.where(callable_, scores >= afib_threshold, -1)
+        table["predictions"] = calls.window_table(windows, pooled, scores, called, data, dbs,
+                                                  times)  # fmt: skip
+        if times is not None:
+            table["calls"] = calls.rhythm_calls(windows, pooled, called, names, times)
+        if not has_label.any():
+            return _unscored(common, "rhythm labels", int(callable_.sum()), table)
     if not labelled.any():
-        problem = "have no rhythm labels (no AFIB/non-AFIB windows)"
+        problem = ("have no rhythm labels (no AFIB/non-AFIB windows; --out writes the model's "
+                   "calls to predictions.csv)")  # fmt: skip
         if has_label.any():
             problem = f"are too short for an AFIB call (each under {AFIB_MIN_BEATS} beats)"
         raise HeartlmError(f"the scored records {problem}", data_path)
@@ -370,4 +397,15 @@ def evaluate(
         n = int(data.boundaries[r + 1] - data.boundaries[r])
         if row["n_windows"] == 0 and 0 < n < min(AFIB_MIN_BEATS, scored):
             row["note"] = f"{n} beats: too few to call (an AFIB call needs {AFIB_MIN_BEATS})"
-    return {"report": report, "labels": labels, "scores": scores[labelled]}
+    return {"report": report, "labels": labels, "scores": scores[labelled], **table}
+
+
+def _unscored(
+    common: dict[str, Any], missing: str, n: int, table: dict[str, Any]
+) -> dict[str, Any]:
+    """The result for records without a label: predicted, nothing scored."""
+    unit = "beats" if common["task"] == "beats" else "windows"
+    report = {**common, "n_predicted": n,
+              "note": f"no {missing} in the scored records: nothing scored; the model's calls "
+                      f"on {n} {unit} are in predictions.csv"}  # fmt: skip
+    return {"report": report, "labels": None, "scores": None, **table}

@@ -7,8 +7,11 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
@@ -84,3 +87,38 @@ def _warn_of_untrained_leads(data: Path, run: Path, store: Path, trained: list[s
             f"{', '.join(other)}, which {run} was not trained on ({', '.join(trained)}): its "
             "calls there may be poor; --lead chooses the lead"
         )
+
+
+@dataclass(frozen=True, eq=False)
+class BeatTimes:
+    """Where the beats of a token folder lie in their records (`beat_times`)."""
+
+    seconds: np.ndarray  # (n_beats,) float64 R-peak time from its record's start
+    record_fs: list[float]  # each record's sampling rate as read (before resampling)
+
+    def source_samples(self, beats: np.ndarray, record: int) -> np.ndarray:
+        """The sample numbers, at the record's own rate, of `beats` (global indices) of
+        record `record`."""
+        return np.rint(self.seconds[beats] * self.record_fs[record]).astype(np.int64)
+
+
+def beat_times(meta: dict[str, Any]) -> BeatTimes | None:
+    """Each beat's R-peak time, read from the beat store the tokens were made from
+    (tokens.json's `store`); None where that store is gone or no longer holds these records'
+    beats (re-ingested since)."""
+    from heartlm.store import BeatStore
+
+    folder = meta.get("store")
+    if not folder or not (Path(folder) / "store.json").is_file():
+        return None
+    try:
+        store = BeatStore(folder)
+    except HeartlmError:
+        return None
+    ours = [(r.get("name"), r.get("start"), r.get("n_beats")) for r in meta.get("records", [])]
+    theirs = [(r.name, r.start, r.n_beats) for r in store.records]
+    if store.n_beats != meta.get("n_beats") or ours != theirs:
+        logger.info(f"{folder}: no longer the beat store of these tokens; no beat times")
+        return None
+    seconds = np.asarray(store.table["sample"], dtype=np.float64) / store.fs
+    return BeatTimes(seconds, [r.fs_source for r in store.records])
