@@ -1044,6 +1044,25 @@ def _one_record(total: int) -> data.Streams:
     )
 
 
+def test_afib_validation_f1_calls_no_record_too_short_to_call(monkeypatch):
+    """Fine-tuning selects by the F1 `evaluate` reports: a record of 5 beats (under
+    AFIB_MIN_BEATS) gets no call there, so it must not move the validation F1 either."""
+    from heartlm.finetune import selection
+    from heartlm.labelled.windows import AFIB
+
+    n = [16, 16, 5]  # an AF record, a sinus one, a 5-beat AF fragment
+    rhythm = np.concatenate([np.full(16, AFIB), np.zeros(16), np.full(5, AFIB)]).astype(np.int8)
+    val = types.SimpleNamespace(
+        morph=np.full(sum(n), 7, np.uint16), rhythm=np.full(sum(n), 6, np.uint16),
+        aami=np.zeros(sum(n), np.int8), rhythm_label=rhythm, features=None,
+        boundaries=np.cumsum([0, *n]), records=["af", "sinus", "fragment"],
+    )  # fmt: skip
+    f1 = selection.ValidationF1(val, "afib", 16, torch.device("cpu"))
+    # the model calls the AF record AF, the sinus record not, and misses the fragment
+    monkeypatch.setattr(selection, "afib_scores", lambda *_: np.array([0.9, 0.1, 0.1]))
+    assert f1.on_validation(None)["val_f1"] == 1.0  # with the fragment counted: 2/3
+
+
 def test_averaged_predictions_trust_the_windows_that_centre_a_beat():
     """A stand-in model that calls class 3 in the middle half of every window and class 2 at
     its edges: each interior beat sits twice in the middle and twice at an edge of its 4

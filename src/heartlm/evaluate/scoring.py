@@ -26,6 +26,7 @@ from heartlm.labelled.windows import (
     AFIB_MIN_BEATS,
     AFIB_RULE,
     IGNORE,
+    callable_windows,
     cut_context_windows,
     cut_windows,
     streams_of,
@@ -350,8 +351,7 @@ def evaluate(
 
     scores = np.mean([window_scores(m) for m, _ in members], axis=0)
     beats = pooled.sum(axis=1)
-    # A window shorter than AFIB_MIN_BEATS is a padded record shorter than it: not called.
-    callable_ = beats >= min(AFIB_MIN_BEATS, scored)
+    callable_ = callable_windows(beats, scored)
     has_label = windows.window_label != IGNORE
     labelled = has_label & callable_
     table: dict[str, Any] = {}

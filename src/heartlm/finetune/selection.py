@@ -15,7 +15,7 @@ from torch import nn
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled.metrics import binary_scores, macro_f1
 from heartlm.labelled.predict import afib_scores, beat_predictions
-from heartlm.labelled.windows import cut_windows, streams_of
+from heartlm.labelled.windows import callable_windows, cut_windows, streams_of
 from heartlm.train.callbacks import Callback
 
 MIN_VAL_SUPPORT = 10
@@ -25,10 +25,11 @@ BATCH = 64
 class ValidationF1(Callback):
     """beats: the macro F1 over the classes with at least MIN_VAL_SUPPORT labelled
     validation beats (each beat scored once, from the window whose centre is nearest);
-    afib: the F1 of non-overlapping windows at probability 0.5."""
+    afib: the F1 of non-overlapping windows at probability 0.5, as `evaluate` scores them
+    (a record under AFIB_MIN_BEATS beats gets no call)."""
 
     def __init__(self, val_d: Any, task: str, window: int, device: torch.device) -> None:
-        self.task, self.device = task, device
+        self.task, self.device, self.window = task, device, window
         streams, records = streams_of(val_d), range(len(val_d.records))
         stride = max(1, window // 2) if task == "beats" else window
         self.windows = cut_windows(streams, records, window, stride, task)
@@ -42,6 +43,7 @@ class ValidationF1(Callback):
             ref = self.reference[beat]
             keep = ref >= 0
             return {"val_f1": macro_f1(ref[keep], pred[keep], self.classes)}
-        labelled = self.windows.window_label >= 0
+        beats = (~self.windows.pad).sum(axis=1)
+        labelled = (self.windows.window_label >= 0) & callable_windows(beats, self.window)
         scores = afib_scores(model, self.windows, BATCH, self.device)[labelled]
         return {"val_f1": binary_scores(self.windows.window_label[labelled], scores)["f1"]}

@@ -36,6 +36,13 @@ al., Physiol Meas 36(2), 2015: 8 beats)."""
 IGNORE = -1
 
 
+def callable_windows(beats: np.ndarray, scored: int) -> np.ndarray:
+    """Which AFIB windows, of `beats` real beats each, get a call: those of at least
+    AFIB_MIN_BEATS, or of the whole scored block where blocks are shorter by choice
+    (`evaluate --afib-window`); a shorter one is a padded record too short to call."""
+    return beats >= min(AFIB_MIN_BEATS, scored)
+
+
 @dataclass
 class Streams:
     """The aligned per-beat streams of a token folder (views, not copies) and record offsets."""
