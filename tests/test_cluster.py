@@ -76,7 +76,7 @@ def test_multi_node_script_runs_torchrun_on_the_head_node(tmp_path: Path) -> Non
     record = tmp_path / "srun.txt"
     stubs = {
         "scontrol": 'printf "gpu-017\\ngpu-018\\n"',
-        "srun": f'echo "$OMP_NUM_THREADS" > {record}; printf "%s\\n" "$@" >> {record}',
+        "srun": f'printf "%s\\n" "$OMP_NUM_THREADS" "$PET_LOG_DIR" "$@" > {record}',
     }
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
@@ -93,8 +93,9 @@ def test_multi_node_script_runs_torchrun_on_the_head_node(tmp_path: Path) -> Non
     script = tmp_path / "s" / "multi_node.sbatch"
     done = subprocess.run([BASH, str(script)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    omp, *argv = record.read_text().splitlines()
+    omp, log_dir, *argv = record.read_text().splitlines()
     assert omp == "8"  # 32 cores / 4 workers
+    assert log_dir == str(tmp_path / "torchrun-logs")  # not a torchelastic_* folder per node
     assert argv[:5] == ["--cpu-bind=cores", "apptainer", "exec", "--nv", "heartlm.sif"]
     assert "--rdzv-endpoint=gpu-017:29500" in argv
     assert "--nnodes=2" in argv

@@ -37,6 +37,9 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 # Time for the workers to write their checkpoint once told to stop (torchrun's grace).
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=@SHUTDOWN@
 export PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1
+# torchrun's own records (a failed worker's error file, per attempt) go beside the job's
+# output, not into a torchelastic_* folder left in each node's temporary directory.
+export PET_LOG_DIR="${PET_LOG_DIR:-$PWD/torchrun-logs}"
 # Site-specific, for InfiniBand between nodes (ask your admins, check `ibstat`):
 # export NCCL_IB_HCA=mlx5              # which HCAs NCCL may use
 # export NCCL_IB_GID_INDEX=3           # RoCE clusters usually need this
