@@ -673,9 +673,10 @@ def test_16_pool_workers_and_cell_launches_die_with_a_killed_parent(tmp_path):
     script.write_text(KILLED_PARENT)
     for kind, expected in (("pool", 2), ("cell", 1)):
         log = tmp_path / f"{kind}.log"
-        parent = subprocess.Popen(
-            [sys.executable, str(script), kind, str(log)], stdout=subprocess.PIPE, text=True
-        )
+        # A killed launcher cannot remove torchrun's temporary log folder: keep it in tmp_path.
+        parent = subprocess.Popen([sys.executable, str(script), kind, str(log)],
+                                  stdout=subprocess.PIPE, text=True,
+                                  env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
         if kind == "pool":
             lines = filter(None, (line.strip() for line in parent.stdout))
             pids = [int(next(lines)) for _ in range(expected)]
