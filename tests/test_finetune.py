@@ -1302,6 +1302,17 @@ def test_evaluate_says_when_records_use_a_lead_the_run_never_trained_on(
     assert f"1 of 2 records read lead V5, which {beats_run} was not trained on (MLII)" in err
     assert _cli("evaluate", beats_run, folder / "ii", "--json") == 0
     assert "not trained on" not in capsys.readouterr().err
+    # the same records as tokens: tokens.json keeps each record's lead
+    from heartlm.ingest import IngestConfig, ingest
+    from heartlm.tokens import TokenizeConfig, tokenize
+
+    ingest([folder], tmp_path / "store", IngestConfig(workers=1))
+    tokenize(tmp_path / "store", tmp_path / "tok",
+             TokenizeConfig(codebook=beats_run / "codebook.safetensors", device="cpu"))  # fmt: skip
+    capsys.readouterr()
+    assert _cli("evaluate", beats_run, tmp_path / "tok", "--json") == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 records read lead V5" in err and "ingest --lead chooses the lead" in err
 
 
 def test_evaluate_afib_calls_no_record_of_too_few_beats(corpus, tmp_path, capsys):

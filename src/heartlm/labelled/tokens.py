@@ -32,6 +32,13 @@ def token_folder(
     """Yield a token folder for `data`; WFDB records are tokenized in a temporary folder
     with `codebook` (default: the run's own `codebook.safetensors`)."""
     if is_token_folder(data):
+        from heartlm.runinfo import parse_json_file
+
+        records = parse_json_file(data / "tokens.json").get("records")
+        records = records if isinstance(records, list) else []
+        leads = [str(r["lead"]) for r in records if isinstance(r, dict) and r.get("lead")]
+        hint = "heartlm ingest --lead chooses the lead before tokenizing"
+        _warn_of_untrained_leads(data, run, leads, lineage.get("leads"), hint)
         yield data
         return
     if not data.exists():
@@ -58,7 +65,10 @@ def token_folder(
         store, tokens = Path(tmp) / "store", Path(tmp) / "tokens"
         logger.info(f"{data}: ingesting at {config.fs:g} Hz and tokenizing with {run}'s codebook")
         ingest([data], store, config)
-        _warn_of_untrained_leads(data, run, store, lineage.get("leads"))
+        from heartlm.store import BeatStore
+
+        leads = [r.lead for r in BeatStore(store).records]
+        _warn_of_untrained_leads(data, run, leads, lineage.get("leads"), "--lead chooses the lead")
         tok = TokenizeConfig(codebook=codebook or run / "codebook.safetensors")
         if lineage.get("rr_window"):
             tok.rr_window = int(lineage["rr_window"])
@@ -66,26 +76,26 @@ def token_folder(
         yield tokens
 
 
-def _warn_of_untrained_leads(data: Path, run: Path, store: Path, trained: list[str] | None) -> None:
-    """One line when records were read from a lead the run never trained on (a model of
-    MLII beats shown V1 calls many of them V): `--lead` picks another."""
+def _warn_of_untrained_leads(
+    data: Path, run: Path, leads: list[str], trained: list[str] | None, hint: str
+) -> None:
+    """One line, ending in `hint`, when records were read from a lead the run never trained
+    on (a model of MLII beats shown V1 calls many of them V)."""
     from heartlm.ingest.leads import lead_key
-    from heartlm.store import BeatStore
 
-    if not trained:  # a run made before lineage.json named its leads
+    if not trained or not leads:  # a run or tokens made before leads were recorded
         return
 
     def family(name: str) -> str:  # modified lead II (MIT-BIH's MLII) is lead II
         return {"MLII": "II"}.get(lead_key(name), lead_key(name))
 
     known = {family(name) for name in trained}
-    leads = [r.lead for r in BeatStore(store).records]
     other = sorted({lead for lead in leads if family(lead) not in known})
     if other:
         logger.warning(
             f"{data}: {sum(lead in other for lead in leads)} of {len(leads)} records read lead "
             f"{', '.join(other)}, which {run} was not trained on ({', '.join(trained)}): its "
-            "calls there may be poor; --lead chooses the lead"
+            f"calls there may be poor; {hint}"
         )
 
 
