@@ -128,13 +128,23 @@ def detect_qrs(signal: np.ndarray, fs: float, config: DetectorConfig = DEFAULT) 
         fe,
     )
     beats = beats[~_in_flutter(envelope, beats, fe, config)]
-    peaks = _refine(x, beats * step + (step - 1) // 2, fs, config)
+    peaks = _refine(x, _full_rate(beats, step), fs, config)
     peaks = _relocate(x, peaks, wide, envelope, step, fs, config)
     if len(peaks) == 0:
         return peaks
-    spans = _spans(wide, peaks // step, max(1, round(config.shape_s * fe)))
+    spans = _spans(wide, _envelope_rate(peaks, step, len(wide)), max(1, round(config.shape_s * fe)))
     local = ndimage.median_filter(spans, config.floor_beats, mode="nearest")
     return peaks[local >= config.min_beat_mv]
+
+
+def _full_rate(at: np.ndarray, step: int) -> np.ndarray:
+    """Samples of the signal at the centres of envelope-rate samples `at` (blocks of `step`)."""
+    return at * step + (step - 1) // 2
+
+
+def _envelope_rate(peaks: np.ndarray, step: int, n: int) -> np.ndarray:
+    """The envelope-rate samples (of `n`) whose blocks of `step` hold the samples `peaks`."""
+    return np.clip((peaks - (step - 1) // 2) // step, 0, n - 1)
 
 
 def _spans(wide: np.ndarray, at: np.ndarray, half: int) -> np.ndarray:
@@ -491,7 +501,7 @@ def _relocate(
     """Move each beat that looks less like the record's median beat than a spot nearby does
     to that spot (see `DetectorConfig.shape_s`)."""
     fe = fs / step
-    at = np.clip((peaks - (step - 1) // 2) // step, 0, len(wide) - 1)
+    at = _envelope_rate(peaks, step, len(wide))
     template = _median_beat(wide, at, max(1, round(config.shape_s * fe)))
     if not template @ template > 0:  # too few beats, or a flat signal
         return peaks
@@ -509,7 +519,7 @@ def _relocate(
     moved = new != at
     if not moved.any():
         return peaks
-    found = _refine(x, new[moved] * step + (step - 1) // 2, fs, config)
+    found = _refine(x, _full_rate(new[moved], step), fs, config)
     return _distinct(np.sort(np.concatenate((peaks[~moved], found))), fs, config)
 
 
