@@ -1199,7 +1199,9 @@ Plan, each step DS1 only until the folds have spoken:
    and round 76's twin (folds_round76_share1.md; `fold_answers.py` reads both calls' answers);
 3. if the folds put it above its floor at 100 %, `final --fractions` one share a call, read
    against round 75's scratch rows (pretraining_pays.SCRATCH_FROM).
-Not measured yet."""
+Folds measured (fifty-third session, select_round77*.json): at 100 % `share0.5V1F1_offsetV+1`
+ranks +0.011 +- 0.002 over its floor (round 76's twin +0.003); at 1 % it leads scratch on V
+(0.899 against 0.882) and sits just under its floor (-0.006 +- 0.001). DS2 not scored yet."""
 
 
 ROUND_77 = dict(CONFIGS)

@@ -3102,9 +3102,10 @@ def test_round_76_sets_the_nextleads_encoder_beside_round_73s_choice_every_other
     assert model_configs.PRETRAIN_CORPUS["nextleads"] == "tok_pre_leads"
     assert model_recipes.beat_data(twin) == model_recipes.beat_data(parent)
     _scored_at_shares_their_names_read_back(rounds.ROUND_76, rounds.ROUND_76_SHARES)
-    twin_rounds = {e["round"] for e in _committed_ledger()
-                   if e["config"].partition(": ")[2].startswith(twin)}  # fmt: skip
-    assert twin_rounds == {"76"}  # its own (partial) final, no earlier round
+    scored = [e for e in _committed_ledger() if e["config"].partition(": ")[2].startswith(twin)]
+    # its own (partial) final, no earlier round; round 78 asked it at DS1's label shares alone
+    assert {e["round"] for e in scored} == {"76", "78"}
+    assert all(("(label shares of" in e["flags"]) == (e["round"] == "78") for e in scored)
     monkeypatch.setattr(model_configs, "CONFIGS", dict(rounds.ROUND_76))
     work = tmp_path / "work"
     work.mkdir()
