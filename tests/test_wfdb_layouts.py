@@ -383,6 +383,20 @@ def test_folders_are_searched_below_and_bad_records_skipped(tmp_path, capsys):
     assert sorted(r.name for r in BeatStore(out_dir).records) == ["good", "multi", "other"]
 
 
+def test_linked_folders_are_followed_each_once(tmp_path, capsys):
+    """A data folder of links to databases is searched through them; a link back up (a
+    loop) or a second link to one folder does not list its records again."""
+    x, _, _ = _ecg(20, 250)
+    _wrsamp(tmp_path / "db", "rec", x[:, None], 250, ["MLII"])
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "one").symlink_to(tmp_path / "db", target_is_directory=True)
+    (data / "two").symlink_to(tmp_path / "db", target_is_directory=True)
+    (tmp_path / "db" / "up").symlink_to(data, target_is_directory=True)
+    out = _qrs(capsys, str(data))
+    assert [Path(r["record"]).name for r in out["records"]] == ["rec"]
+
+
 def test_a_gap_too_long_to_hold_is_refused_before_memory_is_taken(tmp_path, capsys):
     """A `~` gap of a billion samples asked numpy for 7.5 GiB of NaN (a traceback, or the
     memory taken): refused from the master header's numbers alone."""

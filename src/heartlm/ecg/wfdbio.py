@@ -52,8 +52,9 @@ def is_edf(path: Path) -> bool:
 def find_records(paths: list[str | Path]) -> list[Path]:
     """Record paths from record paths (with or without extension), `.edf` files and folders.
 
-    Folders are searched with their subfolders (hidden ones excepted); the segments and
-    layout header of a multi-segment record are part of it, not records of their own."""
+    Folders are searched with their subfolders (hidden ones excepted; linked ones followed,
+    each real folder once); the segments and layout header of a multi-segment record are
+    part of it, not records of their own."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -100,7 +101,15 @@ def _check_ascii_fields(raw: bytes, hea: Path) -> None:
 
 
 def _records_under(folder: Path) -> Iterator[Path]:
-    for root, dirs, files in os.walk(folder):
+    """Records in `folder` and its subfolders, symbolic links to folders followed (a data
+    folder of links to databases), each real folder once (a link loop ends there)."""
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         here = Path(root)
         # Not a FIFO or a device named `.hea`: opening one would wait or read for ever.

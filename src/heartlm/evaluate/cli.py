@@ -164,8 +164,10 @@ def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> N
             counts={k: v for k, v in report.items() if k.startswith("n_")},
             timings={"total": elapsed},
         )
-    wfdb = f", annotations/*.{ANNOTATOR}" if "calls" in result else ""
-    logger.info(f"{cfg.out}: metrics.json, predictions.csv{wfdb} and figures written")
+    written = ["metrics.json", "predictions.csv"]
+    written += [f"annotations/*.{ANNOTATOR}"] if "calls" in result else []
+    written += [] if "n_predicted" in report else ["a figure"]
+    logger.info(f"{cfg.out}: {', '.join(written[:-1])} and {written[-1]} written")
 
 
 def format_report(report: dict[str, Any]) -> str:
