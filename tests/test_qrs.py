@@ -298,6 +298,35 @@ def test_cli_json_scores_a_folder(tmp_path, capsys):
     assert unscored["positions"] == scored["positions"]
 
 
+def test_cli_out_writes_the_detections_as_wfdb_annotations(tmp_path, capsys):
+    rec = synth_record(1.0, 250.0, 11)
+    data = tmp_path / "data"
+    for folder in ("a", "b"):  # one record name in two folders
+        (data / folder).mkdir(parents=True)
+        _write_record(data / folder, "s1", rec.signal[:, 0], 250.0, rec.beats())
+    noise = np.random.default_rng(0).normal(0.0, 0.01, 2500)  # 10 s of a lead with no heart
+    _write_record(data / "a", "flat", noise, 250.0)
+    out = tmp_path / "det"
+    args = ["qrs", str(data), "--json", "--workers", "1", "--positions", "--out", str(out)]
+    assert main(args) == 0
+    said = capsys.readouterr()
+    rows = {Path(r["record"]).parent.name + "/" + Path(r["record"]).name: r
+            for r in json.loads(said.out)["records"]}  # fmt: skip
+    assert "annotation" not in rows["a/s1"]  # what --out keeps is not printed
+    for key in ("a/s1", "b/s1"):
+        ann = wfdb.rdann(str(out / key), "qrs")
+        assert ann.fs == 250 and set(ann.symbol) == {"N"}
+        assert ann.sample.tolist() == rows[key]["positions"]
+        ref = read_annotations(data / key)
+        assert match_beats(reference_beats(ref.sample, ref.symbol), ann.sample, 250.0).se > 0.99
+    assert rows["a/flat"]["n_detected"] == 0 and not (out / "a" / "flat.qrs").exists()
+    assert "no file for 1 record(s) without a detected beat: flat" in said.err
+    assert main(args) == 2  # an existing --out is not replaced unasked
+    assert "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0
+    assert main(["qrs", str(data), "--out", str(data / "a" / "det")]) == 2  # inside an input
+
+
 def test_cli_counts_the_detections_of_a_beat_free_reference_as_false(tmp_path, capsys):
     rec = synth_record(1.0, 250.0, 11)
     sample, symbol = rec.beats()

@@ -22,6 +22,7 @@ from heartlm.ecg.wfdbio import (
     annotation_path,
     annotation_samples,
     find_records,
+    is_edf,
     read_annotations,
 )
 from heartlm.ecg.workers import (
@@ -38,6 +39,8 @@ from heartlm.qrs.scoring import EC57_TOLERANCE_S, Match, gross, match_beats, ref
 from heartlm.qrs.spans import detect_in_spans
 
 MIN_FS = 50  # the detector's lower limit (heartlm.qrs.detector)
+ANNOTATOR = "qrs"
+"""Extension of the annotation files `--out` writes (as WFDB's own detectors name theirs)."""
 
 SCOPE_NOTE = (
     "whole record scored (the first 5 minutes included, stricter than EC57); "
@@ -60,6 +63,8 @@ class QrsConfig:
     """Include the detected sample indices in the JSON output."""
     skip_bad: bool = False
     """Skip a record that cannot be read or scored with a warning instead of stopping."""
+    annotate: bool = False
+    """Keep each record's detections at its own sample numbering, for `--out`."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-bad", action="store_true", help="skip unreadable records, with the reason"
     )
     parser.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write the detections as WFDB annotation files, DIR/NAME.qrs (every beat "
+        "'N', at the record's sample numbers; DB/NAME.qrs where two folders share a NAME)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,19 +102,28 @@ def run(args: argparse.Namespace) -> int:
         raise HeartlmError(f"--workers must be >= 0, got {args.workers}")
     named = args.annotations is not None
     annotations = args.annotations if named else QrsConfig.annotations
-    config = QrsConfig(args.lead, annotations, args.span, args.positions, args.skip_bad)
+    config = QrsConfig(args.lead, annotations, args.span, args.positions, args.skip_bad,
+                       annotate=args.out is not None)  # fmt: skip
     records = unique_records(find_records(args.paths), "qrs", "scored")
+    if args.out is not None:
+        from heartlm.outdir import check_separate, check_writable
+
+        check_writable(args.out, args.overwrite)
+        check_separate(args.out, args.paths)
     if named:  # without it, records lacking `.atr` show unscored in the table, as documented
         check_references(records, [annotations], named, "qrs", "they are detected, not scored")
     workers = min(args.workers or os.cpu_count() or 1, len(records))
     started = time.perf_counter()
     with closing(_map(config, records, workers)) as mapped:  # leaves the pool, even on Ctrl-C
         results = list(progress(mapped, len(records), "qrs", "rec"))
+    calls = [r.pop("annotation", None) for r in results]
     summary = summarize(results, config, time.perf_counter() - started)
     if summary["n_skipped"] == len(records):
         raise HeartlmError(
             f"all {len(records)} records were skipped (see above)", common_folder(records)
         )
+    if args.out is not None:
+        _write_annotations(Path(args.out), args.overwrite, records, calls)
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -171,7 +192,39 @@ def process_record(path: Path, config: QrsConfig) -> dict[str, Any]:
     out["n_detected"] = len(det)
     if config.positions:
         out["positions"] = det.tolist()
+    if config.annotate:  # at the rate annotation files count in (the lead's, for EDF)
+        frame_fs = info.frame_fs or lead.fs
+        out["annotation"] = (np.rint(det * frame_fs / lead.fs).astype(np.int64), frame_fs)
     return out
+
+
+def _write_annotations(
+    out: Path, overwrite: bool, records: list[Path], calls: list[tuple[np.ndarray, float] | None]
+) -> None:
+    """OUT/NAME.qrs (DB/NAME.qrs where names repeat) for every record read with a beat (a
+    WFDB annotation file holds at least one annotation: a record without is named)."""
+    import wfdb
+
+    from heartlm.outdir import staged_dir
+
+    names = [r.stem if is_edf(r) else r.name for r in records]
+    repeated = len(set(names)) < len(names)
+    empty = [name for name, c in zip(names, calls, strict=True) if c is not None and not len(c[0])]
+    with staged_dir(out, overwrite) as stage:
+        for record, name, call in zip(records, names, calls, strict=True):
+            if call is None or not len(call[0]):  # skipped, or no beat
+                continue
+            where = stage / record.parent.name if repeated else stage
+            where.mkdir(parents=True, exist_ok=True)
+            samples, fs = call
+            wfdb.wrann(name, ANNOTATOR, samples, symbol=["N"] * len(samples), fs=fs,
+                       write_dir=str(where))  # fmt: skip
+    written = sum(c is not None for c in calls) - len(empty)
+    logger.info(f"{out}: the detections of {written} records as WFDB annotation files "
+                f"(.{ANNOTATOR})")  # fmt: skip
+    if empty:
+        logger.warning(f"{out}: no file for {len(empty)} record(s) without a detected beat: "
+                       f"{', '.join(empty[:10])}{', ...' if len(empty) > 10 else ''}")  # fmt: skip
 
 
 def _score(ref: np.ndarray, det: np.ndarray, fs: float, config: QrsConfig) -> dict[str, Any]:
