@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1183,6 +1184,50 @@ def test_evaluate_out_writes_every_beat_s_call_with_its_time(beats_run, corpus, 
     kept = _rows(_run_out(beats_run, corpus / "tok", tmp_path / "ev3"))
     assert [r["predicted"] for r in moved] == [r["predicted"] for r in kept]
     assert all(r["time_s"] for r in kept)
+
+
+def test_evaluate_out_keeps_every_annotation_file_inside_out_and_apart(
+    beats_run, corpus, tmp_path, monkeypatch
+):
+    """Records of one name: under `.` and a subfolder (their folders' names, not "" or ".."),
+    in two folders of one name (numbered), and an EDF file (named without `.edf`)."""
+    import edfio
+    import wfdb
+
+    source = corpus / "syn" / "s0000"
+    data = tmp_path / "data"
+    for folder in (data, data / "sub", data / "x" / "a", data / "y" / "a"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for file in source.parent.glob("s0000.*"):
+            shutil.copy(file, folder)
+    rec = wfdb.rdrecord(str(source))
+    edfio.Edf([edfio.EdfSignal(rec.p_signal[:, 0], rec.fs, label="MLII")]).write(
+        data / "sub" / "night one.edf")  # fmt: skip
+    monkeypatch.chdir(data / "sub")
+    assert _cli("evaluate", beats_run, "..", "--out", tmp_path / "ev") == 0
+    files = sorted(str(p.relative_to(tmp_path / "ev" / "annotations"))
+                   for p in (tmp_path / "ev").rglob("*.hlm"))  # fmt: skip
+    assert files == ["a/s0000.hlm", "a_2/s0000.hlm", "data/s0000.hlm", "sub/night_one.hlm",
+                     "sub/s0000.hlm"]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ev"]  # nothing beside it
+    rows = _rows(tmp_path / "ev" / "predictions.csv")
+    assert {r["record"] for r in rows} == {"a/s0000", "a/s0000 #2", "data/s0000",
+                                           "sub/night one.edf", "sub/s0000"}  # fmt: skip
+
+
+def test_evaluate_finds_the_beat_store_of_tokens_beside_them(beats_run, corpus, tmp_path,
+                                                             monkeypatch):  # fmt: skip
+    """Token folders written before tokens.json held an absolute path name their store as it
+    was typed: it is looked for beside the tokens too, from any working folder."""
+    shutil.copytree(corpus / "store", tmp_path / "store")
+    shutil.copytree(corpus / "tok", tmp_path / "tok")
+    meta = json.loads((tmp_path / "tok" / "tokens.json").read_text())
+    assert Path(meta["store"]).is_absolute()
+    meta["store"] = "store"
+    (tmp_path / "tok" / "tokens.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path / "tok")  # no `store` here
+    rows = _rows(_run_out(beats_run, tmp_path / "tok", tmp_path / "ev"))
+    assert all(r["time_s"] for r in rows)
 
 
 def _run_out(run, data, out, *extra):

@@ -327,6 +327,19 @@ def test_cli_out_writes_the_detections_as_wfdb_annotations(tmp_path, capsys):
     assert main(["qrs", str(data), "--out", str(data / "a" / "det")]) == 2  # inside an input
 
 
+def test_cli_out_keeps_every_file_inside_out_and_apart(tmp_path, capsys, monkeypatch):
+    rec = synth_record(0.5, 250.0, 11)
+    data = tmp_path / "data"
+    for folder in (data, data / "x" / "a", data / "y" / "a"):
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_record(folder, "s1", rec.signal[:, 0], 250.0)
+    monkeypatch.chdir(data / "x")
+    assert main(["qrs", "..", "--out", str(tmp_path / "det"), "--workers", "1"]) == 0
+    files = sorted(str(p.relative_to(tmp_path / "det")) for p in (tmp_path / "det").rglob("*"))
+    assert files == ["a", "a/s1.qrs", "a_2", "a_2/s1.qrs", "data", "data/s1.qrs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "det"]
+
+
 def test_cli_counts_the_detections_of_a_beat_free_reference_as_false(tmp_path, capsys):
     rec = synth_record(1.0, 250.0, 11)
     sample, symbol = rec.beats()

@@ -85,7 +85,7 @@ def _tokens(cfg: EmbedConfig) -> tuple[Any, np.ndarray | None]:
     overrides = {"lead": cfg.lead, "annotations": cfg.annotations}
     with token_folder(cfg.data, cfg.run, lineage, overrides, codebook) as folder:
         data = load_tokens(folder)
-        times = beat_times(data.meta)
+        times = beat_times(data.meta, Path(folder))
     return data, None if times is None else times.seconds
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from heartlm.ecg.annwrite import AnnotationFile, write_files
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled.tokens import BeatTimes
 
@@ -47,16 +47,17 @@ def beat_table(
     prob: np.ndarray,
     predicted: np.ndarray,
     data: Any,
+    names: list[str],
     dbs: list[str],
     times: BeatTimes | None,
 ) -> str:
-    """One row per beat: its record, database, index within the record, R-peak time (blank
-    without the store), reference AAMI class (blank if none), predicted class and the class
-    probabilities the call was taken from."""
+    """One row per beat: its record (`names`, as the per-record table names it), database,
+    index within the record, R-peak time (blank without the store), reference AAMI class
+    (blank if none), predicted class and the class probabilities the call was taken from."""
     record = np.searchsorted(data.boundaries, beat, side="right") - 1
     reference = np.asarray(data.aami)[beat]
     rows = (
-        (data.records[r], dbs[r], int(b - data.boundaries[r]), _seconds(times, b),
+        (names[r], dbs[r], int(b - data.boundaries[r]), _seconds(times, b),
          AAMI_CLASSES[a] if a >= 0 else "", AAMI_CLASSES[c], *(f"{p:.4f}" for p in ps))
         for r, b, a, c, ps in zip(record.tolist(), beat.tolist(), reference.tolist(),
                                   predicted.tolist(), prob, strict=True)
@@ -70,10 +71,11 @@ def window_table(
     scores: np.ndarray,
     called: np.ndarray,
     data: Any,
+    names: list[str],
     dbs: list[str],
     times: BeatTimes | None,
 ) -> str:
-    """One row per window that was called: its record, database, first beat within the
+    """One row per window that was called: its record (`names`), database, first beat within the
     record and beat count (the beats it is about, `about`), first and last R-peak times
     (blank without the store), reference (AFIB, not AFIB, blank if none), the model's AFIB
     probability and its call."""
@@ -82,43 +84,31 @@ def window_table(
         r = int(windows.record[i])
         beats = windows.beat[i][about[i]]
         first, last = int(beats.min()), int(beats.max())
-        rows.append((data.records[r], dbs[r], first - int(data.boundaries[r]), len(beats),
+        rows.append((names[r], dbs[r], first - int(data.boundaries[r]), len(beats),
                      _seconds(times, first), _seconds(times, last),
                      _WINDOW_LABELS.get(int(windows.window_label[i]), ""), f"{scores[i]:.4f}",
                      "AFIB" if called[i] else "not AFIB"))  # fmt: skip
     return _csv(WINDOW_COLUMNS, rows)
 
 
-@dataclass(frozen=True, eq=False)
-class RecordCalls:
-    """One record's calls as a WFDB annotation file: `path` (NAME, or DB/NAME where two
-    databases share a name) holds `symbol[i]` (and `aux_note[i]`) at `sample[i]`."""
-
-    path: str
-    sample: np.ndarray
-    symbol: list[str]
-    aux_note: list[str]
-    fs: float
-
-
 def beat_calls(
-    beat: np.ndarray, predicted: np.ndarray, data: Any, names: list[str], times: BeatTimes
-) -> list[RecordCalls]:
+    beat: np.ndarray, predicted: np.ndarray, data: Any, paths: list[str], times: BeatTimes
+) -> list[AnnotationFile]:
     """Each record's beats as WFDB beat annotations of their predicted AAMI class, at the
-    record's own sample numbers."""
+    record's own sample numbers, in the file `paths[record]`."""
     record = np.searchsorted(data.boundaries, beat, side="right") - 1
     calls = []
     for r in np.unique(record).tolist():
         mine = record == r
         symbols = [_BEAT_SYMBOLS[AAMI_CLASSES[c]] for c in predicted[mine].tolist()]
-        calls.append(RecordCalls(names[r], times.source_samples(beat[mine], r), symbols,
-                                 [""] * len(symbols), times.record_fs[r]))  # fmt: skip
+        calls.append(AnnotationFile(paths[r], times.source_samples(beat[mine], r), symbols,
+                                    [""] * len(symbols), times.record_fs[r]))  # fmt: skip
     return calls
 
 
 def rhythm_calls(
-    windows: Any, about: np.ndarray, called: np.ndarray, names: list[str], times: BeatTimes
-) -> list[RecordCalls]:
+    windows: Any, about: np.ndarray, called: np.ndarray, paths: list[str], times: BeatTimes
+) -> list[AnnotationFile]:
     """Each record's AFIB calls as WFDB rhythm annotations (`+`, aux `(AFIB` or `(N`) at the
     first beat of every called window whose call differs from the record's previous one."""
     starts: dict[int, list[tuple[int, bool]]] = {}
@@ -130,18 +120,12 @@ def rhythm_calls(
         row.sort()
         changes = [(b, afib) for k, (b, afib) in enumerate(row) if k == 0 or afib != row[k - 1][1]]
         beats = np.array([b for b, _ in changes], dtype=np.int64)
-        calls.append(RecordCalls(names[r], times.source_samples(beats, r), ["+"] * len(changes),
-                                 [_RHYTHMS[afib] for _, afib in changes],
-                                 times.record_fs[r]))  # fmt: skip
+        calls.append(AnnotationFile(paths[r], times.source_samples(beats, r),
+                                    ["+"] * len(changes), [_RHYTHMS[afib] for _, afib in changes],
+                                    times.record_fs[r]))  # fmt: skip
     return calls
 
 
-def write_calls(folder: Path, calls: list[RecordCalls]) -> None:
-    """`folder/PATH.hlm` for every record's calls (wfdb.wrann)."""
-    import wfdb
-
-    for c in calls:
-        where = folder / Path(c.path).parent
-        where.mkdir(parents=True, exist_ok=True)
-        wfdb.wrann(Path(c.path).name, ANNOTATOR, c.sample, symbol=c.symbol, aux_note=c.aux_note,
-                   fs=c.fs, write_dir=str(where))  # fmt: skip
+def write_calls(folder: Path, calls: list[AnnotationFile]) -> None:
+    """`folder/PATH.hlm` for every record's calls."""
+    write_files(folder, calls, ANNOTATOR)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from heartlm.ecg.annwrite import file_paths
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.errors import HeartlmError
 from heartlm.evaluate import predictions as calls
@@ -258,7 +259,7 @@ def evaluate(
     dev = pick_device(device)
     with token_folder(data_path, run, lineage, ingest_overrides or {}) as folder:
         data = load_tokens(folder)
-        times = beat_times(data.meta) if predictions else None
+        times = beat_times(data.meta, Path(folder)) if predictions else None
     _check_same_tokens(lineage, data, data_path)
     refs = [
         RecordRef(index=i, name=str(r.get("name", i)), db=str(r.get("db", "")),
@@ -293,8 +294,9 @@ def evaluate(
     common = {"task": task, "data": str(data_path), "scope": scope, "n_records": len(chosen)}
     # Records of two databases can share a name (LUDB has a 101 too): then DB/NAME.
     repeated = len({r.name for r in refs}) < len(refs)
-    names = [r.key for r in refs] if repeated else list(data.records)
+    names = _numbered([r.key for r in refs] if repeated else list(data.records))
     dbs = [str(r.get("db") or "") for r in data.meta.get("records", [])] or [""] * len(names)
+    files = file_paths(data.records, dbs) if times is not None else []  # annotation files
     if task == "beats":
         predict = averaged_beat_outputs if views > 1 else beat_probabilities
         cut = {window: windows}
@@ -308,9 +310,9 @@ def evaluate(
         table: dict[str, Any] = {}
         if predictions:
             classes = offset_classes(prob, offsets)
-            table["predictions"] = calls.beat_table(beat, prob, classes, data, dbs, times)
+            table["predictions"] = calls.beat_table(beat, prob, classes, data, names, dbs, times)
             if times is not None:
-                table["calls"] = calls.beat_calls(beat, classes, data, names, times)
+                table["calls"] = calls.beat_calls(beat, classes, data, files, times)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
@@ -357,10 +359,10 @@ def evaluate(
     table: dict[str, Any] = {}
     if predictions:
         called = np.where(callable_, scores >= afib_threshold, -1)
-        table["predictions"] = calls.window_table(windows, pooled, scores, called, data, dbs,
-                                                  times)  # fmt: skip
+        table["predictions"] = calls.window_table(windows, pooled, scores, called, data, names,
+                                                  dbs, times)  # fmt: skip
         if times is not None:
-            table["calls"] = calls.rhythm_calls(windows, pooled, called, names, times)
+            table["calls"] = calls.rhythm_calls(windows, pooled, called, files, times)
         if not has_label.any():
             return _unscored(common, "rhythm labels", int(callable_.sum()), table)
     if not labelled.any():
@@ -409,3 +411,14 @@ def _unscored(
               "note": f"no {missing} in the scored records: nothing scored; the model's calls "
                       f"on {n} {unit} are in predictions.csv"}  # fmt: skip
     return {"report": report, "labels": None, "scores": None, **table}
+
+
+def _numbered(names: list[str]) -> list[str]:
+    """`names`, each repeated one numbered from its second time on (`a/s1`, `a/s1 #2`): two
+    folders of one name may each hold a record of one name."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name} #{seen[name]}")
+    return out

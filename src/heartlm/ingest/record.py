@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ def ingest_record(path: Path, config: IngestConfig) -> RecordResult:
 
     entry = RecordEntry(
         name=path.name,
-        db=path.parent.name,
+        # the folder's own name, also for a record given as `x` or `../x` (not "" or "..")
+        db=Path(os.path.abspath(path)).parent.name,
         source=str(path),
         fs_source=lead.fs,
         lead=lead.name,

@@ -112,23 +112,30 @@ class BeatTimes:
         return np.rint(self.seconds[beats] * self.record_fs[record]).astype(np.int64)
 
 
-def beat_times(meta: dict[str, Any]) -> BeatTimes | None:
-    """Each beat's R-peak time, read from the beat store the tokens were made from
-    (tokens.json's `store`); None where that store is gone or no longer holds these records'
-    beats (re-ingested since)."""
+def beat_times(meta: dict[str, Any], tokens: Path) -> BeatTimes | None:
+    """Each beat's R-peak time, read from the beat store the token folder `tokens` was made
+    from (tokens.json's `store`; a relative one is tried from here, then from beside
+    `tokens`); None, said in one line, where that store is gone, unreadable or no longer
+    holds these records' beats (re-ingested since)."""
     from heartlm.store import BeatStore
 
-    folder = meta.get("store")
-    if not folder or not (Path(folder) / "store.json").is_file():
+    given = meta.get("store")
+    if not given:
         return None
+    tried = [Path(given)] + ([tokens.parent / given] if not Path(given).is_absolute() else [])
     try:
-        store = BeatStore(folder)
-    except HeartlmError:
+        folder = next((f for f in tried if (f / "store.json").is_file()), None)
+        store = None if folder is None else BeatStore(folder)
+    except (HeartlmError, OSError) as exc:
+        logger.info(f"{given}: the beat store of {tokens} cannot be read ({exc}); no beat times")
+        return None
+    if store is None:
+        logger.info(f"{given}: the beat store of {tokens} is gone; no beat times")
         return None
     ours = [(r.get("name"), r.get("start"), r.get("n_beats")) for r in meta.get("records", [])]
     theirs = [(r.name, r.start, r.n_beats) for r in store.records]
     if store.n_beats != meta.get("n_beats") or ours != theirs:
-        logger.info(f"{folder}: no longer the beat store of these tokens; no beat times")
+        logger.info(f"{folder}: no longer the beat store of {tokens}; no beat times")
         return None
     seconds = np.asarray(store.table["sample"], dtype=np.float64) / store.fs
     return BeatTimes(seconds, [r.fs_source for r in store.records])

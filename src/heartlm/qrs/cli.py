@@ -22,7 +22,6 @@ from heartlm.ecg.wfdbio import (
     annotation_path,
     annotation_samples,
     find_records,
-    is_edf,
     read_annotations,
 )
 from heartlm.ecg.workers import (
@@ -201,27 +200,21 @@ def process_record(path: Path, config: QrsConfig) -> dict[str, Any]:
 def _write_annotations(
     out: Path, overwrite: bool, records: list[Path], calls: list[tuple[np.ndarray, float] | None]
 ) -> None:
-    """OUT/NAME.qrs (DB/NAME.qrs where names repeat) for every record read with a beat (a
+    """OUT/NAME.qrs (`heartlm.ecg.annwrite.file_paths`) for every record read with a beat (a
     WFDB annotation file holds at least one annotation: a record without is named)."""
-    import wfdb
-
+    from heartlm.ecg.annwrite import AnnotationFile, file_paths, write_files
     from heartlm.outdir import staged_dir
 
-    names = [r.stem if is_edf(r) else r.name for r in records]
-    repeated = len(set(names)) < len(names)
-    empty = [name for name, c in zip(names, calls, strict=True) if c is not None and not len(c[0])]
+    read = [(r, c) for r, c in zip(records, calls, strict=True) if c is not None]  # not skipped
+    paths = file_paths([r.name for r, _ in read],
+                       [Path(os.path.abspath(r)).parent.name for r, _ in read])  # fmt: skip
+    files = [AnnotationFile(p, c[0], ["N"] * len(c[0]), [""] * len(c[0]), c[1])
+             for p, (_, c) in zip(paths, read, strict=True)]  # fmt: skip
+    empty = [Path(f.path).name for f in files if not len(f.sample)]
     with staged_dir(out, overwrite) as stage:
-        for record, name, call in zip(records, names, calls, strict=True):
-            if call is None or not len(call[0]):  # skipped, or no beat
-                continue
-            where = stage / record.parent.name if repeated else stage
-            where.mkdir(parents=True, exist_ok=True)
-            samples, fs = call
-            wfdb.wrann(name, ANNOTATOR, samples, symbol=["N"] * len(samples), fs=fs,
-                       write_dir=str(where))  # fmt: skip
-    written = sum(c is not None for c in calls) - len(empty)
-    logger.info(f"{out}: the detections of {written} records as WFDB annotation files "
-                f"(.{ANNOTATOR})")  # fmt: skip
+        write_files(stage, files, ANNOTATOR)
+    logger.info(f"{out}: the detections of {len(files) - len(empty)} records as WFDB annotation "
+                f"files (.{ANNOTATOR})")  # fmt: skip
     if empty:
         logger.warning(f"{out}: no file for {len(empty)} record(s) without a detected beat: "
                        f"{', '.join(empty[:10])}{', ...' if len(empty) > 10 else ''}")  # fmt: skip

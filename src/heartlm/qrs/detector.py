@@ -143,7 +143,8 @@ def _full_rate(at: np.ndarray, step: int) -> np.ndarray:
 
 
 def _envelope_rate(peaks: np.ndarray, step: int, n: int) -> np.ndarray:
-    """The envelope-rate samples (of `n`) whose blocks of `step` hold the samples `peaks`."""
+    """For each of the samples `peaks`, the envelope-rate sample (of `n`) whose block centre
+    (`_full_rate`) is the last at or before it: `_full_rate`'s inverse on block centres."""
     return np.clip((peaks - (step - 1) // 2) // step, 0, n - 1)
 
 

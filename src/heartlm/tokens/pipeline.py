@@ -172,7 +172,7 @@ def _records_and_meta(
         "fs": store.fs,
         "pre_samples": store.pre_samples,
         "window_samples": store.window_samples,
-        "store": str(store.folder),
+        "store": os.path.abspath(store.folder),  # where `evaluate` finds the beats' times
     }
     return records, meta
 
