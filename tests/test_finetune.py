@@ -1228,6 +1228,11 @@ def test_evaluate_finds_the_beat_store_of_tokens_beside_them(beats_run, corpus, 
     monkeypatch.chdir(tmp_path / "tok")  # no `store` here
     rows = _rows(_run_out(beats_run, tmp_path / "tok", tmp_path / "ev"))
     assert all(r["time_s"] for r in rows)
+    for odd in (5, "", str(tmp_path / "tok" / "tokens.json")):  # no times, and no failure
+        meta["store"] = odd
+        (tmp_path / "tok" / "tokens.json").write_text(json.dumps(meta))
+        rows = _rows(_run_out(beats_run, tmp_path / "tok", tmp_path / "ev", "--overwrite"))
+        assert {r["time_s"] for r in rows} == {""}
 
 
 def _run_out(run, data, out, *extra):

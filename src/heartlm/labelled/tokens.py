@@ -120,7 +120,7 @@ def beat_times(meta: dict[str, Any], tokens: Path) -> BeatTimes | None:
     from heartlm.store import BeatStore
 
     given = meta.get("store")
-    if not given:
+    if not isinstance(given, str) or not given:
         return None
     tried = [Path(given)] + ([tokens.parent / given] if not Path(given).is_absolute() else [])
     try:
