@@ -1196,7 +1196,7 @@ def test_evaluate_out_keeps_every_annotation_file_inside_out_and_apart(
 
     source = corpus / "syn" / "s0000"
     data = tmp_path / "data"
-    for folder in (data, data / "sub", data / "x" / "a", data / "y" / "a"):
+    for folder in (data, data / "sub", data / "x" / "a", data / "y" / "a", data / "a_2"):
         folder.mkdir(parents=True, exist_ok=True)
         for file in source.parent.glob("s0000.*"):
             shutil.copy(file, folder)
@@ -1207,12 +1207,20 @@ def test_evaluate_out_keeps_every_annotation_file_inside_out_and_apart(
     assert _cli("evaluate", beats_run, "..", "--out", tmp_path / "ev") == 0
     files = sorted(str(p.relative_to(tmp_path / "ev" / "annotations"))
                    for p in (tmp_path / "ev").rglob("*.hlm"))  # fmt: skip
-    assert files == ["a/s0000.hlm", "a_2/s0000.hlm", "data/s0000.hlm", "sub/night_one.hlm",
-                     "sub/s0000.hlm"]  # fmt: skip
+    assert files == ["a/s0000.hlm", "a_2/s0000.hlm", "a_3/s0000.hlm", "data/s0000.hlm",
+                     "sub/night_one.hlm", "sub/s0000.hlm"]  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ev"]  # nothing beside it
     rows = _rows(tmp_path / "ev" / "predictions.csv")
-    assert {r["record"] for r in rows} == {"a/s0000", "a/s0000 #2", "data/s0000",
-                                           "sub/night one.edf", "sub/s0000"}  # fmt: skip
+    named = {"a/s0000", "a/s0000 #2", "a_2/s0000", "data/s0000", "sub/night one.edf", "sub/s0000"}
+    assert {r["record"] for r in rows} == named
+    # index.csv ties each file to predictions.csv's name, the real a_2 to its own folder
+    index = {r["record"]: r for r in _rows(tmp_path / "ev" / "annotations" / "index.csv")}
+    assert set(index) == named and index["a_2/s0000"]["file"] == "a_2/s0000.hlm"
+    for name, row in index.items():
+        mine = [r for r in rows if r["record"] == name]
+        got = wfdb.rdann(str(tmp_path / "ev" / "annotations" / row["file"][:-4]), "hlm")
+        assert int(row["annotations"]) == len(mine) == len(got.sample)
+        assert got.symbol == [r["predicted"] for r in mine]
 
 
 def test_evaluate_finds_the_beat_store_of_tokens_beside_them(beats_run, corpus, tmp_path,
@@ -1227,6 +1235,10 @@ def test_evaluate_finds_the_beat_store_of_tokens_beside_them(beats_run, corpus, 
     (tmp_path / "tok" / "tokens.json").write_text(json.dumps(meta))
     monkeypatch.chdir(tmp_path / "tok")  # no `store` here
     rows = _rows(_run_out(beats_run, tmp_path / "tok", tmp_path / "ev"))
+    assert all(r["time_s"] for r in rows)
+    meta["store"] = str(tmp_path / "moved" / "store")  # both moved here together since
+    (tmp_path / "tok" / "tokens.json").write_text(json.dumps(meta))
+    rows = _rows(_run_out(beats_run, tmp_path / "tok", tmp_path / "ev", "--overwrite"))
     assert all(r["time_s"] for r in rows)
     for odd in (5, "", str(tmp_path / "tok" / "tokens.json")):  # no times, and no failure
         meta["store"] = odd

@@ -330,14 +330,20 @@ def test_cli_out_writes_the_detections_as_wfdb_annotations(tmp_path, capsys):
 def test_cli_out_keeps_every_file_inside_out_and_apart(tmp_path, capsys, monkeypatch):
     rec = synth_record(0.5, 250.0, 11)
     data = tmp_path / "data"
-    for folder in (data, data / "x" / "a", data / "y" / "a"):
+    for folder in (data, data / "x" / "a", data / "y" / "a", data / "a_2"):
         folder.mkdir(parents=True, exist_ok=True)
         _write_record(folder, "s1", rec.signal[:, 0], 250.0)
     monkeypatch.chdir(data / "x")
     assert main(["qrs", "..", "--out", str(tmp_path / "det"), "--workers", "1"]) == 0
-    files = sorted(str(p.relative_to(tmp_path / "det")) for p in (tmp_path / "det").rglob("*"))
-    assert files == ["a", "a/s1.qrs", "a_2", "a_2/s1.qrs", "data", "data/s1.qrs"]
+    files = sorted(str(p.relative_to(tmp_path / "det")) for p in (tmp_path / "det").rglob("*.*"))
+    # a real folder a_2 keeps its name: the second `a` is numbered past it
+    assert files == ["a/s1.qrs", "a_2/s1.qrs", "a_3/s1.qrs", "data/s1.qrs", "index.csv"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "det"]
+    index = (tmp_path / "det" / "index.csv").read_text().splitlines()
+    assert index[0] == "record,file,annotations"
+    of = dict(line.split(",")[:2] for line in index[1:])
+    assert of == {"../s1": "data/s1.qrs", "../a_2/s1": "a_2/s1.qrs", "../x/a/s1": "a/s1.qrs",
+                  "../y/a/s1": "a_3/s1.qrs"}  # fmt: skip
 
 
 def test_cli_counts_the_detections_of_a_beat_free_reference_as_false(tmp_path, capsys):

@@ -92,22 +92,33 @@ def window_table(
 
 
 def beat_calls(
-    beat: np.ndarray, predicted: np.ndarray, data: Any, paths: list[str], times: BeatTimes
+    beat: np.ndarray,
+    predicted: np.ndarray,
+    data: Any,
+    names: list[str],
+    paths: list[str],
+    times: BeatTimes,
 ) -> list[AnnotationFile]:
     """Each record's beats as WFDB beat annotations of their predicted AAMI class, at the
-    record's own sample numbers, in the file `paths[record]`."""
+    record's own sample numbers, in the file `paths[record]` (`names`: as predictions.csv
+    names the records)."""
     record = np.searchsorted(data.boundaries, beat, side="right") - 1
     calls = []
     for r in np.unique(record).tolist():
         mine = record == r
         symbols = [_BEAT_SYMBOLS[AAMI_CLASSES[c]] for c in predicted[mine].tolist()]
-        calls.append(AnnotationFile(paths[r], times.source_samples(beat[mine], r), symbols,
-                                    [""] * len(symbols), times.record_fs[r]))  # fmt: skip
+        calls.append(AnnotationFile(names[r], paths[r], times.source_samples(beat[mine], r),
+                                    symbols, [""] * len(symbols), times.record_fs[r]))  # fmt: skip
     return calls
 
 
 def rhythm_calls(
-    windows: Any, about: np.ndarray, called: np.ndarray, paths: list[str], times: BeatTimes
+    windows: Any,
+    about: np.ndarray,
+    called: np.ndarray,
+    names: list[str],
+    paths: list[str],
+    times: BeatTimes,
 ) -> list[AnnotationFile]:
     """Each record's AFIB calls as WFDB rhythm annotations (`+`, aux `(AFIB` or `(N`) at the
     first beat of every called window whose call differs from the record's previous one."""
@@ -120,12 +131,12 @@ def rhythm_calls(
         row.sort()
         changes = [(b, afib) for k, (b, afib) in enumerate(row) if k == 0 or afib != row[k - 1][1]]
         beats = np.array([b for b, _ in changes], dtype=np.int64)
-        calls.append(AnnotationFile(paths[r], times.source_samples(beats, r),
+        calls.append(AnnotationFile(names[r], paths[r], times.source_samples(beats, r),
                                     ["+"] * len(changes), [_RHYTHMS[afib] for _, afib in changes],
                                     times.record_fs[r]))  # fmt: skip
     return calls
 
 
 def write_calls(folder: Path, calls: list[AnnotationFile]) -> None:
-    """`folder/PATH.hlm` for every record's calls."""
+    """`folder/PATH.hlm` for every record's calls, and `folder/index.csv`."""
     write_files(folder, calls, ANNOTATOR)

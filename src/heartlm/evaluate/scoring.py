@@ -312,7 +312,7 @@ def evaluate(
             classes = offset_classes(prob, offsets)
             table["predictions"] = calls.beat_table(beat, prob, classes, data, names, dbs, times)
             if times is not None:
-                table["calls"] = calls.beat_calls(beat, classes, data, files, times)
+                table["calls"] = calls.beat_calls(beat, classes, data, names, files, times)
         reference = np.asarray(data.aami)[beat].astype(np.int64)
         labelled = reference >= 0
         if not labelled.any():
@@ -362,7 +362,7 @@ def evaluate(
         table["predictions"] = calls.window_table(windows, pooled, scores, called, data, names,
                                                   dbs, times)  # fmt: skip
         if times is not None:
-            table["calls"] = calls.rhythm_calls(windows, pooled, called, files, times)
+            table["calls"] = calls.rhythm_calls(windows, pooled, called, names, files, times)
         if not has_label.any():
             return _unscored(common, "rhythm labels", int(callable_.sum()), table)
     if not labelled.any():

@@ -32,14 +32,23 @@ _LINEAGE_TYPES: dict[str, Any] = {
 }  # fmt: skip
 
 
-def _store_folder(tokens: Path, meta: dict[str, Any]) -> Path | None:
-    """The beat store a token folder was made from, if it can still be found."""
+def store_folder(tokens: Path, meta: dict[str, Any]) -> Path | None:
+    """The beat store the token folder `tokens` was made from, if it can still be found:
+    where its tokens.json's `store` says (a relative one from here, then from beside the
+    token folder), or beside the token folder under its own name (the two moved together)."""
     raw = meta.get("store")
-    if not raw:
+    if not isinstance(raw, str) or not raw:
         return None
     store = Path(raw)
     candidates = [store] if store.is_absolute() else [store, tokens.parent / store]
-    return next((c for c in candidates if (c / "run.json").is_file()), None)
+    candidates.append(tokens.parent / store.name)
+    try:
+        found = [
+            c for c in candidates if (c / "store.json").is_file() and (c / "run.json").is_file()
+        ]
+    except (OSError, ValueError):  # a folder that cannot be entered; a NUL in the name
+        return None
+    return found[0] if found else None
 
 
 def check_codebook(tokens: Path) -> None:
@@ -77,7 +86,7 @@ def copy_lineage(tokens: Path, out: Path) -> dict[str, Any]:
 def describe(tokens: Path) -> dict[str, Any]:
     """The lineage of a token folder: its store's ingest settings, rr_window, codebook."""
     meta = parse_json_file(tokens / "tokens.json")
-    store = _store_folder(tokens, meta)
+    store = store_folder(tokens, meta)
     ingest = None
     if store is None:
         logger.warning(

@@ -114,23 +114,20 @@ class BeatTimes:
 
 def beat_times(meta: dict[str, Any], tokens: Path) -> BeatTimes | None:
     """Each beat's R-peak time, read from the beat store the token folder `tokens` was made
-    from (tokens.json's `store`; a relative one is tried from here, then from beside
-    `tokens`); None, said in one line, where that store is gone, unreadable or no longer
-    holds these records' beats (re-ingested since)."""
+    from (`lineage.store_folder`); None, said in one line, where that store is gone,
+    unreadable or no longer holds these records' beats (re-ingested since)."""
+    from heartlm.labelled.lineage import store_folder
     from heartlm.store import BeatStore
 
-    given = meta.get("store")
-    if not isinstance(given, str) or not given:
+    folder = store_folder(tokens, meta)
+    if folder is None:
+        if meta.get("store"):
+            logger.info(f"{tokens}: its beat store ({meta['store']!r}) is not found; no beat times")
         return None
-    tried = [Path(given)] + ([tokens.parent / given] if not Path(given).is_absolute() else [])
     try:
-        folder = next((f for f in tried if (f / "store.json").is_file()), None)
-        store = None if folder is None else BeatStore(folder)
+        store = BeatStore(folder)
     except (HeartlmError, OSError) as exc:
-        logger.info(f"{given}: the beat store of {tokens} cannot be read ({exc}); no beat times")
-        return None
-    if store is None:
-        logger.info(f"{given}: the beat store of {tokens} is gone; no beat times")
+        logger.info(f"{folder}: the beat store of {tokens} cannot be read ({exc}); no beat times")
         return None
     ours = [(r.get("name"), r.get("start"), r.get("n_beats")) for r in meta.get("records", [])]
     theirs = [(r.name, r.start, r.n_beats) for r in store.records]

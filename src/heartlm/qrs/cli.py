@@ -208,8 +208,8 @@ def _write_annotations(
     read = [(r, c) for r, c in zip(records, calls, strict=True) if c is not None]  # not skipped
     paths = file_paths([r.name for r, _ in read],
                        [Path(os.path.abspath(r)).parent.name for r, _ in read])  # fmt: skip
-    files = [AnnotationFile(p, c[0], ["N"] * len(c[0]), [""] * len(c[0]), c[1])
-             for p, (_, c) in zip(paths, read, strict=True)]  # fmt: skip
+    files = [AnnotationFile(str(r), p, c[0], ["N"] * len(c[0]), [""] * len(c[0]), c[1])
+             for p, (r, c) in zip(paths, read, strict=True)]  # fmt: skip
     empty = [Path(f.path).name for f in files if not len(f.sample)]
     with staged_dir(out, overwrite) as stage:
         write_files(stage, files, ANNOTATOR)
