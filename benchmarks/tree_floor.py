@@ -170,12 +170,11 @@ def labelled_beats(
     lengths = np.diff(data.boundaries)[records]
     recording = recordings(data)
     dbs = [str(m.get("db", "")) for m in data.meta.get("records", [])]
-    kept_whole = np.repeat([bool(dbs) and dbs[i] in whole for i in records], lengths)
-    drawn = keep_recording_label_fraction(
-        np.where(kept_whole, IGNORE, aami[beats]), np.concatenate([[0], np.cumsum(lengths)]),
-        [recording[i] for i in records], fraction, seed,
+    kept = keep_recording_label_fraction(
+        aami[beats], np.concatenate([[0], np.cumsum(lengths)]), [recording[i] for i in records],
+        fraction, seed, whole=[bool(dbs) and dbs[i] in whole for i in records],
     )  # fmt: skip
-    return beats[np.where(kept_whole, aami[beats], drawn) >= 0]
+    return beats[kept >= 0]
 
 
 def beat_floor(

@@ -437,9 +437,9 @@ def test_lead_copy_recipes_train_on_both_leads_of_their_fold_and_are_scored_on_m
     drawn_over: list[list[str]] = []
     share = tree_floor.keep_recording_label_fraction
 
-    def spy(labels, boundaries, recordings, fraction, seed):
+    def spy(labels, boundaries, recordings, fraction, seed, whole=()):
         drawn_over.append(list(recordings))
-        return share(labels, boundaries, recordings, fraction, seed)
+        return share(labels, boundaries, recordings, fraction, seed, whole)
 
     monkeypatch.setattr(tree_floor, "keep_recording_label_fraction", spy)
     monkeypatch.setattr(model_configs, "SELECT_FRACTION", 0.1)

@@ -10,8 +10,6 @@ record, R-peak time in seconds where the beat store is at hand, AAMI label), `wi
 
 from __future__ import annotations
 
-import csv
-import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy as np
 
 from heartlm.errors import HeartlmError
 from heartlm.log import logger
+from heartlm.outdir import csv_text
 from heartlm.settings import setting
 
 
@@ -134,14 +133,6 @@ def _records(data: Any, names: list[str] | None) -> list[int]:
     return [i for i, k in enumerate(keys) if k & set(names)]
 
 
-def _csv(header: list[str], rows: Any) -> str:
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return text.getvalue()
-
-
 def _beat_table(data: Any, beat: np.ndarray, seconds: np.ndarray | None) -> str:
     from heartlm.ecg.labels import AAMI_CLASSES
 
@@ -154,7 +145,7 @@ def _beat_table(data: Any, beat: np.ndarray, seconds: np.ndarray | None) -> str:
         for i, (r, b, a) in enumerate(zip(record.tolist(), beat.tolist(), aami.tolist(),
                                           strict=True))
     )  # fmt: skip
-    return _csv(["row", "record", "db", "beat", "time_s", "label"], rows)
+    return csv_text(["row", "record", "db", "beat", "time_s", "label"], rows)
 
 
 def _window_table(data: Any, windows: Any) -> str:
@@ -165,7 +156,7 @@ def _window_table(data: Any, windows: Any) -> str:
         real = beats[beats >= 0]
         first = int(real[0] - data.boundaries[r]) if real.size else 0
         rows.append((i, data.records[r], first, int(real.size), names.get(labels[i], "")))
-    return _csv(["row", "record", "first_beat", "beats", "label"], rows)
+    return csv_text(["row", "record", "first_beat", "beats", "label"], rows)
 
 
 def _write(cfg: EmbedConfig, tables: dict[str, str], tensors: dict[str, Any],

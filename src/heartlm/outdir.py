@@ -10,14 +10,17 @@ recognisable (nobody holds the lock) and is removed by the next run.
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import glob
+import io
 import os
 import resource
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from heartlm.errors import HeartlmError
 from heartlm.lock import output_lock
@@ -197,3 +200,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A CSV table (header, then `rows`) as text, lines ending in `\\n` on every platform."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return text.getvalue()

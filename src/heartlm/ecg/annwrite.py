@@ -11,7 +11,6 @@ of.
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from heartlm.log import logger
+from heartlm.outdir import atomic_write_text, csv_text
 
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -86,9 +86,6 @@ def write_files(folder: Path, files: Sequence[AnnotationFile], extension: str) -
         wfdb.wrann(Path(f.path).name, extension, f.sample, symbol=f.symbol,
                    aux_note=f.aux_note, fs=f.fs, write_dir=str(where))  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "index.csv", "w", newline="") as out:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["record", "file", "annotations"])
-        for f in files:
-            file = f"{f.path}.{extension}" if len(f.sample) else ""
-            writer.writerow([f.record, file, len(f.sample)])
+    rows = ((f.record, f"{f.path}.{extension}" if len(f.sample) else "", len(f.sample))
+            for f in files)  # fmt: skip
+    atomic_write_text(folder / "index.csv", csv_text(["record", "file", "annotations"], rows))

@@ -49,6 +49,12 @@ def is_edf(path: Path) -> bool:
     return path.suffix.lower() == ".edf"
 
 
+def database_of(record: Path) -> str:
+    """The database a record belongs to: its folder's own name, also for a record given as
+    `x` or `../x` (not "" or "..")."""
+    return Path(os.path.abspath(record)).parent.name
+
+
 def find_records(paths: list[str | Path]) -> list[Path]:
     """Record paths from record paths (with or without extension), `.edf` files and folders.
 

@@ -149,13 +149,12 @@ def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> N
         if "calls" in result:
             write_calls(stage / "annotations", result["calls"])
         title = f"{cfg.run.name} on {cfg.data.name} ({report['scope']})"
-        if "n_predicted" in report:  # records without labels: predicted, nothing to plot
-            pass
-        elif report["task"] == "beats":
+        scored = "n_predicted" not in report  # records without labels: nothing to plot
+        if scored and report["task"] == "beats":
             plots.confusion_png(
                 np.array(report["confusion"]), AAMI_CLASSES, stage / "confusion.png", title
             )
-        else:
+        elif scored:
             plots.roc_png(result["labels"], result["scores"], stage / "roc.png", title)
         write_run_json(
             stage,
@@ -166,7 +165,7 @@ def _write_out(cfg: EvaluateConfig, result: dict[str, Any], elapsed: float) -> N
         )
     written = ["metrics.json", "predictions.csv"]
     written += [f"annotations/*.{ANNOTATOR}"] if "calls" in result else []
-    written += [] if "n_predicted" in report else ["a figure"]
+    written += ["a figure"] if "n_predicted" not in report else []
     logger.info(f"{cfg.out}: {', '.join(written[:-1])} and {written[-1]} written")
 
 

@@ -5,9 +5,6 @@ hand, and then WFDB annotation files too, so WFDB's own tools (bxb, rdann) read 
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import numpy as np
 from heartlm.ecg.annwrite import AnnotationFile, write_files
 from heartlm.ecg.labels import AAMI_CLASSES
 from heartlm.labelled.tokens import BeatTimes
+from heartlm.outdir import csv_text
 
 BEAT_COLUMNS = ["record", "db", "beat", "time_s", "reference", "predicted",
                 *(f"p_{name}" for name in AAMI_CLASSES)]  # fmt: skip
@@ -28,14 +26,6 @@ ANNOTATOR = "hlm"
 # the rhythm changes of AFIB calls, as MIT-BIH writes them.
 _BEAT_SYMBOLS = dict(zip(AAMI_CLASSES, ("N", "S", "V", "F", "Q"), strict=True))
 _RHYTHMS = {True: "(AFIB", False: "(N"}
-
-
-def _csv(header: list[str], rows: Iterable[Sequence[Any]]) -> str:
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return text.getvalue()
 
 
 def _seconds(times: BeatTimes | None, beat: int) -> str:
@@ -62,7 +52,7 @@ def beat_table(
         for r, b, a, c, ps in zip(record.tolist(), beat.tolist(), reference.tolist(),
                                   predicted.tolist(), prob, strict=True)
     )  # fmt: skip
-    return _csv(BEAT_COLUMNS, rows)
+    return csv_text(BEAT_COLUMNS, rows)
 
 
 def window_table(
@@ -88,7 +78,7 @@ def window_table(
                      _seconds(times, first), _seconds(times, last),
                      _WINDOW_LABELS.get(int(windows.window_label[i]), ""), f"{scores[i]:.4f}",
                      "AFIB" if called[i] else "not AFIB"))  # fmt: skip
-    return _csv(WINDOW_COLUMNS, rows)
+    return csv_text(WINDOW_COLUMNS, rows)
 
 
 def beat_calls(

@@ -307,9 +307,9 @@ def evaluate(
                    for m, size in members]  # fmt: skip
         beat = outputs[0][0]
         prob = _aligned_mean(outputs, runs)
+        classes = offset_classes(prob, offsets)
         table: dict[str, Any] = {}
         if predictions:
-            classes = offset_classes(prob, offsets)
             table["predictions"] = calls.beat_table(beat, prob, classes, data, names, dbs, times)
             if times is not None:
                 table["calls"] = calls.beat_calls(beat, classes, data, names, files, times)
@@ -320,8 +320,7 @@ def evaluate(
                 return _unscored(common, "AAMI beat labels", len(beat), table)
             raise HeartlmError("the scored records have no AAMI beat labels (--out writes the "
                                "model's calls to predictions.csv)", data_path)  # fmt: skip
-        ref, prob = reference[labelled], prob[labelled]
-        pred = offset_classes(prob, offsets)
+        ref, prob, pred = reference[labelled], prob[labelled], classes[labelled]
         record = np.searchsorted(data.boundaries, beat[labelled], side="right") - 1
         windows_of = [size for _, size in members]
         mixed = {"ensemble_windows": windows_of} if len(set(windows_of)) > 1 else {}
@@ -397,7 +396,7 @@ def evaluate(
     report["per_record"] = metrics.per_record_afib(labels, called, record, names, sorted(indices))
     for row, r in zip(report["per_record"], sorted(indices), strict=True):
         n = int(data.boundaries[r + 1] - data.boundaries[r])
-        if row["n_windows"] == 0 and 0 < n < min(AFIB_MIN_BEATS, scored):
+        if row["n_windows"] == 0 and n > 0 and not callable_windows(n, scored):
             row["note"] = f"{n} beats: too few to call (an AFIB call needs {AFIB_MIN_BEATS})"
     return {"report": report, "labels": labels, "scores": scores[labelled], **table}
 

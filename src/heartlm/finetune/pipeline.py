@@ -251,16 +251,10 @@ def _label_share(
     """The beat labels of `part` (the records `refs`, in order) that --label-fraction keeps:
     drawn per recording, so a record's lead copies keep the same beats' labels, and from the
     records of databases outside --keep-labels-of only (theirs are all kept)."""
-    labels = np.asarray(part.aami)
-    whole = np.zeros(len(labels), dtype=bool)
-    for i, ref in enumerate(refs):
-        if ref.db in cfg.keep_labels_of:
-            whole[part.boundaries[i] : part.boundaries[i + 1]] = True
-    drawn = windows.keep_recording_label_fraction(
-        np.where(whole, windows.IGNORE, labels), part.boundaries, [r.recording for r in refs],
-        cfg.label_fraction, seed,
+    return windows.keep_recording_label_fraction(
+        part.aami, part.boundaries, [r.recording for r in refs], cfg.label_fraction, seed,
+        whole=[r.db in cfg.keep_labels_of for r in refs],
     )  # fmt: skip
-    return np.where(whole, labels, drawn)
 
 
 def _check_kept_databases(cfg: FinetuneConfig, refs: Sequence[RecordRef]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,7 +12,12 @@ import numpy as np
 from heartlm.ecg.annfile import Annotations
 from heartlm.ecg.gaps import Filled, fill_gaps, rescale_gaps
 from heartlm.ecg.signals import Lead, RecordInfo, open_record, read_lead
-from heartlm.ecg.wfdbio import annotation_path, annotation_samples, read_annotations
+from heartlm.ecg.wfdbio import (
+    annotation_path,
+    annotation_samples,
+    database_of,
+    read_annotations,
+)
 from heartlm.errors import HeartlmError
 from heartlm.ingest import beats as beatlib
 from heartlm.ingest.config import IngestConfig
@@ -79,8 +83,7 @@ def ingest_record(path: Path, config: IngestConfig) -> RecordResult:
 
     entry = RecordEntry(
         name=path.name,
-        # the folder's own name, also for a record given as `x` or `../x` (not "" or "..")
-        db=Path(os.path.abspath(path)).parent.name,
+        db=database_of(path),
         source=str(path),
         fs_source=lead.fs,
         lead=lead.name,

@@ -241,16 +241,21 @@ def keep_recording_label_fraction(
     recordings: Sequence[str],
     fraction: float,
     seed: int,
+    whole: Sequence[bool] = (),
 ) -> np.ndarray:
     """`keep_label_fraction` over whole recordings: the share is drawn over the beats of each
     recording's first record (`boundaries` delimit the records, `recordings` name each one's
     recording), and its other leads keep exactly the same beats' labels, so a lead copy adds
     no labelled beat the share did not draw (`copy_keeps`). Without copies this is
-    keep_label_fraction."""
-    original = np.asarray(labels, dtype=np.int64)
-    labels = original.copy()
+    keep_label_fraction. The records flagged in `whole` (one flag per record; none if empty)
+    keep every label, and the share is drawn from the others' (`finetune --keep-labels-of`)."""
+    given = np.asarray(labels, dtype=np.int64)
     if fraction == 1.0:
-        return labels
+        return given.copy()
+    flags = np.asarray(whole, dtype=bool) if len(whole) else np.zeros(len(recordings), bool)
+    kept_whole = np.repeat(flags, np.diff(boundaries))
+    original = np.where(kept_whole, IGNORE, given)
+    labels = original.copy()
     spans = list(zip(boundaries[:-1].tolist(), boundaries[1:].tolist(), strict=True))
     first: dict[str, tuple[int, int]] = {}
     for recording, span in zip(recordings, spans, strict=True):
@@ -262,7 +267,7 @@ def keep_recording_label_fraction(
         if (a, b) != first[recording]:
             kept = copy_keeps(original, drawn_kept, first[recording], (a, b))
             labels[a:b] = np.where(kept, labels[a:b], IGNORE)
-    return labels
+    return np.where(kept_whole, given, labels)
 
 
 MAX_EDGE_BEATS = 2

@@ -21,6 +21,7 @@ from heartlm.ecg.signals import open_record, read_lead
 from heartlm.ecg.wfdbio import (
     annotation_path,
     annotation_samples,
+    database_of,
     find_records,
     read_annotations,
 )
@@ -206,8 +207,7 @@ def _write_annotations(
     from heartlm.outdir import staged_dir
 
     read = [(r, c) for r, c in zip(records, calls, strict=True) if c is not None]  # not skipped
-    paths = file_paths([r.name for r, _ in read],
-                       [Path(os.path.abspath(r)).parent.name for r, _ in read])  # fmt: skip
+    paths = file_paths([r.name for r, _ in read], [database_of(r) for r, _ in read])
     files = [AnnotationFile(str(r), p, c[0], ["N"] * len(c[0]), [""] * len(c[0]), c[1])
              for p, (r, c) in zip(paths, read, strict=True)]  # fmt: skip
     empty = [Path(f.path).name for f in files if not len(f.sample)]

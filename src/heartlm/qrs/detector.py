@@ -149,11 +149,12 @@ def _envelope_rate(peaks: np.ndarray, step: int, n: int) -> np.ndarray:
 
 
 def _spans(wide: np.ndarray, at: np.ndarray, half: int) -> np.ndarray:
-    """Peak-to-peak amplitude of `wide` within `half` samples of each of `at`."""
+    """Peak-to-peak amplitude of `wide` within `half` samples of each of `at` (samples of
+    `wide`)."""
     windows = np.lib.stride_tricks.sliding_window_view(
         np.pad(wide, half, mode="edge"), 2 * half + 1
     )
-    picked = windows[np.clip(at, 0, len(wide) - 1)]
+    picked = windows[at]
     return picked.max(axis=1) - picked.min(axis=1)
 
 
